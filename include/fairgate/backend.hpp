@@ -1,0 +1,55 @@
+// fairgate/backend.hpp — where limiters live: in this process (memory) or,
+// later, shared through Redis. Both give the same guarantees.
+#pragma once
+
+#include <fairgate/limiter.hpp>
+#include <fairgate/settings.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/system/result.hpp>
+
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace fairgate {
+
+/// A set of named limiters (F10) sharing one executor.
+///
+/// Thread-safety: all member functions may be called from any thread.
+/// Lifetime: destroy (or shutdown()) the backend before the io_context its
+/// executor belongs to. Limiter handles and Permits keep their limiter alive.
+class Backend {
+ public:
+  Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+  virtual ~Backend() = default;
+
+  /// "memory" or "redis".
+  virtual std::string_view kind() const noexcept = 0;
+
+  /// The limiter `name`, created with `settings` if it does not exist yet (an
+  /// existing limiter keeps its settings; change them with Limiter::configure).
+  /// Fails with the offending field when the name or the settings are invalid.
+  virtual boost::system::result<Limiter, SettingsError> open(std::string_view name,
+                                                             const Settings& settings) = 0;
+
+  /// The limiter `name`, if it exists.
+  virtual std::optional<Limiter> find(std::string_view name) const = 0;
+
+  /// Every limiter, sorted by name.
+  virtual std::vector<Limiter> limiters() const = 0;
+
+  /// Ends every waiting request with RejectReason::shutdown and rejects new
+  /// ones. Held permits stay valid until their owners release them.
+  /// Idempotent.
+  virtual void shutdown() = 0;
+};
+
+/// The in-process backend, the embedded default: all guarantees within one
+/// process. Timers and on_queued callbacks run on `executor`.
+std::shared_ptr<Backend> make_memory_backend(boost::asio::any_io_executor executor);
+
+}  // namespace fairgate

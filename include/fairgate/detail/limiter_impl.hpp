@@ -1,0 +1,39 @@
+// fairgate/detail/limiter_impl.hpp — the interface every backend implements
+// for one limiter. Users see it only through Limiter and Permit.
+#pragma once
+
+#include <fairgate/limiter.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+
+#include <memory>
+#include <string>
+
+namespace fairgate::detail {
+
+class LimiterImpl : public std::enable_shared_from_this<LimiterImpl> {
+ public:
+  LimiterImpl() = default;
+  LimiterImpl(const LimiterImpl&) = delete;
+  LimiterImpl& operator=(const LimiterImpl&) = delete;
+  virtual ~LimiterImpl() = default;
+
+  virtual const std::string& name() const noexcept = 0;
+  virtual boost::asio::any_io_executor get_executor() const = 0;
+
+  /// Starts one acquire. The backend must call completion->complete() exactly
+  /// once, and must install a handler on `slot` (when connected) that cancels
+  /// the request while it waits.
+  virtual void start_acquire(AcquireOptions options, std::unique_ptr<Completion> completion,
+                             boost::asio::cancellation_slot slot) = 0;
+
+  /// Returns permit `id`. Idempotent: unknown or already returned ids are ignored.
+  virtual void release(const std::string& id) noexcept = 0;
+
+  virtual Snapshot snapshot() const = 0;
+  virtual Settings settings() const = 0;
+  virtual boost::system::result<Settings, SettingsError> configure(const SettingsUpdate& update) = 0;
+};
+
+}  // namespace fairgate::detail

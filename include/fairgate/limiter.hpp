@@ -1,0 +1,209 @@
+// fairgate/limiter.hpp — the fair concurrency limiter, backend-independent.
+//
+// A Limiter is a cheap, copyable handle to one named limiter of a Backend
+// (see backend.hpp). Requests acquire a Permit with async_acquire(); waiters
+// are served in arrival order (F2); every request ends exactly once (F4) as
+// granted, timed out, cancelled or rejected.
+//
+// Thread-safety: every member function may be called from any thread.
+#pragma once
+
+#include <fairgate/detail/completion.hpp>
+#include <fairgate/error.hpp>
+#include <fairgate/permit.hpp>
+#include <fairgate/settings.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/system/result.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fairgate {
+
+/// Where a waiter stands (F7).
+struct QueueStatus {
+  std::size_t position = 0;  ///< 1 = next to be served
+  std::size_t queued = 0;    ///< waiters in the queue, this one included
+  /// Estimated time until grant, from the recent service rate; nullopt when
+  /// there is not enough history yet.
+  std::optional<std::chrono::milliseconds> estimated_wait;
+};
+
+/// Options of one acquire.
+struct AcquireOptions {
+  /// Deadline, relative to the call. nullopt = the limiter's max_wait.
+  std::optional<std::chrono::milliseconds> max_wait;
+  /// Tenant key, reported in snapshots (and used by tenant fairness, F12).
+  std::string tenant;
+  /// Called when the request is first queued and whenever its position
+  /// changes (coalesced), on the limiter's executor, only while still waiting.
+  /// Must not block. May be empty.
+  std::function<void(const QueueStatus&)> on_queued;
+};
+
+/// How a request ended.
+enum class Outcome : std::uint8_t { granted, timed_out, cancelled, rejected };
+
+std::string_view to_string(Outcome outcome) noexcept;
+
+/// The single result of an acquire: a Permit, or the reason there is none.
+class AcquireResult {
+ public:
+  AcquireResult() = default;
+  static AcquireResult granted(Permit permit);
+  static AcquireResult ended(RejectReason reason, std::string message, std::chrono::milliseconds waited);
+
+  bool granted() const noexcept { return outcome_ == Outcome::granted; }
+  explicit operator bool() const noexcept { return granted(); }
+  Outcome outcome() const noexcept { return outcome_; }
+  /// Only meaningful when !granted().
+  RejectReason reason() const noexcept { return reason_; }
+  /// The reason as an error_code; empty when granted.
+  boost::system::error_code error() const noexcept;
+  /// Human-readable explanation when !granted(), e.g. "waited 20000 ms, no permit free".
+  const std::string& message() const noexcept { return message_; }
+  std::chrono::milliseconds waited() const noexcept { return waited_; }
+
+  /// The permit (held() only when granted).
+  Permit& permit() noexcept { return permit_; }
+  /// Moves the permit out.
+  Permit take_permit() noexcept { return std::move(permit_); }
+
+ private:
+  Outcome outcome_ = Outcome::rejected;
+  RejectReason reason_ = RejectReason::unavailable;
+  std::string message_;
+  std::chrono::milliseconds waited_{0};
+  Permit permit_;
+};
+
+/// A request that is waiting, as seen by snapshot().
+struct WaiterInfo {
+  std::string ticket;
+  std::string tenant;
+  std::size_t position = 0;
+  std::chrono::milliseconds waited{0};
+};
+
+/// A request that holds a permit, as seen by snapshot().
+struct HolderInfo {
+  std::string permit;
+  std::string tenant;
+  std::chrono::milliseconds held{0};
+};
+
+/// Counters since the limiter was created (this instance).
+struct LimiterStats {
+  std::uint64_t acquires = 0;    ///< acquire calls
+  std::uint64_t grants = 0;      ///< requests that ended GRANTED
+  std::uint64_t timeouts = 0;    ///< ended TIMED_OUT
+  std::uint64_t cancels = 0;     ///< ended CANCELLED
+  std::uint64_t rejections = 0;  ///< ended REJECTED (any reason)
+  std::uint64_t releases = 0;    ///< permits returned
+  /// Ended requests by RejectReason (index = static_cast<int>(reason)).
+  std::array<std::uint64_t, 8> by_reason{};
+};
+
+/// A consistent picture of one limiter at one instant.
+struct Snapshot {
+  std::string name;
+  Settings settings;
+  std::size_t in_use = 0;
+  std::size_t queued = 0;
+  std::vector<HolderInfo> holders;  ///< oldest grant first
+  std::vector<WaiterInfo> waiters;  ///< queue order (position 1 first)
+  LimiterStats stats;
+  /// Estimated wait for a new arrival at the back of the queue.
+  std::optional<std::chrono::milliseconds> estimated_wait;
+};
+
+namespace detail {
+/// The initiation of Limiter::async_acquire.
+struct AcquireInitiation {
+  std::shared_ptr<LimiterImpl> impl;
+  AcquireOptions options;
+
+  template <typename Handler>
+  void operator()(Handler handler) {
+    auto slot = boost::asio::get_associated_cancellation_slot(handler);
+    auto completion = make_completion(std::move(handler), executor_of(*impl));
+    start_acquire(*impl, std::move(options), std::move(completion), slot);
+  }
+};
+}  // namespace detail
+
+/// Handle to one named limiter.
+class Limiter {
+ public:
+  using executor_type = boost::asio::any_io_executor;
+
+  Limiter() = default;
+  explicit Limiter(std::shared_ptr<detail::LimiterImpl> impl) noexcept : impl_(std::move(impl)) {}
+
+  /// False for a default-constructed handle.
+  bool valid() const noexcept { return impl_ != nullptr; }
+  const std::string& name() const;
+  /// The executor timers and on_queued callbacks run on.
+  executor_type get_executor() const;
+
+  /// Asks for a permit. Completes exactly once with an AcquireResult:
+  /// granted (with a Permit), timed out at the deadline (F3), cancelled, or
+  /// rejected with a reason (queue full, disabled, shutdown, ...).
+  ///
+  /// Token: any Asio completion token with signature void(AcquireResult) —
+  /// a callback, asio::use_awaitable, asio::use_future, ...
+  /// The handler runs on its associated executor (never inside this call).
+  ///
+  /// g++ 12 caveat: inside a coroutine, name the options first
+  /// (`AcquireOptions o{...}; co_await lim.async_acquire(o, use_awaitable);`).
+  /// g++ 12 copies a braced temporary written inside a co_await expression
+  /// bitwise, which breaks its std::string (found by AddressSanitizer).
+  /// Cancellation: emitting on the handler's associated cancellation slot
+  /// (terminal, partial or total) ends a waiting request as cancelled; once
+  /// granted, cancellation does nothing (the Permit is the caller's).
+  template <typename Token>
+  auto async_acquire(AcquireOptions options, Token&& token) {
+    return boost::asio::async_initiate<Token, void(AcquireResult)>(
+        detail::AcquireInitiation{checked_impl(), std::move(options)}, token);
+  }
+  template <typename Token>
+  auto async_acquire(Token&& token) {
+    return async_acquire(AcquireOptions{}, std::forward<Token>(token));
+  }
+
+  /// In use, queue with positions, holders, counters.
+  Snapshot snapshot() const;
+  /// Current settings.
+  Settings settings() const;
+  /// Hot config (F9): applies `update`; raising max_concurrent admits waiters
+  /// at once, lowering it never revokes held permits. Returns the new settings
+  /// or the validation error (nothing changed then).
+  boost::system::result<Settings, SettingsError> configure(const SettingsUpdate& update);
+
+ private:
+  const std::shared_ptr<detail::LimiterImpl>& checked_impl() const;
+  std::shared_ptr<detail::LimiterImpl> impl_;
+};
+
+template <typename Handler>
+void detail::CompletionBox<Handler>::complete(AcquireResult result) {
+  auto executor = work_.get_executor();
+  boost::asio::post(executor, [handler = std::move(handler_), result = std::move(result),
+                               work = std::move(work_)]() mutable {
+    // The operation is over: no cancellation may reach it any more. This runs
+    // on the handler's executor, the one cancellation is emitted from.
+    boost::asio::get_associated_cancellation_slot(handler).clear();
+    std::move(handler)(std::move(result));
+  });
+}
+
+}  // namespace fairgate

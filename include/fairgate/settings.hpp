@@ -1,0 +1,83 @@
+// fairgate/settings.hpp — the settings of one limiter, their validation, and
+// partial updates (hot config, F9).
+//
+// Settings are plain values. validate() is the single place that decides what
+// is acceptable; every entry point (C++ API, CLI flags, config file, HTTP admin)
+// goes through it so the error text is the same everywhere.
+#pragma once
+
+#include <boost/assert/source_location.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace fairgate {
+
+/// What a disabled limiter (enabled = false) does with new requests (F11).
+enum class DisabledMode : std::uint8_t {
+  pass_through,  ///< grant at once whatever the cap (counted, never queued)
+  reject,        ///< reject with RejectReason::disabled
+};
+
+std::string_view to_string(DisabledMode mode) noexcept;
+
+/// Bounds enforced by validate(); exposed so front ends can print them.
+inline constexpr std::uint32_t kMaxConcurrentLimit = 1'000'000;
+inline constexpr std::uint32_t kMaxQueueLimit = 10'000'000;
+inline constexpr std::chrono::milliseconds kMaxWaitLimit = std::chrono::hours(24);
+inline constexpr std::size_t kMaxNameLength = 64;
+
+/// The settings of one limiter.
+struct Settings {
+  /// Permits that may exist at once (F1). 1 .. kMaxConcurrentLimit.
+  std::uint32_t max_concurrent = 1;
+  /// Default deadline of an acquire that gives none (F3). 0 means "never wait".
+  std::chrono::milliseconds max_wait{20'000};
+  /// Waiters allowed at once; beyond it reject with queue_full (F8).
+  /// std::nullopt = unbounded; 0 = never queue.
+  std::optional<std::uint32_t> max_queue;
+  /// false = disabled mode (F11), see `when_disabled`.
+  bool enabled = true;
+  DisabledMode when_disabled = DisabledMode::pass_through;
+  /// Reject at once (reason timeout) when the estimated wait already exceeds
+  /// the waiter's max_wait (F7). Off by default: estimates can be wrong.
+  bool early_reject = false;
+
+  friend bool operator==(const Settings&, const Settings&) = default;
+};
+
+/// A validation failure: which field, and what is wrong with it.
+struct SettingsError {
+  std::string field;
+  std::string problem;
+  /// "field: problem" — one line, suitable for a CLI error or an HTTP 400 body.
+  std::string message() const { return field + ": " + problem; }
+};
+
+/// Lets boost::system::result<T, SettingsError>::value() throw std::invalid_argument.
+[[noreturn]] void throw_exception_from_error(const SettingsError& error, const boost::source_location& loc);
+
+/// std::nullopt if the settings are acceptable, else the first problem found.
+std::optional<SettingsError> validate(const Settings& settings);
+
+/// Limiter names: 1..64 characters of [A-Za-z0-9._-], not starting with '.' or '-'.
+std::optional<SettingsError> validate_limiter_name(std::string_view name);
+
+/// A partial change of settings: unset fields keep their value.
+struct SettingsUpdate {
+  std::optional<std::uint32_t> max_concurrent;
+  std::optional<std::chrono::milliseconds> max_wait;
+  /// Outer optional: change it or not; inner: the new value (nullopt = unbounded).
+  std::optional<std::optional<std::uint32_t>> max_queue;
+  std::optional<bool> enabled;
+  std::optional<DisabledMode> when_disabled;
+  std::optional<bool> early_reject;
+};
+
+/// `base` with the fields of `update` applied (not validated).
+Settings apply(Settings base, const SettingsUpdate& update);
+
+}  // namespace fairgate

@@ -1,0 +1,73 @@
+#include <fairgate/detail/limiter_impl.hpp>
+#include <fairgate/limiter.hpp>
+
+#include <cassert>
+#include <stdexcept>
+
+namespace fairgate {
+
+std::string_view to_string(Outcome outcome) noexcept {
+  switch (outcome) {
+    case Outcome::granted: return "granted";
+    case Outcome::timed_out: return "timed_out";
+    case Outcome::cancelled: return "cancelled";
+    case Outcome::rejected: return "rejected";
+  }
+  return "?";
+}
+
+AcquireResult AcquireResult::granted(Permit permit) {
+  AcquireResult r;
+  r.outcome_ = Outcome::granted;
+  r.waited_ = permit.waited();
+  r.permit_ = std::move(permit);
+  return r;
+}
+
+AcquireResult AcquireResult::ended(RejectReason reason, std::string message,
+                                   std::chrono::milliseconds waited) {
+  AcquireResult r;
+  switch (reason) {
+    case RejectReason::timeout: r.outcome_ = Outcome::timed_out; break;
+    case RejectReason::cancelled: r.outcome_ = Outcome::cancelled; break;
+    default: r.outcome_ = Outcome::rejected; break;
+  }
+  r.reason_ = reason;
+  r.message_ = std::move(message);
+  r.waited_ = waited;
+  return r;
+}
+
+boost::system::error_code AcquireResult::error() const noexcept {
+  if (granted()) return {};
+  return make_error_code(reason_);
+}
+
+const std::shared_ptr<detail::LimiterImpl>& Limiter::checked_impl() const {
+  if (!impl_) throw std::logic_error("fairgate::Limiter: use of an empty handle");
+  return impl_;
+}
+
+const std::string& Limiter::name() const { return checked_impl()->name(); }
+
+Limiter::executor_type Limiter::get_executor() const { return checked_impl()->get_executor(); }
+
+Snapshot Limiter::snapshot() const { return checked_impl()->snapshot(); }
+
+Settings Limiter::settings() const { return checked_impl()->settings(); }
+
+boost::system::result<Settings, SettingsError> Limiter::configure(const SettingsUpdate& update) {
+  return checked_impl()->configure(update);
+}
+
+namespace detail {
+
+boost::asio::any_io_executor executor_of(const LimiterImpl& impl) { return impl.get_executor(); }
+
+void start_acquire(LimiterImpl& impl, AcquireOptions options, std::unique_ptr<Completion> completion,
+                   boost::asio::cancellation_slot slot) {
+  impl.start_acquire(std::move(options), std::move(completion), slot);
+}
+
+}  // namespace detail
+}  // namespace fairgate

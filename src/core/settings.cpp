@@ -1,0 +1,63 @@
+#include <fairgate/settings.hpp>
+
+#include <stdexcept>
+#include <string>
+
+namespace fairgate {
+
+std::string_view to_string(DisabledMode mode) noexcept {
+  switch (mode) {
+    case DisabledMode::pass_through: return "pass_through";
+    case DisabledMode::reject: return "reject";
+  }
+  return "?";
+}
+
+void throw_exception_from_error(const SettingsError& error, const boost::source_location&) {
+  throw std::invalid_argument(error.message());
+}
+
+std::optional<SettingsError> validate(const Settings& s) {
+  if (s.max_concurrent < 1 || s.max_concurrent > kMaxConcurrentLimit) {
+    return SettingsError{"max_concurrent", "must be between 1 and " + std::to_string(kMaxConcurrentLimit) +
+                                               ", got " + std::to_string(s.max_concurrent)};
+  }
+  if (s.max_wait.count() < 0 || s.max_wait > kMaxWaitLimit) {
+    return SettingsError{"max_wait", "must be between 0 ms and " + std::to_string(kMaxWaitLimit.count()) +
+                                         " ms, got " + std::to_string(s.max_wait.count()) + " ms"};
+  }
+  if (s.max_queue && *s.max_queue > kMaxQueueLimit) {
+    return SettingsError{"max_queue", "must be at most " + std::to_string(kMaxQueueLimit) + ", got " +
+                                          std::to_string(*s.max_queue)};
+  }
+  return std::nullopt;
+}
+
+std::optional<SettingsError> validate_limiter_name(std::string_view name) {
+  if (name.empty()) return SettingsError{"name", "must not be empty"};
+  if (name.size() > kMaxNameLength) {
+    return SettingsError{"name", "must be at most " + std::to_string(kMaxNameLength) + " characters, got " +
+                                     std::to_string(name.size())};
+  }
+  if (name.front() == '.' || name.front() == '-') {
+    return SettingsError{"name", "must not start with '.' or '-'"};
+  }
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '-';
+    if (!ok) return SettingsError{"name", "may contain only letters, digits, '.', '_' and '-'"};
+  }
+  return std::nullopt;
+}
+
+Settings apply(Settings base, const SettingsUpdate& u) {
+  if (u.max_concurrent) base.max_concurrent = *u.max_concurrent;
+  if (u.max_wait) base.max_wait = *u.max_wait;
+  if (u.max_queue) base.max_queue = *u.max_queue;
+  if (u.enabled) base.enabled = *u.enabled;
+  if (u.when_disabled) base.when_disabled = *u.when_disabled;
+  if (u.early_reject) base.early_reject = *u.early_reject;
+  return base;
+}
+
+}  // namespace fairgate
