@@ -83,6 +83,7 @@ void MemoryLimiter::start_acquire(AcquireOptions options, std::unique_ptr<detail
     case core::Admission::Kind::queued: break;
   }
   waiting_.emplace(request->id, request);
+  if (request->on_queued) ++listeners_;
   if (slot.is_connected()) {
     slot.assign([weak = std::weak_ptr<Request>(request),
                  self = std::weak_ptr<LimiterImpl>(weak_from_this())](boost::asio::cancellation_type) {
@@ -106,11 +107,18 @@ void MemoryLimiter::release(const std::string& id) noexcept {
   if (state_.queued() != queued_before) schedule_positions_locked(false);
 }
 
-bool MemoryLimiter::try_grant(core::RequestId id) {
+MemoryLimiter::RequestPtr MemoryLimiter::take_waiting(core::RequestId id) {
   auto it = waiting_.find(id);
-  if (it == waiting_.end()) return false;
+  if (it == waiting_.end()) return nullptr;
   RequestPtr request = std::move(it->second);
   waiting_.erase(it);
+  if (request->on_queued) --listeners_;
+  return request;
+}
+
+bool MemoryLimiter::try_grant(core::RequestId id) {
+  RequestPtr request = take_waiting(id);
+  if (!request) return false;
   // A ticket that already ended (its cancel is on the way to mu_) gets
   // return_permit: we simply do not make the permit.
   if (request->ticket.resume(core::TicketEvent::grant) != core::TicketAction::deliver) return false;
@@ -119,10 +127,8 @@ bool MemoryLimiter::try_grant(core::RequestId id) {
 }
 
 void MemoryLimiter::drop(core::RequestId id, RejectReason reason) {
-  auto it = waiting_.find(id);
-  if (it == waiting_.end()) return;
-  RequestPtr request = std::move(it->second);
-  waiting_.erase(it);
+  RequestPtr request = take_waiting(id);
+  if (!request) return;
   const auto event = reason == RejectReason::timeout ? core::TicketEvent::timeout : core::TicketEvent::reject;
   if (request->ticket.resume(event) == core::TicketAction::deliver) deliver_ended(*request, reason, now());
 }
@@ -149,7 +155,7 @@ void MemoryLimiter::cancel(const RequestPtr& request) {
   if (request->ticket.resume(core::TicketEvent::cancel) != core::TicketAction::deliver) return;
   std::lock_guard lock(mu_);
   state_.withdraw(request->id);
-  waiting_.erase(request->id);
+  take_waiting(request->id);
   deliver_ended(*request, RejectReason::cancelled, now());
   schedule_positions_locked(false);
 }
@@ -178,7 +184,7 @@ void MemoryLimiter::on_deadline_timer() {
 }
 
 void MemoryLimiter::schedule_positions_locked(bool urgent) {
-  if (waiting_.empty() || !positions_timer_) return;
+  if (listeners_ == 0 || !positions_timer_) return;
   positions_urgent_ = positions_urgent_ || urgent;
   if (positions_scheduled_) {
     positions_dirty_ = true;

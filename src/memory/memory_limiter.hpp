@@ -69,6 +69,8 @@ class MemoryLimiter final : public detail::LimiterImpl, private core::DispatchSi
   bool try_grant(core::RequestId id) override;
   void drop(core::RequestId id, RejectReason reason) override;
 
+  /// Removes `id` from waiting_ (nullptr if absent), keeping listeners_ right.
+  RequestPtr take_waiting(core::RequestId id);
   void deliver_granted(Request& request, core::Time now);
   void deliver_ended(Request& request, RejectReason reason, core::Time now);
   void cancel(const RequestPtr& request);
@@ -83,6 +85,7 @@ class MemoryLimiter final : public detail::LimiterImpl, private core::DispatchSi
   mutable std::mutex mu_;
   core::LimiterState state_;
   std::unordered_map<core::RequestId, RequestPtr> waiting_;
+  std::size_t listeners_ = 0;  // waiters with an on_queued callback
   core::RequestId next_id_ = 1;
   LimiterStats stats_;
   bool shut_down_ = false;
