@@ -34,7 +34,6 @@ bool LimiterState::has_room() const noexcept {
 
 void LimiterState::grant(RequestId id, Time now, std::string tenant) {
   holders_.emplace(id, Holder{next_grant_seq_++, now, std::move(tenant)});
-  rate_.record(now);
 }
 
 Admission LimiterState::admit(RequestId id, Time now, Time deadline, std::string tenant) {
@@ -94,6 +93,7 @@ void LimiterState::dispatch(Time now, DispatchSink& sink) {
 
 bool LimiterState::release(RequestId id, Time now, DispatchSink& sink) {
   if (holders_.erase(id) == 0) return false;
+  rate_.record(now);  // a freed seat is what moves the queue: the service rate
   dispatch(now, sink);
   return true;
 }

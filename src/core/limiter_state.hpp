@@ -61,7 +61,8 @@ struct Admission {
   std::optional<std::chrono::milliseconds> estimated_wait;  ///< when queued
 };
 
-/// Recent grant times, for the service rate behind position estimates (F7).
+/// Recent release times — the rate at which seats free up, which is the rate
+/// the queue moves — behind position estimates (F7).
 class GrantRate {
  public:
   void record(Time t) noexcept;

@@ -102,7 +102,8 @@ void MemoryLimiter::release(const std::string& id) noexcept {
   if (ec != std::errc{} || end != id.data() + id.size()) return;
   std::lock_guard lock(mu_);
   const std::size_t queued_before = state_.queued();
-  if (!state_.release(rid, now(), *this)) return;
+  op_now_ = now();
+  if (!state_.release(rid, op_now_, *this)) return;
   ++stats_.releases;
   if (state_.queued() != queued_before) schedule_positions_locked(false);
 }
@@ -122,7 +123,7 @@ bool MemoryLimiter::try_grant(core::RequestId id) {
   // A ticket that already ended (its cancel is on the way to mu_) gets
   // return_permit: we simply do not make the permit.
   if (request->ticket.resume(core::TicketEvent::grant) != core::TicketAction::deliver) return false;
-  deliver_granted(*request, now());
+  deliver_granted(*request, op_now_);
   return true;
 }
 
@@ -130,7 +131,7 @@ void MemoryLimiter::drop(core::RequestId id, RejectReason reason) {
   RequestPtr request = take_waiting(id);
   if (!request) return;
   const auto event = reason == RejectReason::timeout ? core::TicketEvent::timeout : core::TicketEvent::reject;
-  if (request->ticket.resume(event) == core::TicketAction::deliver) deliver_ended(*request, reason, now());
+  if (request->ticket.resume(event) == core::TicketAction::deliver) deliver_ended(*request, reason, op_now_);
 }
 
 void MemoryLimiter::deliver_granted(Request& request, core::Time t) {
@@ -178,7 +179,8 @@ void MemoryLimiter::on_deadline_timer() {
   std::lock_guard lock(mu_);
   deadline_armed_for_.reset();
   const std::size_t queued_before = state_.queued();
-  state_.expire(now(), *this);
+  op_now_ = now();
+  state_.expire(op_now_, *this);
   arm_deadline_timer_locked();
   if (state_.queued() != queued_before) schedule_positions_locked(false);
 }
@@ -259,7 +261,8 @@ boost::system::result<Settings, SettingsError> MemoryLimiter::configure(const Se
   Settings next = apply(state_.settings(), update);
   if (auto error = validate(next)) return *error;
   const std::size_t queued_before = state_.queued();
-  state_.configure(next, now(), *this);
+  op_now_ = now();
+  state_.configure(next, op_now_, *this);
   if (state_.queued() != queued_before) schedule_positions_locked(false);
   return next;
 }
@@ -267,6 +270,7 @@ boost::system::result<Settings, SettingsError> MemoryLimiter::configure(const Se
 void MemoryLimiter::shutdown() {
   std::lock_guard lock(mu_);
   shut_down_ = true;
+  op_now_ = now();
   state_.drop_all(RejectReason::shutdown, *this);
   deadline_timer_.reset();
   positions_timer_.reset();

@@ -87,6 +87,10 @@ class MemoryLimiter final : public detail::LimiterImpl, private core::DispatchSi
   std::unordered_map<core::RequestId, RequestPtr> waiting_;
   std::size_t listeners_ = 0;  // waiters with an on_queued callback
   core::RequestId next_id_ = 1;
+  // The time of the operation in progress: the sink callbacks use the same
+  // instant the core decided with, so a grant decided before a deadline never
+  // reports a wait at or past it.
+  core::Time op_now_{};
   LimiterStats stats_;
   bool shut_down_ = false;
 
