@@ -1,0 +1,372 @@
+#include "redis/connection.hpp"
+
+#include <hiredis/hiredis.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+
+#include <algorithm>
+
+namespace fairgate::redis {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+
+namespace {
+
+constexpr std::size_t kReadChunk = 64 * 1024;
+
+Reply convert(const redisReply* r) {
+  Reply out;
+  switch (r->type) {
+    case REDIS_REPLY_STRING:
+      out.type = Reply::Type::string;
+      out.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_STATUS:
+      out.type = Reply::Type::status;
+      out.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_ERROR:
+      out.type = Reply::Type::error;
+      out.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_INTEGER:
+      out.type = Reply::Type::integer;
+      out.integer = r->integer;
+      break;
+    case REDIS_REPLY_ARRAY:
+      out.type = Reply::Type::array;
+      out.elements.reserve(r->elements);
+      for (std::size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i]));
+      break;
+    default: out.type = Reply::Type::nil; break;
+  }
+  return out;
+}
+
+bool is_push(const Reply& r) {
+  if (r.type != Reply::Type::array || r.elements.empty()) return false;
+  const std::string& kind = r.elements.front().str;
+  return kind == "message" || kind == "pmessage" || kind == "smessage";
+}
+
+class ErrorCategory final : public boost::system::error_category {
+ public:
+  const char* name() const noexcept override { return "fairgate.redis"; }
+  std::string message(int ev) const override {
+    switch (static_cast<Error>(ev)) {
+      case Error::timeout: return "Redis command timed out";
+      case Error::disconnected: return "Redis connection lost";
+      case Error::closed: return "Redis client closed";
+      case Error::protocol: return "Redis protocol error";
+      case Error::bad_url: return "bad Redis URL";
+    }
+    return "Redis error";
+  }
+};
+
+}  // namespace
+
+std::string Reply::debug_string() const {
+  switch (type) {
+    case Type::nil: return "nil";
+    case Type::string: return "\"" + str + "\"";
+    case Type::status: return str;
+    case Type::error: return "(error) " + str;
+    case Type::integer: return std::to_string(integer);
+    case Type::array: {
+      std::string s = "[";
+      for (std::size_t i = 0; i < elements.size(); ++i) s += (i ? "," : "") + elements[i].debug_string();
+      return s + "]";
+    }
+  }
+  return "?";
+}
+
+const boost::system::error_category& error_category() noexcept {
+  static const ErrorCategory category;
+  return category;
+}
+
+error_code make_error_code(Error e) noexcept { return {static_cast<int>(e), error_category()}; }
+
+std::shared_ptr<Connection> Connection::create(asio::any_io_executor executor, ConnectionOptions options) {
+  return std::shared_ptr<Connection>(new Connection(std::move(executor), std::move(options)));
+}
+
+Connection::Connection(asio::any_io_executor executor, ConnectionOptions options)
+    : options_(std::move(options)),
+      strand_(asio::make_strand(executor)),
+      resolver_(strand_),
+      socket_(strand_),
+      connect_timer_(strand_),
+      reconnect_timer_(strand_),
+      deadline_timer_(strand_),
+      read_buffer_(kReadChunk) {}
+
+Connection::~Connection() {
+  if (reader_) redisReaderFree(reader_);
+}
+
+void Connection::start() {
+  asio::dispatch(strand_, [self = shared_from_this()] {
+    if (self->state_ == State::idle) self->connect();
+  });
+}
+
+void Connection::close() {
+  asio::dispatch(strand_, [self = shared_from_this()] {
+    if (self->state_ == State::closed) return;
+    self->state_ = State::closed;
+    ++self->generation_;
+    self->connected_.store(false, std::memory_order_release);
+    error_code ignored;
+    self->socket_.close(ignored);
+    self->resolver_.cancel();
+    self->connect_timer_.cancel();
+    self->reconnect_timer_.cancel();
+    self->deadline_timer_.cancel();
+    for (auto& p : self->in_flight_) fail(p, Error::closed);
+    for (auto& p : self->queued_) fail(p, Error::closed);
+    self->in_flight_.clear();
+    self->queued_.clear();
+  });
+}
+
+void Connection::fail(Pending& p, Error e) {
+  if (!p.callback) return;
+  Callback callback(std::move(p.callback));  // leaves p.callback empty: the slot stays, answered
+  std::move(callback)(make_error_code(e), Reply{});
+}
+
+void Connection::exec(std::vector<std::string> args, Callback callback,
+                      std::optional<std::chrono::milliseconds> timeout) {
+  asio::dispatch(strand_, [self = shared_from_this(), args = std::move(args), callback = std::move(callback),
+                           t = timeout.value_or(options_.command_timeout)]() mutable {
+    self->do_exec(std::move(args), std::move(callback), t);
+  });
+}
+
+void Connection::do_exec(std::vector<std::string> args, Callback callback, std::chrono::milliseconds timeout) {
+  if (state_ == State::closed) {
+    std::move(callback)(make_error_code(Error::closed), Reply{});
+    return;
+  }
+  std::vector<const char*> argv;
+  std::vector<std::size_t> lens;
+  argv.reserve(args.size());
+  lens.reserve(args.size());
+  for (const auto& a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  char* formatted = nullptr;
+  const int len = redisFormatCommandArgv(&formatted, static_cast<int>(argv.size()), argv.data(), lens.data());
+  if (len < 0 || !formatted) {
+    std::move(callback)(make_error_code(Error::protocol), Reply{});
+    return;
+  }
+  Pending p{std::move(callback), Clock::now() + timeout, std::string(formatted, static_cast<std::size_t>(len))};
+  redisFreeCommand(formatted);
+  const auto deadline = p.deadline;
+  queued_.push_back(std::move(p));
+  if (state_ == State::ready) write_queued();
+  arm_deadline_timer(deadline);
+}
+
+void Connection::write_queued() {
+  while (!queued_.empty()) {
+    Pending p = std::move(queued_.front());
+    queued_.pop_front();
+    out_ += p.wire;
+    p.wire.clear();
+    p.wire.shrink_to_fit();
+    in_flight_.push_back(std::move(p));
+    commands_sent_.fetch_add(1, std::memory_order_relaxed);
+  }
+  flush();
+}
+
+void Connection::flush() {
+  if (write_in_progress_ || out_.empty() || state_ != State::ready) return;
+  write_in_progress_ = true;
+  writing_.swap(out_);
+  out_.clear();
+  asio::async_write(socket_, asio::buffer(writing_),
+                    [self = shared_from_this(), gen = generation_](error_code ec, std::size_t) {
+                      if (gen != self->generation_) return;
+                      self->write_in_progress_ = false;
+                      self->writing_.clear();
+                      if (ec) return self->reset("write failed");
+                      self->flush();
+                    });
+}
+
+void Connection::connect() {
+  state_ = State::connecting;
+  const auto gen = generation_;
+  connect_timer_.expires_after(options_.connect_timeout);
+  connect_timer_.async_wait([self = shared_from_this(), gen](error_code ec) {
+    if (ec || gen != self->generation_ || self->state_ != State::connecting) return;
+    self->reset("connect timed out");
+  });
+  resolver_.async_resolve(
+      options_.endpoint.host, std::to_string(options_.endpoint.port),
+      [self = shared_from_this(), gen](error_code ec, asio::ip::tcp::resolver::results_type results) {
+        if (gen != self->generation_) return;
+        if (ec) return self->reset("resolve failed");
+        asio::async_connect(self->socket_, results,
+                            [self, gen](error_code ec2, const asio::ip::tcp::endpoint&) {
+                              if (gen != self->generation_) return;
+                              if (ec2) return self->reset("connect failed");
+                              self->on_connected();
+                            });
+      });
+}
+
+void Connection::on_connected() {
+  connect_timer_.cancel();
+  error_code ignored;
+  socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+  if (reader_) redisReaderFree(reader_);
+  reader_ = redisReaderCreate();
+  state_ = State::ready;
+  backoff_ = std::chrono::milliseconds(0);
+  connects_.fetch_add(1, std::memory_order_relaxed);
+  connected_.store(true, std::memory_order_release);
+  read();
+
+  // The handshake goes first, ahead of whatever waited for the connection.
+  std::deque<Pending> waiting;
+  waiting.swap(queued_);
+  const auto& ep = options_.endpoint;
+  auto ignore = [] { return Callback([](error_code, Reply) {}); };
+  if (!ep.password.empty()) {
+    std::vector<std::string> auth{"AUTH"};
+    if (!ep.user.empty()) auth.push_back(ep.user);
+    auth.push_back(ep.password);
+    do_exec(std::move(auth),
+            Callback([self = shared_from_this()](error_code ec, Reply r) {
+              if (!ec && r.is_error()) self->reset("AUTH rejected");
+            }),
+            options_.command_timeout);
+  }
+  if (ep.db != 0) do_exec({"SELECT", std::to_string(ep.db)}, ignore(), options_.command_timeout);
+  if (!options_.client_name.empty()) {
+    do_exec({"CLIENT", "SETNAME", options_.client_name}, ignore(), options_.command_timeout);
+  }
+  for (auto& p : waiting) queued_.push_back(std::move(p));
+  write_queued();
+  if (connect_handler_) connect_handler_();
+}
+
+void Connection::read() {
+  socket_.async_read_some(
+      asio::buffer(read_buffer_), [self = shared_from_this(), gen = generation_](error_code ec, std::size_t n) {
+        if (gen != self->generation_) return;
+        if (ec) return self->reset("read failed");
+        if (redisReaderFeed(self->reader_, self->read_buffer_.data(), n) != REDIS_OK) {
+          return self->reset("protocol error");
+        }
+        for (;;) {
+          void* raw = nullptr;
+          if (redisReaderGetReply(self->reader_, &raw) != REDIS_OK) return self->reset("protocol error");
+          if (!raw) break;
+          Reply reply = convert(static_cast<redisReply*>(raw));
+          freeReplyObject(raw);
+          self->on_reply(std::move(reply));
+          if (gen != self->generation_) return;  // a handler reset or closed the connection
+        }
+        self->read();
+      });
+}
+
+void Connection::on_reply(Reply reply) {
+  if ((options_.subscriber && is_push(reply)) || in_flight_.empty()) {
+    if (push_handler_) push_handler_(std::move(reply));
+    return;
+  }
+  Pending p = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  if (p.callback) std::move(p.callback)(error_code{}, std::move(reply));
+}
+
+void Connection::reset(const char* /*why*/) {
+  if (state_ == State::closed) return;
+  ++generation_;
+  connected_.store(false, std::memory_order_release);
+  error_code ignored;
+  socket_.close(ignored);
+  connect_timer_.cancel();
+  write_in_progress_ = false;
+  out_.clear();
+  writing_.clear();
+  // Their outcome is unknown: the caller decides what to do.
+  auto failed = std::move(in_flight_);
+  in_flight_.clear();
+  for (auto& p : failed) fail(p, Error::disconnected);
+  schedule_reconnect();
+}
+
+void Connection::schedule_reconnect() {
+  if (state_ == State::closed) return;
+  state_ = State::backoff;
+  backoff_ = std::clamp(backoff_ * 2, options_.reconnect_min, options_.reconnect_max);
+  reconnect_timer_.expires_after(backoff_);
+  reconnect_timer_.async_wait([self = shared_from_this(), gen = generation_](error_code ec) {
+    if (ec || gen != self->generation_ || self->state_ != State::backoff) return;
+    self->connect();
+  });
+}
+
+void Connection::arm_deadline_timer(Clock::time_point deadline) {
+  if (deadline >= deadline_armed_) return;
+  deadline_armed_ = deadline;
+  deadline_timer_.expires_at(deadline);
+  deadline_timer_.async_wait([self = shared_from_this()](error_code ec) {
+    if (ec == asio::error::operation_aborted) return;
+    self->on_deadline_timer();
+  });
+}
+
+void Connection::on_deadline_timer() {
+  deadline_armed_ = Clock::time_point::max();
+  if (state_ == State::closed) return;
+  const auto now = Clock::now();
+  auto next = Clock::time_point::max();
+  // Never-sent commands that expired simply leave.
+  for (auto it = queued_.begin(); it != queued_.end();) {
+    if (it->deadline <= now) {
+      fail(*it, Error::timeout);
+      it = queued_.erase(it);
+    } else {
+      next = std::min(next, it->deadline);
+      ++it;
+    }
+  }
+  // Sent ones keep their slot so a late reply is matched and discarded.
+  for (auto& p : in_flight_) {
+    if (!p.callback) continue;
+    if (p.deadline <= now) {
+      fail(p, Error::timeout);
+    } else {
+      next = std::min(next, p.deadline);
+    }
+  }
+  // A reply overdue by far more than a timeout: the connection is stuck.
+  if (!in_flight_.empty()) {
+    const auto stall = std::max(options_.command_timeout * 4, std::chrono::milliseconds(1000));
+    const auto oldest = in_flight_.front().deadline;
+    if (now - oldest >= stall) {
+      reset("reply overdue");
+      return;
+    }
+    next = std::min(next, oldest + stall);
+  }
+  if (next != Clock::time_point::max()) arm_deadline_timer(next);
+}
+
+}  // namespace fairgate::redis

@@ -1,0 +1,137 @@
+// redis/connection.hpp — one Redis connection on an Asio executor.
+//
+// hiredis is used only for what it does well and safely: formatting commands
+// (redisFormatCommandArgv) and parsing RESP (redisReader). Sockets, timers,
+// pipelining and reconnects are ours, on the caller's event loop.
+//
+// Invariants:
+//  * Every exec() callback is called exactly once, on the connection's strand:
+//    with the reply, or with Error::timeout / disconnected / closed.
+//  * Replies are matched to commands in order (RESP2 pipelining). A command
+//    that timed out keeps its slot, so the late reply is discarded, never
+//    given to the next command. If the oldest command is far overdue the
+//    connection is reset (all in-flight commands fail with disconnected).
+//  * Commands sent while disconnected wait (up to their timeout) and are
+//    written after the reconnect; in-flight commands fail on a disconnect
+//    (their outcome is unknown to us; the caller decides).
+//  * After each (re)connect: AUTH, SELECT and CLIENT SETNAME as configured,
+//    then the connect handler (re-SUBSCRIBE there).
+//  * Subscriber mode: arrays starting with "message", "pmessage" or
+//    "smessage" go to the push handler. SUBSCRIBE one channel per command
+//    (one confirmation reply per command).
+#pragma once
+
+#include "redis/reply.hpp"
+#include "redis/url.hpp"
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+struct redisReader;
+
+namespace fairgate::redis {
+
+struct ConnectionOptions {
+  Endpoint endpoint;
+  std::chrono::milliseconds command_timeout{200};
+  std::chrono::milliseconds connect_timeout{1000};
+  std::chrono::milliseconds reconnect_min{50};
+  std::chrono::milliseconds reconnect_max{2000};
+  std::string client_name;  ///< CLIENT SETNAME when not empty
+  bool subscriber = false;  ///< route pub/sub messages to the push handler
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  using Callback = boost::asio::any_completion_handler<void(boost::system::error_code, Reply)>;
+  using PushHandler = std::function<void(Reply)>;
+  using ConnectHandler = std::function<void()>;
+
+  static std::shared_ptr<Connection> create(boost::asio::any_io_executor executor, ConnectionOptions options);
+  ~Connection();
+
+  /// Handlers run on the strand. Set them before start().
+  void set_push_handler(PushHandler handler) { push_handler_ = std::move(handler); }
+  void set_connect_handler(ConnectHandler handler) { connect_handler_ = std::move(handler); }
+
+  /// Connects, and reconnects with backoff after every drop, until close().
+  void start();
+  /// Fails every waiting command with Error::closed and stops. Idempotent.
+  void close();
+
+  /// Sends one command (thread-safe). `callback` runs once on the strand.
+  void exec(std::vector<std::string> args, Callback callback,
+            std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+
+  const boost::asio::strand<boost::asio::any_io_executor>& strand() const noexcept { return strand_; }
+  bool connected() const noexcept { return connected_.load(std::memory_order_acquire); }
+  /// Commands written to the socket so far (handshakes included).
+  std::uint64_t commands_sent() const noexcept { return commands_sent_.load(std::memory_order_relaxed); }
+  /// Successful connects so far (1 after the first).
+  std::uint64_t connects() const noexcept { return connects_.load(std::memory_order_relaxed); }
+  const ConnectionOptions& options() const noexcept { return options_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Pending {
+    Callback callback;  // empty once answered by a timeout
+    Clock::time_point deadline;
+    std::string wire;   // formatted command (only while queued)
+  };
+
+  Connection(boost::asio::any_io_executor executor, ConnectionOptions options);
+
+  void do_exec(std::vector<std::string> args, Callback callback, std::chrono::milliseconds timeout);
+  void connect();
+  void on_connected();
+  void write_queued();
+  void flush();
+  void read();
+  void on_reply(Reply reply);
+  void reset(const char* why);
+  void schedule_reconnect();
+  void arm_deadline_timer(Clock::time_point deadline);
+  void on_deadline_timer();
+  static void fail(Pending& p, Error e);
+
+  const ConnectionOptions options_;
+  boost::asio::strand<boost::asio::any_io_executor> strand_;
+  boost::asio::ip::tcp::resolver resolver_;
+  boost::asio::ip::tcp::socket socket_;
+  boost::asio::steady_timer connect_timer_;
+  boost::asio::steady_timer reconnect_timer_;
+  boost::asio::steady_timer deadline_timer_;
+  Clock::time_point deadline_armed_{Clock::time_point::max()};
+
+  enum class State { idle, connecting, ready, backoff, closed };
+  State state_ = State::idle;
+  std::uint64_t generation_ = 0;  // bumped on every reset: stale handlers see a mismatch
+  std::chrono::milliseconds backoff_{0};
+
+  std::deque<Pending> queued_;     // not written yet
+  std::deque<Pending> in_flight_;  // written, reply pending, in order
+  std::string out_;                // bytes to write after the current write
+  std::string writing_;            // bytes of the current write
+  bool write_in_progress_ = false;
+  std::vector<char> read_buffer_;
+  redisReader* reader_ = nullptr;
+
+  PushHandler push_handler_;
+  ConnectHandler connect_handler_;
+  std::atomic<bool> connected_{false};
+  std::atomic<std::uint64_t> commands_sent_{0};
+  std::atomic<std::uint64_t> connects_{0};
+};
+
+}  // namespace fairgate::redis

@@ -1,0 +1,50 @@
+// redis/reply.hpp — one RESP2 reply as a plain value, and the Redis client's
+// error codes.
+#pragma once
+
+#include <boost/system/error_code.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace fairgate::redis {
+
+struct Reply {
+  enum class Type : std::uint8_t { nil, string, status, error, integer, array };
+  Type type = Type::nil;
+  std::string str;            ///< string, status and error replies
+  std::int64_t integer = 0;   ///< integer replies
+  std::vector<Reply> elements;  ///< array replies
+
+  bool is_error() const noexcept { return type == Type::error; }
+  bool is_nil() const noexcept { return type == Type::nil; }
+  /// The integer value, or nullopt when the reply is not an integer.
+  std::optional<std::int64_t> as_integer() const noexcept {
+    if (type == Type::integer) return integer;
+    return std::nullopt;
+  }
+  /// Readable form for logs and test failures, e.g. ["message","ch","x"].
+  std::string debug_string() const;
+};
+
+/// Failures of the client (a Redis error reply is not one of these: it is a
+/// Reply of Type::error).
+enum class Error : int {
+  timeout = 1,       ///< no reply within the command timeout
+  disconnected,      ///< the connection dropped before the reply came
+  closed,            ///< the client was closed
+  protocol,          ///< the server sent bytes that are not RESP
+  bad_url,           ///< a redis:// URL could not be parsed
+};
+
+const boost::system::error_category& error_category() noexcept;
+boost::system::error_code make_error_code(Error e) noexcept;
+
+}  // namespace fairgate::redis
+
+template <>
+struct boost::system::is_error_code_enum<fairgate::redis::Error> : std::true_type {};

@@ -1,0 +1,44 @@
+// redis/scripts.hpp — the limiter's Lua scripts (src/redis/scripts/*.lua,
+// embedded at build time) and a runner that calls them by SHA.
+#pragma once
+
+#include "redis/connection.hpp"
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fairgate::redis {
+
+/// One Lua script: its name, full text (lib.lua + the script) and SHA1.
+class Script {
+ public:
+  Script(std::string_view name, std::string_view text);
+  std::string_view name() const noexcept { return name_; }
+  std::string_view text() const noexcept { return text_; }
+  /// Lower-case hex SHA1 of text(), as SCRIPT LOAD returns it.
+  const std::string& sha() const noexcept { return sha_; }
+
+ private:
+  std::string_view name_;
+  std::string_view text_;
+  std::string sha_;
+};
+
+namespace scripts {
+extern const Script kAcquire;
+extern const Script kRelease;
+extern const Script kCancel;
+extern const Script kHeartbeat;
+extern const Script kRestore;
+extern const Script kConfigure;
+extern const Script kSnapshot;
+}  // namespace scripts
+
+/// Calls `script` with EVALSHA; when Redis answers NOSCRIPT (a new server, a
+/// restart, a failover, another cluster node) it sends the text once with EVAL,
+/// which also caches it. `callback` runs once on the connection's strand.
+void call_script(Connection& connection, const Script& script, const std::vector<std::string>& keys,
+                 const std::vector<std::string>& args, Connection::Callback callback);
+
+}  // namespace fairgate::redis

@@ -1,0 +1,33 @@
+-- heartbeat.lua — one instance says it is alive (about once a second).
+-- KEYS: see lib.lua.
+-- ARGV[2] instance id, ARGV[3] liveness TTL ms, ARGV[4] key expiry ms (0 = leave as is),
+-- ARGV[5..9] defaults if the limiter has no config yet:
+--   max_concurrent, max_queue ('' = unbounded), enabled, when_disabled, max_wait_ms
+-- Extends the liveness, reaps dead instances and dispatches (so a crashed
+-- holder's permits move on without waiting for a new arrival).
+-- Returns {lost, held, head_seq, queued, in_use, cfg (flat field/value list), reaped, granted}:
+--   lost     1 when this instance was unknown or its liveness had run out:
+--            its permits and waiters may have been reaped; it must restore them
+--   held     this instance's permits as Redis knows them (a waiter of ours that
+--            appears here was granted, even if the wake message was lost)
+--   head_seq sequence of the queue head (0 if empty), for positions
+local inst, ttl, expiry = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local now = now_ms()
+local previous = redis.call('ZSCORE', K_INSTANCES, inst)
+local lost = (previous == false or tonumber(previous) <= now) and 1 or 0
+redis.call('ZADD', K_INSTANCES, now + ttl, inst)
+if redis.call('EXISTS', K_CFG) == 0 then
+  redis.call('HSET', K_CFG, 'max_concurrent', ARGV[5], 'max_queue', ARGV[6], 'enabled', ARGV[7],
+             'when_disabled', ARGV[8], 'max_wait_ms', ARGV[9])
+end
+local reaped = reap(now)
+local granted = dispatch(load_cfg(), now)
+local held = redis.call('ZRANGEBYLEX', K_HOLDERS, '[' .. inst .. '|', '(' .. inst .. '}')
+local head = redis.call('ZRANGE', K_QUEUE, 0, 0, 'WITHSCORES')
+local head_seq = head[2] and tonumber(head[2]) or 0
+local queued = redis.call('ZCARD', K_QUEUE)
+local in_use = redis.call('ZCARD', K_HOLDERS)
+if expiry > 0 then
+  for i = 1, 5 do redis.call('PEXPIRE', KEYS[i], expiry) end
+end
+return {lost, held, head_seq, queued, in_use, redis.call('HGETALL', K_CFG), reaped, granted}
