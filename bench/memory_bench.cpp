@@ -69,7 +69,8 @@ void BM_MemoryAcquireRelease(benchmark::State& state) {
   auto backend = fairgate::make_memory_backend(io.get_executor());
   auto limiter = backend->open("bench", {.max_concurrent = 1}).value();
   for (auto _ : state) {
-    limiter.async_acquire(fairgate::AcquireOptions{}, [](fairgate::AcquireResult r) { r.permit().release(); });
+    limiter.async_acquire(fairgate::AcquireOptions{},
+                          [](fairgate::AcquireResult r) { r.permit().release(); });
     io.restart();
     io.run();
   }

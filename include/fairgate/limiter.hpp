@@ -45,8 +45,10 @@ struct AcquireOptions {
   /// Tenant key, reported in snapshots (and used by tenant fairness, F12).
   std::string tenant;
   /// Called when the request is first queued and whenever its position
-  /// changes (coalesced), on the limiter's executor, only while still waiting.
-  /// Must not block. May be empty.
+  /// changes (coalesced), on the limiter's executor, while the request waits.
+  /// The check "still waiting" and the call are not atomic: in rare races one
+  /// update arrives just after the grant was decided, so treat the completion
+  /// as the truth. Must not block. May be empty.
   std::function<void(const QueueStatus&)> on_queued;
 };
 

@@ -78,7 +78,16 @@ void MemoryLimiter::start_acquire(AcquireOptions options, std::unique_ptr<detail
     case core::Admission::Kind::rejected:
       request->ticket.resume(admission.reason == RejectReason::timeout ? core::TicketEvent::timeout
                                                                        : core::TicketEvent::reject);
-      deliver_ended(*request, admission.reason, t);
+      if (admission.reason == RejectReason::timeout) {
+        // Decided at arrival: either it may not wait at all, or the estimate
+        // already exceeds its max wait (early rejection, F7).
+        deliver_ended(*request, admission.reason, t,
+                      max_wait.count() == 0
+                          ? "no permit free and max_wait is 0 ms"
+                          : "estimated wait exceeds max_wait of " + std::to_string(max_wait.count()) + " ms");
+      } else {
+        deliver_ended(*request, admission.reason, t);
+      }
       return;
     case core::Admission::Kind::queued: break;
   }
@@ -140,7 +149,7 @@ void MemoryLimiter::deliver_granted(Request& request, core::Time t) {
   request.completion->complete(AcquireResult::granted(std::move(permit)));
 }
 
-void MemoryLimiter::deliver_ended(Request& request, RejectReason reason, core::Time t) {
+void MemoryLimiter::deliver_ended(Request& request, RejectReason reason, core::Time t, std::string message) {
   switch (reason) {
     case RejectReason::timeout: ++stats_.timeouts; break;
     case RejectReason::cancelled: ++stats_.cancels; break;
@@ -148,8 +157,8 @@ void MemoryLimiter::deliver_ended(Request& request, RejectReason reason, core::T
   }
   ++stats_.by_reason[static_cast<std::size_t>(reason)];
   const milliseconds waited = since(request.arrived, t);
-  request.completion->complete(
-      AcquireResult::ended(reason, ended_message(reason, waited, state_.settings()), waited));
+  if (message.empty()) message = ended_message(reason, waited, state_.settings());
+  request.completion->complete(AcquireResult::ended(reason, std::move(message), waited));
 }
 
 void MemoryLimiter::cancel(const RequestPtr& request) {

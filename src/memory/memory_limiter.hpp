@@ -12,7 +12,8 @@
 //    returned deliver; completion handlers are posted, never run under mu_.
 //  * A waiter is in waiting_ exactly while LimiterState says it is waiting.
 //  * on_queued callbacks run on the executor, one position pass at a time, and
-//    only while the ticket is still pending.
+//    while the ticket is pending (checked just before the call: a grant may
+//    land between the check and the call; the completion is the truth).
 #pragma once
 
 #include "core/limiter_state.hpp"
@@ -72,7 +73,7 @@ class MemoryLimiter final : public detail::LimiterImpl, private core::DispatchSi
   /// Removes `id` from waiting_ (nullptr if absent), keeping listeners_ right.
   RequestPtr take_waiting(core::RequestId id);
   void deliver_granted(Request& request, core::Time now);
-  void deliver_ended(Request& request, RejectReason reason, core::Time now);
+  void deliver_ended(Request& request, RejectReason reason, core::Time now, std::string message = {});
   void cancel(const RequestPtr& request);
   void arm_deadline_timer_locked();
   void on_deadline_timer();

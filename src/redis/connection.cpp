@@ -150,7 +150,8 @@ void Connection::exec(std::vector<std::string> args, Callback callback,
   });
 }
 
-void Connection::do_exec(std::vector<std::string> args, Callback callback, std::chrono::milliseconds timeout) {
+void Connection::do_exec(std::vector<std::string> args, Callback callback,
+                         std::chrono::milliseconds timeout) {
   if (state_ == State::closed) {
     std::move(callback)(make_error_code(Error::closed), Reply{});
     return;
@@ -169,7 +170,8 @@ void Connection::do_exec(std::vector<std::string> args, Callback callback, std::
     std::move(callback)(make_error_code(Error::protocol), Reply{});
     return;
   }
-  Pending p{std::move(callback), Clock::now() + timeout, std::string(formatted, static_cast<std::size_t>(len))};
+  Pending p{std::move(callback), Clock::now() + timeout,
+            std::string(formatted, static_cast<std::size_t>(len))};
   redisFreeCommand(formatted);
   const auto deadline = p.deadline;
   queued_.push_back(std::move(p));
@@ -248,8 +250,7 @@ void Connection::on_connected() {
     std::vector<std::string> auth{"AUTH"};
     if (!ep.user.empty()) auth.push_back(ep.user);
     auth.push_back(ep.password);
-    do_exec(std::move(auth),
-            Callback([self = shared_from_this()](error_code ec, Reply r) {
+    do_exec(std::move(auth), Callback([self = shared_from_this()](error_code ec, Reply r) {
               if (!ec && r.is_error()) self->reset("AUTH rejected");
             }),
             options_.command_timeout);
@@ -264,24 +265,26 @@ void Connection::on_connected() {
 }
 
 void Connection::read() {
-  socket_.async_read_some(
-      asio::buffer(read_buffer_), [self = shared_from_this(), gen = generation_](error_code ec, std::size_t n) {
-        if (gen != self->generation_) return;
-        if (ec) return self->reset("read failed");
-        if (redisReaderFeed(self->reader_, self->read_buffer_.data(), n) != REDIS_OK) {
-          return self->reset("protocol error");
-        }
-        for (;;) {
-          void* raw = nullptr;
-          if (redisReaderGetReply(self->reader_, &raw) != REDIS_OK) return self->reset("protocol error");
-          if (!raw) break;
-          Reply reply = convert(static_cast<redisReply*>(raw));
-          freeReplyObject(raw);
-          self->on_reply(std::move(reply));
-          if (gen != self->generation_) return;  // a handler reset or closed the connection
-        }
-        self->read();
-      });
+  socket_.async_read_some(asio::buffer(read_buffer_),
+                          [self = shared_from_this(), gen = generation_](error_code ec, std::size_t n) {
+                            if (gen != self->generation_) return;
+                            if (ec) return self->reset("read failed");
+                            if (redisReaderFeed(self->reader_, self->read_buffer_.data(), n) != REDIS_OK) {
+                              return self->reset("protocol error");
+                            }
+                            for (;;) {
+                              void* raw = nullptr;
+                              if (redisReaderGetReply(self->reader_, &raw) != REDIS_OK)
+                                return self->reset("protocol error");
+                              if (!raw) break;
+                              Reply reply = convert(static_cast<redisReply*>(raw));
+                              freeReplyObject(raw);
+                              self->on_reply(std::move(reply));
+                              if (gen != self->generation_)
+                                return;  // a handler reset or closed the connection
+                            }
+                            self->read();
+                          });
 }
 
 void Connection::on_reply(Reply reply) {

@@ -87,7 +87,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   struct Pending {
     Callback callback;  // empty once answered by a timeout
     Clock::time_point deadline;
-    std::string wire;   // formatted command (only while queued)
+    std::string wire;  // formatted command (only while queued)
   };
 
   Connection(boost::asio::any_io_executor executor, ConnectionOptions options);

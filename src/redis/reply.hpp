@@ -16,8 +16,8 @@ namespace fairgate::redis {
 struct Reply {
   enum class Type : std::uint8_t { nil, string, status, error, integer, array };
   Type type = Type::nil;
-  std::string str;            ///< string, status and error replies
-  std::int64_t integer = 0;   ///< integer replies
+  std::string str;              ///< string, status and error replies
+  std::int64_t integer = 0;     ///< integer replies
   std::vector<Reply> elements;  ///< array replies
 
   bool is_error() const noexcept { return type == Type::error; }
@@ -34,11 +34,11 @@ struct Reply {
 /// Failures of the client (a Redis error reply is not one of these: it is a
 /// Reply of Type::error).
 enum class Error : int {
-  timeout = 1,       ///< no reply within the command timeout
-  disconnected,      ///< the connection dropped before the reply came
-  closed,            ///< the client was closed
-  protocol,          ///< the server sent bytes that are not RESP
-  bad_url,           ///< a redis:// URL could not be parsed
+  timeout = 1,   ///< no reply within the command timeout
+  disconnected,  ///< the connection dropped before the reply came
+  closed,        ///< the client was closed
+  protocol,      ///< the server sent bytes that are not RESP
+  bad_url,       ///< a redis:// URL could not be parsed
 };
 
 const boost::system::error_category& error_category() noexcept;

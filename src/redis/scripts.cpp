@@ -32,20 +32,20 @@ std::vector<std::string> command(std::string_view verb, std::string_view script_
 
 }  // namespace
 
-Script::Script(std::string_view name, std::string_view text) : name_(name), text_(text), sha_(sha1_hex(text)) {}
+Script::Script(std::string_view name, std::string_view text)
+    : name_(name), text_(text), sha_(sha1_hex(text)) {}
 
 void call_script(Connection& connection, const Script& script, const std::vector<std::string>& keys,
                  const std::vector<std::string>& args, Connection::Callback callback) {
-  connection.exec(
-      command("EVALSHA", script.sha(), keys, args),
-      [conn = connection.shared_from_this(), &script, keys, args, callback = std::move(callback)](
-          boost::system::error_code ec, Reply reply) mutable {
-        if (!ec && reply.is_error() && reply.str.rfind("NOSCRIPT", 0) == 0) {
-          conn->exec(command("EVAL", script.text(), keys, args), std::move(callback));
-          return;
-        }
-        std::move(callback)(ec, std::move(reply));
-      });
+  connection.exec(command("EVALSHA", script.sha(), keys, args),
+                  [conn = connection.shared_from_this(), &script, keys, args, callback = std::move(callback)](
+                      boost::system::error_code ec, Reply reply) mutable {
+                    if (!ec && reply.is_error() && reply.str.rfind("NOSCRIPT", 0) == 0) {
+                      conn->exec(command("EVAL", script.text(), keys, args), std::move(callback));
+                      return;
+                    }
+                    std::move(callback)(ec, std::move(reply));
+                  });
 }
 
 }  // namespace fairgate::redis

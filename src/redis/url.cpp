@@ -59,7 +59,8 @@ std::variant<Endpoint, std::string> parse_url(std::string_view url) {
     rest = rest.substr(at + 1);
     const auto colon = userinfo.find(':');
     const std::string_view user = userinfo.substr(0, colon);
-    const std::string_view password = colon == std::string_view::npos ? std::string_view{} : userinfo.substr(colon + 1);
+    const std::string_view password =
+        colon == std::string_view::npos ? std::string_view{} : userinfo.substr(colon + 1);
     if (colon == std::string_view::npos) {
       // redis://password@host is a common shorthand for a password only.
       if (!percent_decode(user, ep.password)) return std::string("bad percent-escape in the password");

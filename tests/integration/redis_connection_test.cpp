@@ -1,0 +1,242 @@
+// The Redis client against a real redis-server started on a free loopback port.
+#include "redis/connection.hpp"
+#include "support/redis_server.hpp"
+
+#include <gtest/gtest.h>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <future>
+#include <thread>
+
+namespace {
+
+namespace asio = boost::asio;
+using fairgate::redis::Connection;
+using fairgate::redis::ConnectionOptions;
+using fairgate::redis::Error;
+using fairgate::redis::Reply;
+using fairgate::test::RedisServer;
+using namespace std::chrono_literals;
+
+struct Result {
+  boost::system::error_code ec;
+  Reply reply;
+};
+
+// An io_context on its own thread, and a blocking exec() for readable tests.
+class RedisConnectionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  void TearDown() override {
+    for (auto& c : connections_) c->close();
+    work_.reset();
+    thread_.join();
+  }
+
+  std::shared_ptr<Connection> connect(ConnectionOptions options) {
+    auto c = Connection::create(io_.get_executor(), std::move(options));
+    connections_.push_back(c);
+    c->start();
+    return c;
+  }
+  std::shared_ptr<Connection> connect(const RedisServer& server, std::string name = {}) {
+    ConnectionOptions o;
+    o.endpoint.port = server.port();
+    o.client_name = std::move(name);
+    return connect(std::move(o));
+  }
+
+  static Result exec(Connection& c, std::vector<std::string> args,
+                     std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
+    std::promise<Result> done;
+    auto fut = done.get_future();
+    c.exec(
+        std::move(args),
+        [&done](boost::system::error_code ec, Reply r) {
+          done.set_value({ec, std::move(r)});
+        },
+        timeout);
+    return fut.get();
+  }
+
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(io_);
+  std::thread thread_;
+  std::vector<std::shared_ptr<Connection>> connections_;
+};
+
+TEST_F(RedisConnectionTest, SetGetAndCountsCommands) {
+  auto& server = RedisServer::shared();
+  auto c = connect(server);
+  auto set = exec(*c, {"SET", "conn:k", "v\r\nwith crlf"});
+  ASSERT_FALSE(set.ec) << set.ec.message();
+  EXPECT_EQ(set.reply.str, "OK");
+  auto get = exec(*c, {"GET", "conn:k"});
+  EXPECT_EQ(get.reply.type, Reply::Type::string);
+  EXPECT_EQ(get.reply.str, "v\r\nwith crlf") << "binary-safe arguments";
+  EXPECT_TRUE(exec(*c, {"GET", "conn:missing"}).reply.is_nil());
+  EXPECT_TRUE(exec(*c, {"NOSUCHCOMMAND"}).reply.is_error());
+  EXPECT_EQ(c->commands_sent(), 4u);
+}
+
+TEST_F(RedisConnectionTest, PipelinedRepliesArriveInOrder) {
+  auto& server = RedisServer::shared();
+  auto c = connect(server);
+  exec(*c, {"DEL", "conn:counter"});
+  constexpr int kCount = 5000;
+  std::vector<std::int64_t> seen;
+  std::promise<void> done;
+  for (int i = 0; i < kCount; ++i) {
+    c->exec(
+        {"INCR", "conn:counter"},
+        [&, i](boost::system::error_code ec, Reply r) {
+          ASSERT_FALSE(ec);
+          seen.push_back(r.integer);  // callbacks run on the connection's strand
+          if (i == kCount - 1) done.set_value();
+        },
+        5s);
+  }
+  done.get_future().wait();
+  ASSERT_EQ(seen.size(), static_cast<std::size_t>(kCount));
+  for (int i = 0; i < kCount; ++i) ASSERT_EQ(seen[i], i + 1) << "reply " << i << " out of order";
+}
+
+TEST_F(RedisConnectionTest, TimeoutKeepsLaterRepliesAligned) {
+  auto& server = RedisServer::shared();
+  auto sleeper = connect(server);
+  auto c = connect(server);
+  ASSERT_FALSE(exec(*c, {"PING"}).ec);
+  // Block the whole server for 300 ms; our PING must time out after 100 ms.
+  std::promise<Result> slept;
+  sleeper->exec(
+      {"DEBUG", "SLEEP", "0.3"},
+      [&](boost::system::error_code ec, Reply r) {
+        slept.set_value({ec, std::move(r)});
+      },
+      2s);
+  std::this_thread::sleep_for(50ms);
+  auto t0 = std::chrono::steady_clock::now();
+  auto ping = exec(*c, {"PING"}, 100ms);
+  auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(ping.ec, Error::timeout);
+  EXPECT_GE(waited, 100ms);
+  EXPECT_LT(waited, 290ms);
+  // The late PONG must be discarded, not handed to the next command.
+  auto echo = exec(*c, {"ECHO", "after"}, 2s);
+  ASSERT_FALSE(echo.ec) << echo.ec.message();
+  EXPECT_EQ(echo.reply.str, "after");
+  EXPECT_FALSE(slept.get_future().get().ec);
+}
+
+TEST_F(RedisConnectionTest, ReconnectsAfterTheServerKillsTheClient) {
+  auto& server = RedisServer::shared();
+  auto c = connect(server, "victim");
+  ASSERT_FALSE(exec(*c, {"PING"}).ec);
+  EXPECT_EQ(c->connects(), 1u);
+  EXPECT_EQ(server.command({"CLIENT", "KILL", "USER", "default", "SKIPME", "yes"}).substr(0, 7) == "(error)",
+            false);
+  // The first command after the kill may fail (in flight when the socket died);
+  // within a few tries the connection is back and works.
+  bool ok = false;
+  for (int i = 0; i < 50 && !ok; ++i) {
+    auto r = exec(*c, {"ECHO", "back"}, 500ms);
+    ok = !r.ec && r.reply.str == "back";
+    if (!ok) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(ok);
+  EXPECT_GE(c->connects(), 2u);
+  EXPECT_NE(server.command({"CLIENT", "LIST"}).find("name=victim"), std::string::npos)
+      << "CLIENT SETNAME is sent again after a reconnect";
+}
+
+TEST_F(RedisConnectionTest, PubSubResubscribesAfterKill) {
+  auto& server = RedisServer::shared();
+  ConnectionOptions o;
+  o.endpoint.port = server.port();
+  o.subscriber = true;
+  auto sub = Connection::create(io_.get_executor(), o);
+  connections_.push_back(sub);
+  std::mutex mu;
+  std::vector<std::string> messages;
+  std::atomic<int> subscribed{0};
+  sub->set_push_handler([&](Reply r) {
+    std::lock_guard lock(mu);
+    messages.push_back(r.elements.at(2).str);
+  });
+  sub->set_connect_handler([&, raw = sub.get()] {
+    raw->exec({"SUBSCRIBE", "conn:chan"}, [&](boost::system::error_code ec, Reply) {
+      if (!ec) ++subscribed;
+    });
+  });
+  sub->start();
+  auto pub = connect(server);
+  auto publish_until_seen = [&](const std::string& payload) {
+    for (int i = 0; i < 100; ++i) {
+      exec(*pub, {"PUBLISH", "conn:chan", payload});
+      std::this_thread::sleep_for(10ms);
+      std::lock_guard lock(mu);
+      if (std::find(messages.begin(), messages.end(), payload) != messages.end()) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(publish_until_seen("one"));
+  const int before = subscribed.load();
+  server.command({"CLIENT", "KILL", "TYPE", "pubsub"});
+  EXPECT_TRUE(publish_until_seen("two")) << "messages flow again after the pubsub connection was killed";
+  EXPECT_GT(subscribed.load(), before);
+}
+
+TEST_F(RedisConnectionTest, AuthSelectsDatabaseAndRejectsWrongPassword) {
+  RedisServer secured({"--requirepass", "s3cret"});
+  auto url = fairgate::redis::parse_url("redis://:s3cret@127.0.0.1:" + std::to_string(secured.port()) + "/3");
+  ASSERT_TRUE(std::holds_alternative<fairgate::redis::Endpoint>(url));
+  ConnectionOptions o;
+  o.endpoint = std::get<fairgate::redis::Endpoint>(url);
+  auto c = connect(o);
+  auto set = exec(*c, {"SET", "k", "in-db-3"}, 1s);
+  ASSERT_FALSE(set.ec) << set.ec.message();
+  EXPECT_EQ(set.reply.str, "OK");
+  auto info = exec(*c, {"CLIENT", "INFO"}, 1s);
+  EXPECT_NE(info.reply.str.find("db=3"), std::string::npos) << info.reply.str;
+
+  ConnectionOptions wrong = o;
+  wrong.endpoint.password = "nope";
+  auto w = connect(wrong);
+  auto r = exec(*w, {"GET", "k"}, 500ms);
+  EXPECT_TRUE(r.ec || r.reply.is_error()) << "a wrong password never reads data: " << r.reply.debug_string();
+}
+
+TEST_F(RedisConnectionTest, UnreachableServerTimesOutCommands) {
+  ConnectionOptions o;
+  o.endpoint.port = 1;  // nothing listens on port 1
+  o.reconnect_min = 20ms;
+  auto c = connect(o);
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = exec(*c, {"PING"}, 150ms);
+  EXPECT_EQ(r.ec, Error::timeout);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  EXPECT_FALSE(c->connected());
+}
+
+TEST_F(RedisConnectionTest, CloseFailsWaitingCommands) {
+  ConnectionOptions o;
+  o.endpoint.port = 1;
+  auto c = connect(o);
+  std::promise<Result> done;
+  c->exec(
+      {"PING"},
+      [&](boost::system::error_code ec, Reply r) {
+        done.set_value({ec, std::move(r)});
+      },
+      10s);
+  c->close();
+  auto fut = done.get_future();
+  ASSERT_EQ(fut.wait_for(2s), std::future_status::ready);
+  EXPECT_EQ(fut.get().ec, Error::closed);
+  EXPECT_EQ(exec(*c, {"PING"}).ec, Error::closed);
+}
+
+}  // namespace

@@ -1,0 +1,291 @@
+// The limiter's Lua scripts, called directly against a real redis-server:
+// the Redis half of the guarantees (no overshoot, FIFO, grant on release,
+// wake only the waiting instance, reaping of dead instances, hot config) and
+// the cost of a grant in Redis-side commands.
+#include "redis/connection.hpp"
+#include "redis/scripts.hpp"
+#include "support/redis_server.hpp"
+
+#include <gtest/gtest.h>
+#include <boost/asio/io_context.hpp>
+
+#include <future>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace {
+
+namespace asio = boost::asio;
+namespace scripts = fairgate::redis::scripts;
+using fairgate::redis::Connection;
+using fairgate::redis::ConnectionOptions;
+using fairgate::redis::Reply;
+using fairgate::redis::Script;
+using fairgate::test::RedisServer;
+using namespace std::chrono_literals;
+
+class RedisScriptsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    thread_ = std::thread([this] { io_.run(); });
+    ConnectionOptions o;
+    o.endpoint.port = server().port();
+    o.command_timeout = 2s;
+    conn_ = Connection::create(io_.get_executor(), o);
+    conn_->start();
+    // A fresh limiter name per test: its own hash tag, its own keys.
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    name_ = std::string("{") + info->name() + "}";
+    keys_ = {"t:" + name_ + ":cfg", "t:" + name_ + ":holders", "t:" + name_ + ":queue", "t:" + name_ + ":seq",
+             "t:" + name_ + ":instances"};
+    wake_ = "t:" + name_ + ":wake:";
+  }
+  void TearDown() override {
+    if (sub_) sub_->close();
+    conn_->close();
+    work_.reset();
+    thread_.join();
+  }
+  static RedisServer& server() { return RedisServer::shared(); }
+
+  Reply call(const Script& s, std::vector<std::string> args) {
+    args.insert(args.begin(), wake_);
+    std::promise<std::pair<boost::system::error_code, Reply>> done;
+    fairgate::redis::call_script(*conn_, s, keys_, args, [&](boost::system::error_code ec, Reply r) {
+      done.set_value({ec, std::move(r)});
+    });
+    auto [ec, reply] = done.get_future().get();
+    EXPECT_FALSE(ec) << s.name() << ": " << ec.message();
+    EXPECT_FALSE(reply.is_error()) << s.name() << ": " << reply.str;
+    return reply;
+  }
+  Reply heartbeat(const std::string& inst, int max = 2, int ttl_ms = 3000, std::string max_queue = "") {
+    return call(scripts::kHeartbeat,
+                {inst, std::to_string(ttl_ms), "0", std::to_string(max), max_queue, "1", "pass", "20000"});
+  }
+  Reply acquire(const std::string& inst, int n, int max_wait_ms = 10000) {
+    return call(scripts::kAcquire, {inst, std::to_string(n), std::to_string(max_wait_ms)});
+  }
+  std::int64_t zcard(int key) { return std::stoll(server().command({"ZCARD", keys_[key]})); }
+
+  // Subscribes to the wake channels of `instances`; messages land in wakes_.
+  void subscribe(const std::vector<std::string>& instances) {
+    ConnectionOptions o;
+    o.endpoint.port = server().port();
+    o.subscriber = true;
+    sub_ = Connection::create(io_.get_executor(), o);
+    std::promise<void> ready;
+    auto remaining = std::make_shared<std::atomic<int>>(static_cast<int>(instances.size()));
+    sub_->set_push_handler([this](Reply r) {
+      std::lock_guard lock(mu_);
+      wakes_.emplace_back(r.elements.at(1).str.substr(wake_.size()), r.elements.at(2).str);
+    });
+    sub_->set_connect_handler([&, remaining] {
+      for (const auto& inst : instances) {
+        sub_->exec({"SUBSCRIBE", wake_ + inst}, [&, remaining](boost::system::error_code, Reply) {
+          if (--*remaining == 0) ready.set_value();
+        });
+      }
+    });
+    sub_->start();
+    ready.get_future().wait();
+  }
+  std::vector<std::pair<std::string, std::string>> wakes(std::size_t at_least) {
+    for (int i = 0; i < 200; ++i) {
+      {
+        std::lock_guard lock(mu_);
+        if (wakes_.size() >= at_least) return wakes_;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    std::lock_guard lock(mu_);
+    return wakes_;
+  }
+
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(io_);
+  std::thread thread_;
+  std::shared_ptr<Connection> conn_, sub_;
+  std::string name_, wake_;
+  std::vector<std::string> keys_;
+  std::mutex mu_;
+  std::vector<std::pair<std::string, std::string>> wakes_;  // (instance, permit id)
+};
+
+TEST_F(RedisScriptsTest, GrantsUpToTheCapThenQueuesInOrder) {
+  heartbeat("a", /*max=*/2);
+  EXPECT_EQ(acquire("a", 1).elements.at(0).str, "granted");
+  EXPECT_EQ(acquire("a", 2).elements.at(0).str, "granted");
+  for (int n = 3; n <= 6; ++n) {
+    auto r = acquire("a", n);
+    ASSERT_EQ(r.elements.at(0).str, "queued");
+    EXPECT_EQ(r.elements.at(3).integer, n - 2) << "position at the back of the queue";
+  }
+  EXPECT_EQ(zcard(1), 2) << "never more holders than max_concurrent";
+  EXPECT_EQ(zcard(2), 4);
+}
+
+TEST_F(RedisScriptsTest, ReleaseGrantsTheHeadAndWakesOnlyItsInstance) {
+  heartbeat("a", 1);
+  heartbeat("b", 1);
+  heartbeat("c", 1);
+  subscribe({"a", "b", "c"});
+  ASSERT_EQ(acquire("a", 1).elements.at(0).str, "granted");
+  ASSERT_EQ(acquire("b", 1).elements.at(0).str, "queued");
+  ASSERT_EQ(acquire("c", 1).elements.at(0).str, "queued");
+  ASSERT_EQ(acquire("b", 2).elements.at(0).str, "queued");
+  std::vector<std::string> order;
+  std::string holder = "a|1";
+  for (int i = 0; i < 3; ++i) {
+    auto r = call(scripts::kRelease, {holder});
+    EXPECT_EQ(r.elements.at(0).integer, 1);
+    EXPECT_EQ(r.elements.at(1).integer, 1) << "a release hands the permit straight to the next waiter";
+    auto w = wakes(static_cast<std::size_t>(i + 1));
+    ASSERT_EQ(w.size(), static_cast<std::size_t>(i + 1)) << "exactly one wake message per grant";
+    EXPECT_EQ(w.back().first + "|", w.back().second.substr(0, w.back().first.size() + 1))
+        << "published on the channel of the instance that waits";
+    holder = w.back().second;
+    order.push_back(holder);
+    EXPECT_EQ(zcard(1), 1);
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"b|1", "c|1", "b|2"})) << "FIFO across instances";
+  EXPECT_EQ(call(scripts::kRelease, {holder}).elements.at(0).integer, 1);
+  EXPECT_EQ(call(scripts::kRelease, {holder}).elements.at(0).integer, 0) << "a second release does nothing";
+  EXPECT_EQ(zcard(1), 0);
+}
+
+TEST_F(RedisScriptsTest, CancelRemovesAWaiterOrReturnsAGrantMadeMeanwhile) {
+  heartbeat("a", 1);
+  ASSERT_EQ(acquire("a", 1).elements.at(0).str, "granted");
+  auto w2 = acquire("a", 2).elements.at(1).str;
+  auto w3 = acquire("a", 3).elements.at(1).str;
+  EXPECT_EQ(call(scripts::kCancel, {w2}).elements.at(0).str, "removed");
+  EXPECT_EQ(zcard(2), 1);
+  call(scripts::kRelease, {"a|1"});  // a|3 is granted now
+  EXPECT_EQ(server().command({"ZSCORE", keys_[1], "a|3"}), "0");
+  // ...but its caller had already given up: cancel returns the permit.
+  EXPECT_EQ(call(scripts::kCancel, {w3}).elements.at(0).str, "released");
+  EXPECT_EQ(zcard(1), 0) << "no permit leaks when a grant races a cancel";
+  EXPECT_EQ(call(scripts::kCancel, {w3}).elements.at(0).str, "unknown");
+}
+
+TEST_F(RedisScriptsTest, ExpiredHeadIsSkipped) {
+  heartbeat("a", 1);
+  ASSERT_EQ(acquire("a", 1).elements.at(0).str, "granted");
+  ASSERT_EQ(acquire("a", 2, /*max_wait_ms=*/50).elements.at(0).str, "queued");
+  ASSERT_EQ(acquire("a", 3).elements.at(0).str, "queued");
+  std::this_thread::sleep_for(80ms);
+  call(scripts::kRelease, {"a|1"});
+  EXPECT_EQ(server().command({"ZSCORE", keys_[1], "a|2"}), "(nil)")
+      << "a waiter past its deadline is never granted";
+  EXPECT_EQ(server().command({"ZSCORE", keys_[1], "a|3"}), "0");
+  EXPECT_EQ(zcard(2), 0);
+}
+
+TEST_F(RedisScriptsTest, HeartbeatReapsADeadInstanceAndDispatches) {
+  heartbeat("dead", 2, /*ttl_ms=*/100);
+  heartbeat("live", 2, /*ttl_ms=*/5000);
+  ASSERT_EQ(acquire("dead", 1).elements.at(0).str, "granted");
+  ASSERT_EQ(acquire("dead", 2).elements.at(0).str, "granted");
+  ASSERT_EQ(acquire("dead", 3).elements.at(0).str, "queued");
+  ASSERT_EQ(acquire("live", 1).elements.at(0).str, "queued");
+  ASSERT_EQ(acquire("live", 2).elements.at(0).str, "queued");
+  std::this_thread::sleep_for(150ms);  // "dead" stops heartbeating
+  auto hb = heartbeat("live", 2, 5000);
+  EXPECT_EQ(hb.elements.at(6).integer, 2) << "the dead instance's two permits returned";
+  EXPECT_EQ(hb.elements.at(7).integer, 2) << "and went to the live waiters at once, no arrival needed";
+  std::vector<std::string> held;
+  for (auto& e : hb.elements.at(1).elements) held.push_back(e.str);
+  EXPECT_EQ(held, (std::vector<std::string>{"live|1", "live|2"}));
+  EXPECT_EQ(zcard(2), 0) << "the dead instance's waiter left the queue";
+  EXPECT_EQ(acquire("dead", 4).elements.at(0).str, "dead") << "a dead instance must re-register first";
+  EXPECT_EQ(heartbeat("dead", 2).elements.at(0).integer, 1) << "and is told its state was lost";
+  EXPECT_EQ(heartbeat("dead", 2).elements.at(0).integer, 0);
+}
+
+TEST_F(RedisScriptsTest, HotConfigRaisesAtOnceAndLowersWithoutRevoking) {
+  heartbeat("a", 1);
+  ASSERT_EQ(acquire("a", 1).elements.at(0).str, "granted");
+  for (int n = 2; n <= 5; ++n) ASSERT_EQ(acquire("a", n).elements.at(0).str, "queued");
+  call(scripts::kConfigure, {"max_concurrent", "3"});
+  EXPECT_EQ(zcard(1), 3) << "raising the cap admits waiters immediately";
+  call(scripts::kConfigure, {"max_concurrent", "1"});
+  EXPECT_EQ(zcard(1), 3) << "lowering never revokes";
+  call(scripts::kRelease, {"a|1"});
+  EXPECT_EQ(zcard(1), 2) << "no grant while above the new cap";
+  call(scripts::kRelease, {"a|2"});
+  call(scripts::kRelease, {"a|3"});
+  EXPECT_EQ(zcard(1), 1);
+  EXPECT_EQ(server().command({"ZSCORE", keys_[1], "a|4"}), "0") << "the head is served once below the cap";
+}
+
+TEST_F(RedisScriptsTest, BoundedQueueAndDisabledModes) {
+  heartbeat("a", 1, 3000, /*max_queue=*/"2");
+  ASSERT_EQ(acquire("a", 1).elements.at(0).str, "granted");
+  ASSERT_EQ(acquire("a", 2).elements.at(0).str, "queued");
+  ASSERT_EQ(acquire("a", 3).elements.at(0).str, "queued");
+  auto full = acquire("a", 4);
+  EXPECT_EQ(full.elements.at(0).str, "rejected");
+  EXPECT_EQ(full.elements.at(1).str, "queue_full");
+  EXPECT_EQ(acquire("a", 5, /*max_wait_ms=*/0).elements.at(1).str, "timeout") << "max_wait 0 never queues";
+  call(scripts::kConfigure, {"enabled", "0", "when_disabled", "reject"});
+  EXPECT_EQ(acquire("a", 6).elements.at(1).str, "disabled");
+  call(scripts::kConfigure, {"when_disabled", "pass"});
+  EXPECT_EQ(zcard(1), 3) << "pass-through grants the waiters too";
+  EXPECT_EQ(acquire("a", 7).elements.at(0).str, "granted");
+}
+
+TEST_F(RedisScriptsTest, RestorePutsBackALostInstancesState) {
+  heartbeat("a", 1);
+  server().command({"DEL", keys_[0], keys_[1], keys_[2], keys_[4]});  // Redis lost everything
+  EXPECT_EQ(acquire("a", 9).elements.at(0).str, "dead");
+  auto hb = heartbeat("a", 1);
+  EXPECT_EQ(hb.elements.at(0).integer, 1) << "lost";
+  auto r = call(scripts::kRestore, {"a", "2", "a|1", "a|2", "a|3|99999999999999", "a|4|99999999999999"});
+  EXPECT_EQ(r.elements.at(0).integer, 2);
+  EXPECT_EQ(r.elements.at(1).integer, 2);
+  EXPECT_EQ(zcard(1), 2) << "running work is counted again (above the cap: never revoked)";
+  EXPECT_EQ(zcard(2), 2);
+}
+
+// The cost of a grant inside Redis must not grow with the number of waiters
+// (design.md F6): counted from INFO commandstats, not timed.
+TEST_F(RedisScriptsTest, CommandsPerGrantStayFlatFrom10To1000Waiters) {
+  auto total_calls = [&] {
+    std::string info = server().command({"INFO", "commandstats"});
+    std::int64_t sum = 0;
+    for (std::size_t at = info.find("calls="); at != std::string::npos; at = info.find("calls=", at + 1)) {
+      sum += std::stoll(info.substr(at + 6));
+    }
+    return sum;
+  };
+  auto cost = [&](int waiters, const std::string& inst) {
+    heartbeat(inst, 1, 60000);
+    int n = 0;
+    acquire(inst, ++n);
+    for (int i = 0; i < waiters; ++i) acquire(inst, ++n);
+    // Each cycle: release the holder (the head is granted), a new waiter arrives.
+    constexpr int kCycles = 200;
+    int holder = 1;
+    const auto before = total_calls();
+    for (int i = 0; i < kCycles; ++i) {
+      call(scripts::kRelease, {inst + "|" + std::to_string(holder)});
+      ++holder;
+      acquire(inst, ++n);
+    }
+    const auto after = total_calls();
+    // INFO itself is counted once per total_calls() call.
+    return static_cast<double>(after - before - 1) / kCycles;
+  };
+  const double small = cost(10, "small");
+  server().command({"DEL", keys_[1], keys_[2]});
+  const double large = cost(1000, "large");
+  RecordProperty("redis_cmds_per_grant_10_waiters", std::to_string(small));
+  RecordProperty("redis_cmds_per_grant_1000_waiters", std::to_string(large));
+  std::printf("Redis-side commands per grant: %.2f with 10 waiters, %.2f with 1000 waiters\n", small, large);
+  EXPECT_LE(small, 20.0);
+  EXPECT_NEAR(large, small, small * 0.10) << "flat within 10 %";
+}
+
+}  // namespace
