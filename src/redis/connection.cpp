@@ -129,10 +129,13 @@ void Connection::close() {
     self->connect_timer_.cancel();
     self->reconnect_timer_.cancel();
     self->deadline_timer_.cancel();
-    for (auto& p : self->in_flight_) fail(p, Error::closed);
-    for (auto& p : self->queued_) fail(p, Error::closed);
+    // Moved out first: a callback may call exec() (inline on this strand).
+    auto in_flight = std::move(self->in_flight_);
+    auto queued = std::move(self->queued_);
     self->in_flight_.clear();
     self->queued_.clear();
+    for (auto& p : in_flight) fail(p, Error::closed);
+    for (auto& p : queued) fail(p, Error::closed);
   });
 }
 
@@ -300,6 +303,9 @@ void Connection::on_reply(Reply reply) {
 void Connection::reset(const char* /*why*/) {
   if (state_ == State::closed) return;
   ++generation_;
+  // Not ready any more before any callback runs: a command a callback sends
+  // must wait for the reconnect, not be written to the closed socket.
+  state_ = State::backoff;
   connected_.store(false, std::memory_order_release);
   error_code ignored;
   socket_.close(ignored);
@@ -340,10 +346,14 @@ void Connection::on_deadline_timer() {
   if (state_ == State::closed) return;
   const auto now = Clock::now();
   auto next = Clock::time_point::max();
+  // Expired callbacks are collected and called at the end: a callback may
+  // call exec() (inline on this strand), which must not touch the deques
+  // while they are being walked.
+  std::vector<Pending> expired;
   // Never-sent commands that expired simply leave.
   for (auto it = queued_.begin(); it != queued_.end();) {
     if (it->deadline <= now) {
-      fail(*it, Error::timeout);
+      expired.push_back(std::move(*it));
       it = queued_.erase(it);
     } else {
       next = std::min(next, it->deadline);
@@ -354,22 +364,29 @@ void Connection::on_deadline_timer() {
   for (auto& p : in_flight_) {
     if (!p.callback) continue;
     if (p.deadline <= now) {
-      fail(p, Error::timeout);
+      // Moving leaves p.callback empty: answered, the slot stays for the late reply.
+      expired.push_back(Pending{std::move(p.callback), p.deadline, {}});
     } else {
       next = std::min(next, p.deadline);
     }
   }
   // A reply overdue by far more than a timeout: the connection is stuck.
+  bool stuck = false;
   if (!in_flight_.empty()) {
     const auto stall = std::max(options_.command_timeout * 4, std::chrono::milliseconds(1000));
     const auto oldest = in_flight_.front().deadline;
     if (now - oldest >= stall) {
-      reset("reply overdue");
-      return;
+      stuck = true;
+    } else {
+      next = std::min(next, oldest + stall);
     }
-    next = std::min(next, oldest + stall);
   }
-  if (next != Clock::time_point::max()) arm_deadline_timer(next);
+  if (stuck) {
+    reset("reply overdue");
+  } else if (next != Clock::time_point::max()) {
+    arm_deadline_timer(next);
+  }
+  for (auto& p : expired) fail(p, Error::timeout);
 }
 
 }  // namespace fairgate::redis

@@ -3,8 +3,10 @@
 #include <hiredis/hiredis.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -100,6 +102,15 @@ void RedisServer::start(const std::vector<std::string>& extra_args) {
     pid_ = ::fork();
     if (pid_ < 0) throw std::runtime_error("fork failed");
     if (pid_ == 0) {
+      // Dies with the test process (a killed test must not leave a server
+      // behind), and keeps no pipe of ctest's open.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      const int devnull = ::open("/dev/null", O_RDWR);
+      if (devnull >= 0) {
+        ::dup2(devnull, 0);
+        ::dup2(devnull, 1);
+        ::dup2(devnull, 2);
+      }
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);

@@ -1,0 +1,56 @@
+// fairgate/redis_backend.hpp — the cluster-wide backend: limiters shared by
+// every instance that points at the same Redis (standalone Redis 7).
+//
+// Each Backend object is one *instance*: it has its own instance id, one
+// command connection and one Pub/Sub connection, and heartbeats every open
+// limiter so that a crashed instance's permits and waiters are reaped within
+// liveness_ttl + heartbeat_interval (F5).
+#pragma once
+
+#include <fairgate/backend.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace fairgate {
+
+struct RedisBackendOptions {
+  /// redis://[user:password@]host[:port][/db]
+  std::string url = "redis://127.0.0.1:6379";
+  /// Every key is "<key_prefix>:{<limiter>}:...".
+  std::string key_prefix = "fairgate";
+  /// This instance's id, [A-Za-z0-9._-]{1,128}. Empty: hostname-pid-random.
+  std::string instance_id;
+  /// How often each open limiter heartbeats (liveness, reaping, lost-wake sync).
+  std::chrono::milliseconds heartbeat_interval{1000};
+  /// An instance that has not heartbeated for this long is dead: its permits
+  /// return and its waiters leave. Must be greater than heartbeat_interval.
+  std::chrono::milliseconds liveness_ttl{3000};
+  /// Timeout of one Redis command.
+  std::chrono::milliseconds command_timeout{200};
+  /// The keys of a limiter nobody heartbeats expire after this long
+  /// (refreshed about every 10th heartbeat). 0 = never expire.
+  std::chrono::milliseconds key_expiry = std::chrono::hours(1);
+};
+
+/// std::nullopt if the options are acceptable, else the first problem found.
+std::optional<SettingsError> validate(const RedisBackendOptions& options);
+
+/// The Redis backend. Timers, Redis I/O and on_queued callbacks run on
+/// `executor`. Throws std::invalid_argument ("field: problem") when
+/// validate(options) fails. Connecting is asynchronous and retried in the
+/// background: while Redis is unreachable acquires end REJECTED with
+/// RejectReason::unavailable after the command timeout.
+///
+/// Lifetime: as for every backend, destroy it (and release every Permit it
+/// granted) before the io_context its executor belongs to. After shutdown()
+/// the limiters keep heartbeating while this instance still holds permits, so
+/// running work stays counted cluster-wide until it is released.
+std::shared_ptr<Backend> make_redis_backend(boost::asio::any_io_executor executor,
+                                            RedisBackendOptions options);
+
+}  // namespace fairgate

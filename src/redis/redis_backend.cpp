@@ -1,0 +1,217 @@
+// redis/redis_backend.cpp — the set of named limiters of one instance, shared
+// cluster-wide through Redis: one command connection, one Pub/Sub connection
+// (wake messages are routed to the limiter they name), and the limiters.
+#include "redis/redis_limiter.hpp"
+#include "redis/url.hpp"
+
+#include <fairgate/redis_backend.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <variant>
+
+namespace fairgate {
+
+namespace {
+
+bool valid_id_char(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+         c == '-';
+}
+
+std::string default_instance_id() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  std::string id;
+  for (const char* p = host; *p && id.size() < 64; ++p) id += valid_id_char(*p) ? *p : '_';
+  if (id.empty()) id = "host";
+  std::random_device rd;
+  char suffix[9];
+  std::snprintf(suffix, sizeof suffix, "%08x", static_cast<unsigned>(rd()));
+  return id + "-" + std::to_string(::getpid()) + "-" + suffix;
+}
+
+class RedisBackend final : public Backend, public std::enable_shared_from_this<RedisBackend> {
+ public:
+  explicit RedisBackend(std::shared_ptr<redis::BackendContext> context) : context_(std::move(context)) {}
+  ~RedisBackend() override { shutdown(); }
+
+  void start() {
+    std::weak_ptr<RedisBackend> weak = weak_from_this();
+    context_->subscriber->set_push_handler([weak](redis::Reply message) {
+      if (auto self = weak.lock()) self->on_message(message);
+    });
+    context_->subscriber->set_connect_handler([weak] {
+      // After every (re)connect: SUBSCRIBE each open limiter's channel again.
+      if (auto self = weak.lock()) {
+        for (auto& limiter : self->snapshot_limiters()) limiter->subscribe();
+      }
+    });
+    context_->commands->start();
+    context_->subscriber->start();
+  }
+
+  std::string_view kind() const noexcept override { return "redis"; }
+
+  boost::system::result<Limiter, SettingsError> open(std::string_view name,
+                                                     const Settings& settings) override {
+    if (auto error = validate_limiter_name(name)) return *error;
+    if (auto error = validate(settings)) return *error;
+    std::shared_ptr<redis::RedisLimiter> created;
+    Limiter handle;
+    {
+      std::lock_guard lock(mu_);
+      if (shut_down_) return SettingsError{"backend", "has been shut down"};
+      auto it = limiters_.find(name);
+      if (it == limiters_.end()) {
+        created = std::make_shared<redis::RedisLimiter>(context_, std::string(name), settings);
+        it = limiters_.emplace(std::string(name), created).first;
+      }
+      handle = Limiter(it->second);
+    }
+    if (created) created->start();
+    return handle;
+  }
+
+  std::optional<Limiter> find(std::string_view name) const override {
+    std::lock_guard lock(mu_);
+    auto it = limiters_.find(name);
+    if (it == limiters_.end()) return std::nullopt;
+    return Limiter(it->second);
+  }
+
+  std::vector<Limiter> limiters() const override {
+    std::lock_guard lock(mu_);
+    std::vector<Limiter> out;
+    out.reserve(limiters_.size());
+    for (const auto& [name, impl] : limiters_) out.emplace_back(impl);
+    return out;
+  }
+
+  void shutdown() override {
+    std::vector<std::shared_ptr<redis::RedisLimiter>> all;
+    {
+      std::lock_guard lock(mu_);
+      if (shut_down_) return;
+      shut_down_ = true;
+      all = snapshot_limiters_locked();
+    }
+    for (auto& limiter : all) limiter->shutdown();
+    // No more waiters here: no more wake messages to hear. Grants that still
+    // reach this instance are found by the heartbeats (which go on while
+    // permits are held) and released as orphans.
+    context_->subscriber->close();
+  }
+
+ private:
+  std::vector<std::shared_ptr<redis::RedisLimiter>> snapshot_limiters() const {
+    std::lock_guard lock(mu_);
+    return snapshot_limiters_locked();
+  }
+  std::vector<std::shared_ptr<redis::RedisLimiter>> snapshot_limiters_locked() const {
+    std::vector<std::shared_ptr<redis::RedisLimiter>> out;
+    out.reserve(limiters_.size());
+    for (const auto& [name, impl] : limiters_) out.push_back(impl);
+    return out;
+  }
+
+  // ["message", "<prefix>:{<limiter>}:wake:<inst>", "<inst>|<n>"]
+  void on_message(const redis::Reply& message) {
+    if (message.elements.size() < 3) return;
+    const std::string& channel = message.elements[1].str;
+    const std::string head = context_->options.key_prefix + ":{";
+    if (channel.compare(0, head.size(), head) != 0) return;
+    const auto close = channel.find("}:wake:", head.size());
+    if (close == std::string::npos) return;
+    const std::string_view name(channel.data() + head.size(), close - head.size());
+    std::shared_ptr<redis::RedisLimiter> limiter;
+    {
+      std::lock_guard lock(mu_);
+      auto it = limiters_.find(name);
+      if (it == limiters_.end()) return;
+      limiter = it->second;
+    }
+    limiter->on_wake(message.elements[2].str);
+  }
+
+  friend std::shared_ptr<redis::RedisLimiter> redis::redis_limiter_of(const Backend&, std::string_view);
+
+  const std::shared_ptr<redis::BackendContext> context_;
+  mutable std::mutex mu_;
+  bool shut_down_ = false;
+  std::map<std::string, std::shared_ptr<redis::RedisLimiter>, std::less<>> limiters_;
+};
+
+}  // namespace
+
+namespace redis {
+std::shared_ptr<RedisLimiter> redis_limiter_of(const Backend& backend, std::string_view name) {
+  const auto* b = dynamic_cast<const RedisBackend*>(&backend);
+  if (!b) return nullptr;
+  std::lock_guard lock(b->mu_);
+  auto it = b->limiters_.find(name);
+  return it == b->limiters_.end() ? nullptr : it->second;
+}
+}  // namespace redis
+
+std::optional<SettingsError> validate(const RedisBackendOptions& o) {
+  const auto endpoint = redis::parse_url(o.url);
+  if (const auto* problem = std::get_if<std::string>(&endpoint)) return SettingsError{"url", *problem};
+  if (o.key_prefix.empty() || o.key_prefix.size() > 128)
+    return SettingsError{"key_prefix", "must be 1..128 characters"};
+  for (const char c : o.key_prefix) {
+    if (c == '{' || c == '}' || static_cast<unsigned char>(c) <= ' ' || c == 0x7f) {
+      return SettingsError{"key_prefix", "must not contain braces, spaces or control characters"};
+    }
+  }
+  if (!o.instance_id.empty()) {
+    if (o.instance_id.size() > 128) return SettingsError{"instance_id", "must be at most 128 characters"};
+    for (const char c : o.instance_id) {
+      if (!valid_id_char(c)) return SettingsError{"instance_id", "may contain only A-Z a-z 0-9 . _ -"};
+    }
+  }
+  if (o.heartbeat_interval.count() <= 0) return SettingsError{"heartbeat_interval", "must be positive"};
+  if (o.liveness_ttl <= o.heartbeat_interval) {
+    return SettingsError{"liveness_ttl", "must be greater than heartbeat_interval"};
+  }
+  if (o.command_timeout.count() <= 0) return SettingsError{"command_timeout", "must be positive"};
+  if (o.command_timeout >= o.liveness_ttl) {
+    return SettingsError{"command_timeout", "must be less than liveness_ttl"};
+  }
+  const auto min_expiry = o.heartbeat_interval * redis::RedisLimiter::kExpiryEvery + o.liveness_ttl;
+  if (o.key_expiry.count() < 0 || (o.key_expiry.count() > 0 && o.key_expiry <= min_expiry)) {
+    return SettingsError{"key_expiry", "must be 0 (never) or more than " +
+                                           std::to_string(min_expiry.count()) +
+                                           " ms (10 heartbeat intervals + liveness_ttl)"};
+  }
+  return std::nullopt;
+}
+
+std::shared_ptr<Backend> make_redis_backend(boost::asio::any_io_executor executor,
+                                            RedisBackendOptions options) {
+  if (auto error = validate(options)) throw std::invalid_argument(error->message());
+  if (options.instance_id.empty()) options.instance_id = default_instance_id();
+  auto context = std::make_shared<redis::BackendContext>();
+  context->executor = executor;
+  const auto endpoint = std::get<redis::Endpoint>(redis::parse_url(options.url));
+  redis::ConnectionOptions commands;
+  commands.endpoint = endpoint;
+  commands.command_timeout = options.command_timeout;
+  commands.client_name = "fairgate:" + options.instance_id;
+  redis::ConnectionOptions subscriber = commands;
+  subscriber.subscriber = true;
+  subscriber.client_name = "fairgate-sub:" + options.instance_id;
+  context->options = std::move(options);
+  context->commands = redis::Connection::create(executor, commands);
+  context->subscriber = redis::Connection::create(executor, subscriber);
+  auto backend = std::make_shared<RedisBackend>(std::move(context));
+  backend->start();
+  return backend;
+}
+
+}  // namespace fairgate

@@ -1,0 +1,595 @@
+// The Redis backend end to end against a real redis-server: several Backend
+// objects in one process are several instances (own id, own connections, own
+// io thread) sharing one limiter. Each test uses its own limiter name.
+#include "redis/connection.hpp"
+#include "redis/redis_limiter.hpp"
+#include "support/redis_server.hpp"
+#include "support/wait.hpp"
+
+#include <fairgate/redis_backend.hpp>
+
+#include <gtest/gtest.h>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+
+#include <atomic>
+#include <future>
+#include <map>
+#include <mutex>
+#include <random>
+#include <regex>
+#include <thread>
+
+namespace {
+
+namespace asio = boost::asio;
+using fairgate::AcquireOptions;
+using fairgate::AcquireResult;
+using fairgate::Limiter;
+using fairgate::Outcome;
+using fairgate::Permit;
+using fairgate::RedisBackendOptions;
+using fairgate::RejectReason;
+using fairgate::Settings;
+using fairgate::test::RedisServer;
+using fairgate::test::wait_until;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+RedisServer& server() { return RedisServer::shared(); }
+
+std::string test_name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
+
+std::string key(const std::string& limiter, const std::string& what) {
+  return "fairgate:{" + limiter + "}:" + what;
+}
+
+std::int64_t zcard(const std::string& limiter, const std::string& what) {
+  return std::stoll(server().command({"ZCARD", key(limiter, what)}));
+}
+
+/// One instance: a backend with its own io_context and io thread.
+class Instance {
+ public:
+  explicit Instance(RedisBackendOptions options, int threads = 1) : threads_(threads) {
+    if (options.url == RedisBackendOptions{}.url) options.url = server().url();
+    backend = fairgate::make_redis_backend(io.get_executor(), std::move(options));
+    start();
+  }
+  ~Instance() {
+    if (frozen_) thaw();
+    backend.reset();
+    work_.reset();
+    // Everything closes by itself; a broken close must not hang the test.
+    wait_until([&] { return io.stopped(); }, 3s);
+    io.stop();
+    for (auto& t : threads_v_) t.join();
+  }
+  /// The instance stops dead (no heartbeat, no reply handled), like kill -STOP.
+  void freeze() {
+    frozen_ = true;
+    io.stop();
+    for (auto& t : threads_v_) t.join();
+    threads_v_.clear();
+  }
+  void thaw() {
+    frozen_ = false;
+    io.restart();
+    start();
+  }
+  Limiter open(const std::string& name, const Settings& settings) {
+    return backend->open(name, settings).value();
+  }
+  std::shared_ptr<fairgate::redis::RedisLimiter> impl(const std::string& name) {
+    return fairgate::redis::redis_limiter_of(*backend, name);
+  }
+
+  asio::io_context io;
+  std::shared_ptr<fairgate::Backend> backend;
+
+ private:
+  void start() {
+    for (int i = 0; i < threads_; ++i) threads_v_.emplace_back([this] { io.run(); });
+  }
+  int threads_;
+  bool frozen_ = false;
+  asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(io);
+  std::vector<std::thread> threads_v_;
+};
+
+RedisBackendOptions fast_options() {
+  RedisBackendOptions o;
+  o.heartbeat_interval = 250ms;
+  o.liveness_ttl = 1000ms;
+  o.command_timeout = 500ms;  // sanitizer builds are slow; no spurious timeouts
+  o.key_expiry = 0ms;
+  return o;
+}
+
+Settings cap(std::uint32_t n, std::chrono::milliseconds max_wait = 20s) {
+  Settings s;
+  s.max_concurrent = n;
+  s.max_wait = max_wait;
+  return s;
+}
+
+/// The outcome of one acquire, filled in by its handler (on an io thread).
+class Probe {
+ public:
+  void set(AcquireResult r) {
+    std::lock_guard lock(mu_);
+    ++ends_;
+    result_ = std::move(r);
+    at_ = Clock::now();
+  }
+  int ends() const {
+    std::lock_guard lock(mu_);
+    return ends_;
+  }
+  bool done() const { return ends() > 0; }
+  Outcome outcome() const {
+    std::lock_guard lock(mu_);
+    return result_.outcome();
+  }
+  RejectReason reason() const {
+    std::lock_guard lock(mu_);
+    return result_.reason();
+  }
+  std::string message() const {
+    std::lock_guard lock(mu_);
+    return result_.message();
+  }
+  Clock::time_point at() const {
+    std::lock_guard lock(mu_);
+    return at_;
+  }
+  /// Releases the permit (if granted), on the caller's thread.
+  void release() {
+    Permit p;
+    {
+      std::lock_guard lock(mu_);
+      p = result_.take_permit();
+    }
+    p.release();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  int ends_ = 0;
+  AcquireResult result_;
+  Clock::time_point at_{};
+};
+
+std::shared_ptr<Probe> acquire(Limiter& limiter, AcquireOptions options = {}) {
+  auto probe = std::make_shared<Probe>();
+  limiter.async_acquire(std::move(options), [probe](AcquireResult r) { probe->set(std::move(r)); });
+  return probe;
+}
+
+std::shared_ptr<Probe> acquire_queued(Limiter& limiter, std::chrono::milliseconds max_wait = 20s) {
+  auto queued = std::make_shared<std::atomic<bool>>(false);
+  AcquireOptions o;
+  o.max_wait = max_wait;
+  o.on_queued = [queued](const fairgate::QueueStatus&) { queued->store(true); };
+  auto probe = acquire(limiter, std::move(o));
+  EXPECT_TRUE(wait_until([&] { return queued->load() || probe->done(); }, 5s));
+  EXPECT_FALSE(probe->done()) << "expected to wait";
+  return probe;
+}
+
+/// Records the commands Redis runs inside scripts (MONITOR), in Redis order.
+class Monitor {
+ public:
+  Monitor() {
+    thread_ = std::thread([this] { io_.run(); });
+    fairgate::redis::ConnectionOptions o;
+    o.endpoint.port = server().port();
+    o.command_timeout = 2s;
+    conn_ = fairgate::redis::Connection::create(io_.get_executor(), o);
+    conn_->set_push_handler([this](fairgate::redis::Reply r) {
+      std::lock_guard lock(mu_);
+      lines_.push_back(std::move(r.str));
+    });
+    conn_->start();
+    std::promise<void> ready;
+    conn_->exec({"MONITOR"}, [&](boost::system::error_code, fairgate::redis::Reply) { ready.set_value(); });
+    ready.get_future().wait();
+  }
+  ~Monitor() {
+    conn_->close();
+    work_.reset();
+    thread_.join();
+  }
+  std::vector<std::string> lines() {
+    std::lock_guard lock(mu_);
+    return lines_;
+  }
+
+ private:
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(io_);
+  std::thread thread_;
+  std::shared_ptr<fairgate::redis::Connection> conn_;
+  std::mutex mu_;
+  std::vector<std::string> lines_;
+};
+
+// ---------------------------------------------------------------------------
+
+TEST(RedisBackendTest, OptionsAreValidated) {
+  RedisBackendOptions o;
+  EXPECT_FALSE(fairgate::validate(o));
+  o.liveness_ttl = o.heartbeat_interval;
+  EXPECT_EQ(fairgate::validate(o)->field, "liveness_ttl");
+  o = {};
+  o.instance_id = "a|b";
+  EXPECT_EQ(fairgate::validate(o)->field, "instance_id");
+  o = {};
+  o.url = "http://x";
+  EXPECT_EQ(fairgate::validate(o)->field, "url");
+  o = {};
+  o.key_prefix = "a{b";
+  EXPECT_EQ(fairgate::validate(o)->field, "key_prefix");
+  asio::io_context io;
+  EXPECT_THROW(fairgate::make_redis_backend(io.get_executor(), o), std::invalid_argument);
+}
+
+TEST(RedisBackendTest, GrantsQueuesTimesOutAndRejects) {
+  const std::string name = test_name();
+  Instance a(fast_options());
+  Settings s = cap(1);
+  s.max_queue = 1;
+  Limiter lim = a.open(name, s);
+  EXPECT_FALSE(a.backend->open("bad name", s));
+  EXPECT_EQ(a.backend->kind(), "redis");
+
+  auto first = acquire(lim);
+  ASSERT_TRUE(wait_until([&] { return first->done(); }));
+  ASSERT_EQ(first->outcome(), Outcome::granted);
+  EXPECT_EQ(zcard(name, "holders"), 1);
+
+  auto waiter = acquire_queued(lim, 150ms);
+  auto full = acquire(lim);
+  ASSERT_TRUE(wait_until([&] { return full->done(); }));
+  EXPECT_EQ(full->reason(), RejectReason::queue_full);
+
+  ASSERT_TRUE(wait_until([&] { return waiter->done(); }));
+  EXPECT_EQ(waiter->outcome(), Outcome::timed_out);
+  EXPECT_NE(waiter->message().find("no permit"), std::string::npos);
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "queue") == 0; }, 2s)) << "the timed-out waiter left Redis";
+
+  auto never_wait = acquire(lim, AcquireOptions{.max_wait = 0ms});
+  ASSERT_TRUE(wait_until([&] { return never_wait->done(); }));
+  EXPECT_EQ(never_wait->outcome(), Outcome::timed_out);
+
+  auto snap = lim.snapshot();
+  EXPECT_EQ(snap.holders.size(), 1u);
+  EXPECT_EQ(snap.stats.grants, 1u);
+  EXPECT_EQ(snap.stats.timeouts, 2u);
+
+  first->release();
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 2s));
+  EXPECT_TRUE(wait_until([&] { return lim.snapshot().in_use == 0; }, 2s)) << "the heartbeat refreshes counts";
+}
+
+TEST(RedisBackendTest, CancelWhileWaitingRemovesTheWaiter) {
+  const std::string name = test_name();
+  Instance a(fast_options());
+  Limiter lim = a.open(name, cap(1));
+  auto holder = acquire(lim);
+  ASSERT_TRUE(wait_until([&] { return holder->done(); }));
+  asio::cancellation_signal signal;
+  auto probe = std::make_shared<Probe>();
+  auto queued = std::make_shared<std::atomic<bool>>(false);
+  AcquireOptions o;
+  o.on_queued = [queued](const fairgate::QueueStatus&) { queued->store(true); };
+  lim.async_acquire(
+      o, asio::bind_cancellation_slot(signal.slot(), [probe](AcquireResult r) { probe->set(std::move(r)); }));
+  ASSERT_TRUE(wait_until([&] { return queued->load(); }));
+  EXPECT_EQ(zcard(name, "queue"), 1);
+  std::promise<void> emitted;
+  asio::post(a.io, [&] {
+    signal.emit(asio::cancellation_type::terminal);
+    emitted.set_value();
+  });
+  emitted.get_future().wait();
+  ASSERT_TRUE(wait_until([&] { return probe->done(); }));
+  EXPECT_EQ(probe->outcome(), Outcome::cancelled);
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "queue") == 0; }, 2s));
+  holder->release();
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 2s))
+      << "nobody was granted the freed permit";
+}
+
+// F1 + F2 + F4 across three instances. FIFO is checked in Redis order: a
+// MONITOR connection records, in the order Redis executed them, each waiter's
+// enqueue (ZADD queue <seq> <member>) and each hand-off to a waiter (PUBLISH
+// on its instance's wake channel). dispatch() must hand permits out in
+// increasing sequence (skipping waiters that left); client-side timestamps of
+// grants made a fraction of a millisecond apart on different instances cannot
+// show this reliably, Redis' own order can.
+TEST(RedisBackendTest, FifoAndNoOvershootAcrossThreeInstances) {
+  const std::string name = test_name();
+  constexpr int kInstances = 3;
+  constexpr int kPerInstance = 50;
+  constexpr std::uint32_t kCap = 3;
+  // Declared before the instances: their io threads use these until joined.
+  std::atomic<int> holding{0}, max_holding{0}, granted{0}, timed_out{0}, cancelled{0}, other{0}, ended{0};
+  std::atomic<int> double_end{0};
+  Monitor monitor;
+  std::vector<std::unique_ptr<Instance>> instances;
+  std::vector<Limiter> limiters;
+  for (int i = 0; i < kInstances; ++i) {
+    auto o = fast_options();
+    o.instance_id = "fifo" + std::to_string(i);
+    instances.push_back(std::make_unique<Instance>(o, i == 0 ? 2 : 1));  // instance 0: two io threads
+    limiters.push_back(instances.back()->open(name, cap(kCap, 10s)));
+  }
+  std::mt19937 rng(20261129);
+  struct Req {
+    std::atomic<int> ends{0};
+    asio::cancellation_signal signal;
+    std::optional<asio::steady_timer> timer;
+  };
+  std::vector<std::shared_ptr<Req>> reqs;
+  const auto t0 = Clock::now();
+  for (int round = 0; round < kPerInstance; ++round) {
+    for (int i = 0; i < kInstances; ++i) {
+      auto req = std::make_shared<Req>();
+      reqs.push_back(req);
+      const int kind = static_cast<int>(rng() % 10);  // 0: cancels, 1: short timeout, else patient
+      const auto hold = std::chrono::milliseconds(1 + rng() % 12);
+      const auto cancel_after = std::chrono::milliseconds(5 + rng() % 40);
+      AcquireOptions o;
+      if (kind == 1) o.max_wait = std::chrono::milliseconds(20 + rng() % 60);
+      auto& inst = *instances[static_cast<std::size_t>(i)];
+      // Issue, cancel and complete on one strand of the instance's io: a
+      // cancellation signal must not race the completion that clears its slot.
+      auto strand = asio::make_strand(inst.io);
+      asio::post(strand, [&, req, o, hold, kind, cancel_after, strand,
+                          lim = limiters[static_cast<std::size_t>(i)]]() mutable {
+        auto handler = [&, req, hold, ioex = inst.io.get_executor()](AcquireResult r) {
+          if (req->ends.fetch_add(1) != 0) double_end++;
+          ended++;
+          if (!r.granted()) {
+            (r.outcome() == Outcome::timed_out   ? timed_out
+             : r.outcome() == Outcome::cancelled ? cancelled
+                                                 : other)++;
+            return;
+          }
+          granted++;
+          const int now_holding = ++holding;
+          int seen = max_holding.load();
+          while (now_holding > seen && !max_holding.compare_exchange_weak(seen, now_holding)) {
+          }
+          auto timer = std::make_shared<asio::steady_timer>(ioex, hold);
+          timer->async_wait([&, timer, permit = r.take_permit()](boost::system::error_code) mutable {
+            --holding;  // before the release: the count never lags behind Redis
+            permit.release();
+          });
+        };
+        if (kind == 0) {
+          req->timer.emplace(strand, cancel_after);
+          req->timer->async_wait(
+              [req](boost::system::error_code) { req->signal.emit(asio::cancellation_type::terminal); });
+          lim.async_acquire(o, asio::bind_cancellation_slot(req->signal.slot(),
+                                                            asio::bind_executor(strand, std::move(handler))));
+        } else {
+          lim.async_acquire(o, std::move(handler));
+        }
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 1500));
+  }
+  const int total = kInstances * kPerInstance;
+  ASSERT_TRUE(wait_until([&] { return ended.load() == total; }, 60s)) << ended.load() << " of " << total;
+  const auto elapsed = Clock::now() - t0;
+  EXPECT_EQ(double_end.load(), 0) << "every request ends exactly once";
+  EXPECT_LE(max_holding.load(), static_cast<int>(kCap)) << "never more holders than the cap";
+  EXPECT_EQ(other.load(), 0) << "no rejection expected";
+  EXPECT_GT(granted.load(), total / 2);
+  ASSERT_TRUE(wait_until([&] { return holding.load() == 0; }, 10s));
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 0 && zcard(name, "queue") == 0; }, 5s))
+      << "holders " << zcard(name, "holders") << ", queue " << zcard(name, "queue");
+
+  // FIFO in Redis order.
+  std::this_thread::sleep_for(100ms);
+  const std::string queue_key = key(name, "queue");
+  const std::string wake = key(name, "wake:");
+  const std::regex enqueue("\\[\\d+ lua\\] \"ZADD\" \"" +
+                           std::regex_replace(queue_key, std::regex("[{}]"), "\\$&") +
+                           "\" \"(\\d+)\" \"([^\"|]+\\|\\d+)\\|\\d+\"");
+  const std::regex publish("\\[\\d+ lua\\] \"PUBLISH\" \"" +
+                           std::regex_replace(wake, std::regex("[{}]"), "\\$&") + "[^\"]+\" \"([^\"]+)\"");
+  std::map<std::string, long> seq_of;
+  long last_seq = 0;
+  int handoffs = 0, inversions = 0;
+  for (const auto& line : monitor.lines()) {
+    std::smatch m;
+    if (std::regex_search(line, m, enqueue)) {
+      seq_of[m[2]] = std::stol(m[1]);
+    } else if (std::regex_search(line, m, publish)) {
+      auto it = seq_of.find(m[1]);
+      ASSERT_NE(it, seq_of.end()) << "a hand-off to a waiter that never queued: " << line;
+      if (it->second <= last_seq) ++inversions;
+      last_seq = it->second;
+      ++handoffs;
+    }
+  }
+  EXPECT_GT(handoffs, 20) << "the queue was exercised";
+  EXPECT_EQ(inversions, 0) << "hand-offs in arrival (sequence) order";
+  std::printf(
+      "fifo: %d requests, %d granted (%d after waiting), %d timed out, %d cancelled, max holders %d/%u, "
+      "%.0f ms\n",
+      total, granted.load(), handoffs, timed_out.load(), cancelled.load(), max_holding.load(), kCap,
+      std::chrono::duration<double, std::milli>(elapsed).count());
+}
+
+// F5: an instance that stops dead while holding permits. Its permits reach
+// the other instance's waiters within liveness_ttl + heartbeat_interval, with
+// no new arrival (the survivor's heartbeat reaps and dispatches).
+TEST(RedisBackendTest, CrashedHolderIsReapedWithinTtlPlusInterval) {
+  const std::string name = test_name();
+  auto o = fast_options();
+  Instance crashing(o);
+  Instance survivor(o);
+  Limiter lc = crashing.open(name, cap(2));
+  Limiter ls = survivor.open(name, cap(2));
+  auto h1 = acquire(lc);
+  auto h2 = acquire(lc);
+  ASSERT_TRUE(wait_until([&] { return h1->done() && h2->done(); }));
+  ASSERT_EQ(h1->outcome(), Outcome::granted);
+  ASSERT_EQ(h2->outcome(), Outcome::granted);
+  auto w1 = acquire_queued(ls);
+  auto w2 = acquire_queued(ls);
+
+  crashing.freeze();
+  const auto t0 = Clock::now();
+  const auto bound = o.liveness_ttl + o.heartbeat_interval + 500ms;
+  ASSERT_TRUE(wait_until([&] { return w1->done() && w2->done(); }, bound + 2s));
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::max(w1->at(), w2->at()) - t0);
+  EXPECT_EQ(w1->outcome(), Outcome::granted);
+  EXPECT_EQ(w2->outcome(), Outcome::granted);
+  EXPECT_LE(took, bound);
+  std::printf("crash recovery: %lld ms (ttl %lld ms + interval %lld ms)\n",
+              static_cast<long long>(took.count()), static_cast<long long>(o.liveness_ttl.count()),
+              static_cast<long long>(o.heartbeat_interval.count()));
+
+  // The frozen instance comes back: told it was lost, it restores its running
+  // work (above the cap: never revoked), then everyone releases.
+  crashing.thaw();
+  ASSERT_TRUE(wait_until([&] { return crashing.impl(name)->restores() >= 1; }, 5s));
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 4; }, 5s));
+  h1->release();
+  h2->release();
+  w1->release();
+  w2->release();
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 0 && zcard(name, "queue") == 0; }, 5s));
+}
+
+// F6: a lost wake message (Pub/Sub connection killed) is recovered by the
+// waiter's own heartbeat, which lists its granted permits.
+TEST(RedisBackendTest, LostWakeIsRecoveredByTheHeartbeat) {
+  const std::string name = test_name();
+  auto o = fast_options();
+  Instance a(o);
+  Instance b(o);
+  Limiter la = a.open(name, cap(1));
+  Limiter lb = b.open(name, cap(1));
+  std::vector<long long> latencies;
+  for (int round = 0; round < 3; ++round) {
+    auto holder = acquire(la);
+    ASSERT_TRUE(wait_until([&] { return holder->done(); }));
+    ASSERT_EQ(holder->outcome(), Outcome::granted);
+    auto waiter = acquire_queued(lb);
+    server().command({"CLIENT", "KILL", "TYPE", "pubsub"});
+    const auto t0 = Clock::now();
+    holder->release();  // the grant's wake message is published while b reconnects
+    ASSERT_TRUE(wait_until([&] { return waiter->done(); }, o.heartbeat_interval + 2s));
+    ASSERT_EQ(waiter->outcome(), Outcome::granted);
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(waiter->at() - t0);
+    EXPECT_LE(took, o.heartbeat_interval + 500ms) << "round " << round;
+    latencies.push_back(took.count());
+    waiter->release();
+    ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 2s));
+  }
+  std::printf(
+      "grant after pubsub kill: %lld / %lld / %lld ms (interval %lld ms); recovered by heartbeat: %llu\n",
+      latencies[0], latencies[1], latencies[2], static_cast<long long>(o.heartbeat_interval.count()),
+      static_cast<unsigned long long>(b.impl(name)->lost_wakes_recovered()));
+  // After the reconnects the wake path works again (fast, no heartbeat).
+  auto holder = acquire(la);
+  ASSERT_TRUE(wait_until([&] { return holder->done(); }));
+  auto waiter = acquire_queued(lb);
+  const auto t0 = Clock::now();
+  holder->release();
+  ASSERT_TRUE(wait_until([&] { return waiter->done(); }, 2s));
+  EXPECT_LE(waiter->at() - t0, 200ms) << "woken by Pub/Sub again after re-SUBSCRIBE";
+  std::printf("cross-instance hand-off (release -> waiter's handler): %.2f ms\n",
+              std::chrono::duration<double, std::milli>(waiter->at() - t0).count());
+  waiter->release();
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 2s));
+}
+
+// F9: raising the cap on one instance admits the waiters of another at once.
+TEST(RedisBackendTest, HotConfigFromOneInstanceReachesAnother) {
+  const std::string name = test_name();
+  auto o = fast_options();
+  Instance a(o);
+  Instance b(o);
+  Limiter la = a.open(name, cap(1));
+  Limiter lb = b.open(name, cap(1));
+  auto holder = acquire(la);
+  ASSERT_TRUE(wait_until([&] { return holder->done(); }));
+  std::vector<std::shared_ptr<Probe>> waiters;
+  for (int i = 0; i < 3; ++i) waiters.push_back(acquire_queued(lb));
+  fairgate::SettingsUpdate update;
+  update.max_concurrent = 4;
+  const auto t0 = Clock::now();
+  ASSERT_EQ(la.configure(update).value().max_concurrent, 4u);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (auto& w : waiters)
+          if (!w->done()) return false;
+        return true;
+      },
+      2s));
+  Clock::time_point last{};
+  for (auto& w : waiters) {
+    EXPECT_EQ(w->outcome(), Outcome::granted);
+    last = std::max(last, w->at());
+  }
+  EXPECT_LE(last - t0, 200ms) << "admitted by the configure script's dispatch, not a heartbeat";
+  EXPECT_TRUE(wait_until([&] { return lb.settings().max_concurrent == 4; }, 2s)) << "b sees the new cap";
+  fairgate::SettingsUpdate bad;
+  bad.max_concurrent = 0;
+  EXPECT_FALSE(lb.configure(bad));
+  holder->release();
+  for (auto& w : waiters) w->release();
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 2s));
+}
+
+TEST(RedisBackendTest, ShutdownEndsWaitersAndCleansRedis) {
+  const std::string name = test_name();
+  Instance a(fast_options());
+  Limiter lim = a.open(name, cap(1));
+  auto holder = acquire(lim);
+  ASSERT_TRUE(wait_until([&] { return holder->done(); }));
+  auto w1 = acquire_queued(lim);
+  auto w2 = acquire_queued(lim);
+  a.backend->shutdown();
+  ASSERT_TRUE(wait_until([&] { return w1->done() && w2->done(); }));
+  EXPECT_EQ(w1->reason(), RejectReason::shutdown);
+  EXPECT_EQ(w2->reason(), RejectReason::shutdown);
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "queue") == 0; }, 2s));
+  auto late = acquire(lim);
+  ASSERT_TRUE(wait_until([&] { return late->done(); }));
+  EXPECT_EQ(late->reason(), RejectReason::shutdown);
+  // The held permit stays valid (and counted) until released.
+  std::this_thread::sleep_for(fast_options().liveness_ttl + 300ms);
+  EXPECT_EQ(zcard(name, "holders"), 1) << "heartbeats go on while a permit is held";
+  holder->release();
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 2s));
+}
+
+TEST(RedisBackendTest, UnreachableRedisRejectsAsUnavailable) {
+  auto o = fast_options();
+  o.url = "redis://127.0.0.1:1";  // nothing listens there
+  o.command_timeout = 100ms;
+  Instance a(o);
+  Limiter lim = a.open(test_name(), cap(1));
+  const auto t0 = Clock::now();
+  auto probe = acquire(lim);
+  ASSERT_TRUE(wait_until([&] { return probe->done(); }, 5s));
+  EXPECT_EQ(probe->outcome(), Outcome::rejected);
+  EXPECT_EQ(probe->reason(), RejectReason::unavailable);
+  EXPECT_NE(probe->message().find("unavailable"), std::string::npos) << probe->message();
+  EXPECT_LE(Clock::now() - t0, 2s);
+}
+
+}  // namespace
