@@ -1,5 +1,7 @@
 #include "memory/memory_limiter.hpp"
 
+#include "core/acquire_rules.hpp"
+
 #include <boost/asio/post.hpp>
 
 #include <algorithm>
@@ -19,21 +21,6 @@ core::Time now() { return std::chrono::steady_clock::now(); }
 
 milliseconds since(core::Time start, core::Time t) {
   return t > start ? duration_cast<milliseconds>(t - start) : milliseconds(0);
-}
-
-std::string ended_message(RejectReason reason, milliseconds waited, const Settings& settings) {
-  switch (reason) {
-    case RejectReason::timeout:
-      return "no permit became free within " + std::to_string(waited.count()) + " ms";
-    case RejectReason::cancelled: return "cancelled after waiting " + std::to_string(waited.count()) + " ms";
-    case RejectReason::queue_full:
-      return "queue is full (" + std::to_string(settings.max_queue.value_or(0)) + " waiting)";
-    case RejectReason::disabled: return "limiter is disabled";
-    case RejectReason::shutdown: return "limiter is shutting down";
-    case RejectReason::unavailable: return "limiter is unavailable";
-    case RejectReason::invalid_argument: return "invalid acquire options";
-  }
-  return "rejected";
 }
 
 }  // namespace
@@ -62,12 +49,13 @@ void MemoryLimiter::start_acquire(AcquireOptions options, std::unique_ptr<detail
     deliver_ended(*request, RejectReason::shutdown, t);
     return;
   }
-  const milliseconds max_wait = options.max_wait.value_or(state_.settings().max_wait);
-  if (max_wait.count() < 0 || max_wait > kMaxWaitLimit || options.tenant.size() > kMaxTenantLength) {
+  const auto checked = core::effective_max_wait(options.max_wait, state_.settings(), options.tenant.size());
+  if (!checked) {
     request->ticket.resume(core::TicketEvent::reject);
     deliver_ended(*request, RejectReason::invalid_argument, t);
     return;
   }
+  const milliseconds max_wait = *checked;
   request->id = next_id_++;
   const core::Admission admission = state_.admit(request->id, t, t + max_wait, std::move(options.tenant));
   switch (admission.kind) {
@@ -157,7 +145,7 @@ void MemoryLimiter::deliver_ended(Request& request, RejectReason reason, core::T
   }
   ++stats_.by_reason[static_cast<std::size_t>(reason)];
   const milliseconds waited = since(request.arrived, t);
-  if (message.empty()) message = ended_message(reason, waited, state_.settings());
+  if (message.empty()) message = core::ended_message(reason, waited, state_.settings());
   request.completion->complete(AcquireResult::ended(reason, std::move(message), waited));
 }
 

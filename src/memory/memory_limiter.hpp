@@ -16,6 +16,7 @@
 //    land between the check and the call; the completion is the truth).
 #pragma once
 
+#include "core/acquire_rules.hpp"
 #include "core/limiter_state.hpp"
 #include "core/ticket.hpp"
 
@@ -37,7 +38,7 @@ class MemoryLimiter final : public detail::LimiterImpl, private core::DispatchSi
   /// Follow-up position updates are sent at most this often per limiter.
   static constexpr std::chrono::milliseconds kPositionInterval{20};
   /// Longest tenant key accepted.
-  static constexpr std::size_t kMaxTenantLength = 256;
+  static constexpr std::size_t kMaxTenantLength = core::kMaxTenantLength;
 
   MemoryLimiter(std::string name, Settings settings, boost::asio::any_io_executor executor);
   ~MemoryLimiter() override;

@@ -27,22 +27,6 @@ std::optional<T> parse_number(std::string_view s) {
   return value;
 }
 
-std::string ended_message(RejectReason reason, milliseconds waited, const Settings& settings) {
-  switch (reason) {
-    case RejectReason::timeout:
-      return "no permit became free within " + std::to_string(waited.count()) + " ms";
-    case RejectReason::cancelled: return "cancelled after waiting " + std::to_string(waited.count()) + " ms";
-    case RejectReason::queue_full:
-      return settings.max_queue ? "queue is full (" + std::to_string(*settings.max_queue) + " waiting)"
-                                : "queue is full";
-    case RejectReason::disabled: return "limiter is disabled";
-    case RejectReason::shutdown: return "limiter is shutting down";
-    case RejectReason::unavailable: return "limiter is unavailable (Redis cannot be reached)";
-    case RejectReason::invalid_argument: return "invalid acquire options";
-  }
-  return "rejected";
-}
-
 bool is_array(const Reply& r, std::size_t at_least) {
   return r.type == Reply::Type::array && r.elements.size() >= at_least;
 }
@@ -110,12 +94,13 @@ void RedisLimiter::start_acquire(AcquireOptions options, std::unique_ptr<detail:
       deliver_ended(*request, RejectReason::shutdown, t);
       return;
     }
-    const milliseconds max_wait = options.max_wait.value_or(settings_.max_wait);
-    if (max_wait.count() < 0 || max_wait > kMaxWaitLimit || request->tenant.size() > kMaxTenantLength) {
+    const auto checked = core::effective_max_wait(options.max_wait, settings_, request->tenant.size());
+    if (!checked) {
       request->ticket.resume(core::TicketEvent::reject);
       deliver_ended(*request, RejectReason::invalid_argument, t);
       return;
     }
+    const milliseconds max_wait = *checked;
     request->max_wait = max_wait;
     request->n = next_n_++;
     // Registered before the acquire is sent: the wake can overtake the reply.
@@ -372,7 +357,7 @@ void RedisLimiter::deliver_ended(Request& request, RejectReason reason, Clock::t
   }
   ++stats_.by_reason[static_cast<std::size_t>(reason)];
   const milliseconds waited = since(request.arrived, t);
-  if (message.empty()) message = ended_message(reason, waited, settings_);
+  if (message.empty()) message = core::ended_message(reason, waited, settings_);
   request.completion->complete(AcquireResult::ended(reason, std::move(message), waited));
 }
 

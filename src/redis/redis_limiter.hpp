@@ -19,6 +19,7 @@
 //  * Completion handlers are posted (Completion::complete never runs inline).
 #pragma once
 
+#include "core/acquire_rules.hpp"
 #include "core/ticket.hpp"
 #include "redis/connection.hpp"
 #include "redis/scripts.hpp"
@@ -53,7 +54,7 @@ struct BackendContext {
 
 class RedisLimiter final : public detail::LimiterImpl {
  public:
-  static constexpr std::size_t kMaxTenantLength = 256;
+  static constexpr std::size_t kMaxTenantLength = core::kMaxTenantLength;
   /// Key expiry is refreshed on every this many heartbeats (and the first).
   static constexpr std::uint64_t kExpiryEvery = 10;
 

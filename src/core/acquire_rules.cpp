@@ -1,0 +1,32 @@
+#include "core/acquire_rules.hpp"
+
+namespace fairgate::core {
+
+std::optional<std::chrono::milliseconds> effective_max_wait(
+    const std::optional<std::chrono::milliseconds>& requested, const Settings& settings,
+    std::size_t tenant_length) {
+  const std::chrono::milliseconds max_wait = requested.value_or(settings.max_wait);
+  if (max_wait.count() < 0 || max_wait > kMaxWaitLimit || tenant_length > kMaxTenantLength)
+    return std::nullopt;
+  return max_wait;
+}
+
+std::string ended_message(RejectReason reason, std::chrono::milliseconds waited, const Settings& settings) {
+  switch (reason) {
+    case RejectReason::timeout:
+      return "no permit became free within " + std::to_string(waited.count()) + " ms";
+    case RejectReason::cancelled: return "cancelled after waiting " + std::to_string(waited.count()) + " ms";
+    case RejectReason::queue_full:
+      return settings.max_queue ? "queue is full (" + std::to_string(*settings.max_queue) + " waiting)"
+                                : "queue is full";
+    case RejectReason::disabled: return "limiter is disabled";
+    case RejectReason::shutdown: return "limiter is shutting down";
+    case RejectReason::unavailable: return "limiter is unavailable (its backend cannot be reached)";
+    case RejectReason::invalid_argument:
+      return "invalid acquire options (max_wait must be 0.." + std::to_string(kMaxWaitLimit.count()) +
+             " ms, tenant at most " + std::to_string(kMaxTenantLength) + " characters)";
+  }
+  return "rejected";
+}
+
+}  // namespace fairgate::core

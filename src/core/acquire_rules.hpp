@@ -1,0 +1,27 @@
+// core/acquire_rules.hpp — rules every backend applies the same way to one
+// acquire: which deadline it gets, and how an ending without a permit reads.
+#pragma once
+
+#include <fairgate/error.hpp>
+#include <fairgate/settings.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+
+namespace fairgate::core {
+
+/// Longest tenant key accepted.
+inline constexpr std::size_t kMaxTenantLength = 256;
+
+/// The max wait an acquire gets (`requested`, else the limiter's), or nullopt
+/// when its options are invalid (negative or above kMaxWaitLimit, tenant too long).
+std::optional<std::chrono::milliseconds> effective_max_wait(
+    const std::optional<std::chrono::milliseconds>& requested, const Settings& settings,
+    std::size_t tenant_length);
+
+/// The one-line message of a request that ended without a permit.
+std::string ended_message(RejectReason reason, std::chrono::milliseconds waited, const Settings& settings);
+
+}  // namespace fairgate::core
