@@ -1,3 +1,6 @@
+#include "api/outcome.hpp"
+#include "core/acquire_rules.hpp"
+
 #include <fairgate/detail/limiter_impl.hpp>
 #include <fairgate/limiter.hpp>
 
@@ -63,6 +66,18 @@ boost::system::result<Settings, SettingsError> Limiter::configure(const Settings
 namespace detail {
 
 boost::asio::any_io_executor executor_of(const LimiterImpl& impl) { return impl.get_executor(); }
+
+AcquireResult end_request(LimiterStats& stats, RejectReason reason, std::chrono::milliseconds waited,
+                          std::string message, const Settings& settings) {
+  switch (reason) {
+    case RejectReason::timeout: ++stats.timeouts; break;
+    case RejectReason::cancelled: ++stats.cancels; break;
+    default: ++stats.rejections; break;
+  }
+  ++stats.by_reason[static_cast<std::size_t>(reason)];
+  if (message.empty()) message = core::ended_message(reason, waited, settings);
+  return AcquireResult::ended(reason, std::move(message), waited);
+}
 
 void start_acquire(LimiterImpl& impl, AcquireOptions options, std::unique_ptr<Completion> completion,
                    boost::asio::cancellation_slot slot) {

@@ -1,10 +1,8 @@
 // memory/memory_backend.cpp — the set of named in-process limiters.
+#include "api/limiter_registry.hpp"
 #include "memory/memory_limiter.hpp"
 
 #include <fairgate/backend.hpp>
-
-#include <map>
-#include <mutex>
 
 namespace fairgate {
 
@@ -19,46 +17,26 @@ class MemoryBackend final : public Backend {
 
   boost::system::result<Limiter, SettingsError> open(std::string_view name,
                                                      const Settings& settings) override {
-    if (auto error = validate_limiter_name(name)) return *error;
-    if (auto error = validate(settings)) return *error;
-    std::lock_guard lock(mu_);
-    if (shut_down_) return SettingsError{"backend", "has been shut down"};
-    auto it = limiters_.find(name);
-    if (it == limiters_.end()) {
-      it = limiters_
-               .emplace(std::string(name),
-                        std::make_shared<memory::MemoryLimiter>(std::string(name), settings, executor_))
-               .first;
-    }
-    return Limiter(it->second);
+    auto opened = registry_.open(name, settings, [this](std::string n, const Settings& s) {
+      return std::make_shared<memory::MemoryLimiter>(std::move(n), s, executor_);
+    });
+    if (!opened) return opened.error();
+    return Limiter(opened->limiter);
   }
 
-  std::optional<Limiter> find(std::string_view name) const override {
-    std::lock_guard lock(mu_);
-    auto it = limiters_.find(name);
-    if (it == limiters_.end()) return std::nullopt;
-    return Limiter(it->second);
-  }
+  std::optional<Limiter> find(std::string_view name) const override { return registry_.find(name); }
 
-  std::vector<Limiter> limiters() const override {
-    std::lock_guard lock(mu_);
-    std::vector<Limiter> out;
-    out.reserve(limiters_.size());
-    for (const auto& [name, impl] : limiters_) out.emplace_back(impl);
-    return out;
-  }
+  std::vector<Limiter> limiters() const override { return registry_.handles(); }
 
   void shutdown() override {
-    std::lock_guard lock(mu_);
-    shut_down_ = true;
-    for (const auto& [name, impl] : limiters_) impl->shutdown();
+    if (auto all = registry_.close()) {
+      for (const auto& limiter : *all) limiter->shutdown();
+    }
   }
 
  private:
   const boost::asio::any_io_executor executor_;
-  mutable std::mutex mu_;
-  bool shut_down_ = false;
-  std::map<std::string, std::shared_ptr<memory::MemoryLimiter>, std::less<>> limiters_;
+  detail::LimiterRegistry<memory::MemoryLimiter> registry_;
 };
 
 }  // namespace

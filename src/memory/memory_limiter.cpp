@@ -1,5 +1,7 @@
 #include "memory/memory_limiter.hpp"
 
+#include "api/outcome.hpp"
+
 #include "core/acquire_rules.hpp"
 
 #include <boost/asio/post.hpp>
@@ -138,15 +140,8 @@ void MemoryLimiter::deliver_granted(Request& request, core::Time t) {
 }
 
 void MemoryLimiter::deliver_ended(Request& request, RejectReason reason, core::Time t, std::string message) {
-  switch (reason) {
-    case RejectReason::timeout: ++stats_.timeouts; break;
-    case RejectReason::cancelled: ++stats_.cancels; break;
-    default: ++stats_.rejections; break;
-  }
-  ++stats_.by_reason[static_cast<std::size_t>(reason)];
-  const milliseconds waited = since(request.arrived, t);
-  if (message.empty()) message = core::ended_message(reason, waited, state_.settings());
-  request.completion->complete(AcquireResult::ended(reason, std::move(message), waited));
+  request.completion->complete(
+      detail::end_request(stats_, reason, since(request.arrived, t), std::move(message), state_.settings()));
 }
 
 void MemoryLimiter::cancel(const RequestPtr& request) {

@@ -1,6 +1,7 @@
 // redis/redis_backend.cpp — the set of named limiters of one instance, shared
 // cluster-wide through Redis: one command connection, one Pub/Sub connection
 // (wake messages are routed to the limiter they name), and the limiters.
+#include "api/limiter_registry.hpp"
 #include "redis/redis_limiter.hpp"
 #include "redis/url.hpp"
 
@@ -9,8 +10,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <map>
-#include <mutex>
 #include <random>
 #include <stdexcept>
 #include <variant>
@@ -49,7 +48,7 @@ class RedisBackend final : public Backend, public std::enable_shared_from_this<R
     context_->subscriber->set_connect_handler([weak] {
       // After every (re)connect: SUBSCRIBE each open limiter's channel again.
       if (auto self = weak.lock()) {
-        for (auto& limiter : self->snapshot_limiters()) limiter->subscribe();
+        for (auto& limiter : self->registry_.all()) limiter->subscribe();
       }
     });
     context_->commands->start();
@@ -60,48 +59,22 @@ class RedisBackend final : public Backend, public std::enable_shared_from_this<R
 
   boost::system::result<Limiter, SettingsError> open(std::string_view name,
                                                      const Settings& settings) override {
-    if (auto error = validate_limiter_name(name)) return *error;
-    if (auto error = validate(settings)) return *error;
-    std::shared_ptr<redis::RedisLimiter> created;
-    Limiter handle;
-    {
-      std::lock_guard lock(mu_);
-      if (shut_down_) return SettingsError{"backend", "has been shut down"};
-      auto it = limiters_.find(name);
-      if (it == limiters_.end()) {
-        created = std::make_shared<redis::RedisLimiter>(context_, std::string(name), settings);
-        it = limiters_.emplace(std::string(name), created).first;
-      }
-      handle = Limiter(it->second);
-    }
-    if (created) created->start();
-    return handle;
+    auto opened = registry_.open(name, settings, [this](std::string n, const Settings& s) {
+      return std::make_shared<redis::RedisLimiter>(context_, std::move(n), s);
+    });
+    if (!opened) return opened.error();
+    if (opened->created) opened->limiter->start();  // outside the registry's lock
+    return Limiter(opened->limiter);
   }
 
-  std::optional<Limiter> find(std::string_view name) const override {
-    std::lock_guard lock(mu_);
-    auto it = limiters_.find(name);
-    if (it == limiters_.end()) return std::nullopt;
-    return Limiter(it->second);
-  }
+  std::optional<Limiter> find(std::string_view name) const override { return registry_.find(name); }
 
-  std::vector<Limiter> limiters() const override {
-    std::lock_guard lock(mu_);
-    std::vector<Limiter> out;
-    out.reserve(limiters_.size());
-    for (const auto& [name, impl] : limiters_) out.emplace_back(impl);
-    return out;
-  }
+  std::vector<Limiter> limiters() const override { return registry_.handles(); }
 
   void shutdown() override {
-    std::vector<std::shared_ptr<redis::RedisLimiter>> all;
-    {
-      std::lock_guard lock(mu_);
-      if (shut_down_) return;
-      shut_down_ = true;
-      all = snapshot_limiters_locked();
-    }
-    for (auto& limiter : all) limiter->shutdown();
+    auto all = registry_.close();
+    if (!all) return;
+    for (auto& limiter : *all) limiter->shutdown();
     // No more waiters here: no more wake messages to hear. Grants that still
     // reach this instance are found by the heartbeats (which go on while
     // permits are held) and released as orphans.
@@ -109,17 +82,6 @@ class RedisBackend final : public Backend, public std::enable_shared_from_this<R
   }
 
  private:
-  std::vector<std::shared_ptr<redis::RedisLimiter>> snapshot_limiters() const {
-    std::lock_guard lock(mu_);
-    return snapshot_limiters_locked();
-  }
-  std::vector<std::shared_ptr<redis::RedisLimiter>> snapshot_limiters_locked() const {
-    std::vector<std::shared_ptr<redis::RedisLimiter>> out;
-    out.reserve(limiters_.size());
-    for (const auto& [name, impl] : limiters_) out.push_back(impl);
-    return out;
-  }
-
   // ["message", "<prefix>:{<limiter>}:wake:<inst>", "<inst>|<n>"]
   void on_message(const redis::Reply& message) {
     if (message.elements.size() < 3) return;
@@ -129,22 +91,13 @@ class RedisBackend final : public Backend, public std::enable_shared_from_this<R
     const auto close = channel.find("}:wake:", head.size());
     if (close == std::string::npos) return;
     const std::string_view name(channel.data() + head.size(), close - head.size());
-    std::shared_ptr<redis::RedisLimiter> limiter;
-    {
-      std::lock_guard lock(mu_);
-      auto it = limiters_.find(name);
-      if (it == limiters_.end()) return;
-      limiter = it->second;
-    }
-    limiter->on_wake(message.elements[2].str);
+    if (auto limiter = registry_.get(name)) limiter->on_wake(message.elements[2].str);
   }
 
   friend std::shared_ptr<redis::RedisLimiter> redis::redis_limiter_of(const Backend&, std::string_view);
 
   const std::shared_ptr<redis::BackendContext> context_;
-  mutable std::mutex mu_;
-  bool shut_down_ = false;
-  std::map<std::string, std::shared_ptr<redis::RedisLimiter>, std::less<>> limiters_;
+  detail::LimiterRegistry<redis::RedisLimiter> registry_;
 };
 
 }  // namespace
@@ -153,9 +106,7 @@ namespace redis {
 std::shared_ptr<RedisLimiter> redis_limiter_of(const Backend& backend, std::string_view name) {
   const auto* b = dynamic_cast<const RedisBackend*>(&backend);
   if (!b) return nullptr;
-  std::lock_guard lock(b->mu_);
-  auto it = b->limiters_.find(name);
-  return it == b->limiters_.end() ? nullptr : it->second;
+  return b->registry_.get(name);
 }
 }  // namespace redis
 

@@ -1,5 +1,7 @@
 #include "redis/redis_limiter.hpp"
 
+#include "api/outcome.hpp"
+
 #include <boost/asio/post.hpp>
 
 #include <algorithm>
@@ -350,15 +352,8 @@ void RedisLimiter::deliver_granted(Request& request, Clock::time_point t) {
 
 void RedisLimiter::deliver_ended(Request& request, RejectReason reason, Clock::time_point t,
                                  std::string message) {
-  switch (reason) {
-    case RejectReason::timeout: ++stats_.timeouts; break;
-    case RejectReason::cancelled: ++stats_.cancels; break;
-    default: ++stats_.rejections; break;
-  }
-  ++stats_.by_reason[static_cast<std::size_t>(reason)];
-  const milliseconds waited = since(request.arrived, t);
-  if (message.empty()) message = core::ended_message(reason, waited, settings_);
-  request.completion->complete(AcquireResult::ended(reason, std::move(message), waited));
+  request.completion->complete(
+      detail::end_request(stats_, reason, since(request.arrived, t), std::move(message), settings_));
 }
 
 void RedisLimiter::post_position(const RequestPtr& request, QueueStatus status) {
