@@ -36,6 +36,10 @@ struct QueueStatus {
   /// Estimated time until grant, from the recent service rate; nullopt when
   /// there is not enough history yet.
   std::optional<std::chrono::milliseconds> estimated_wait;
+  /// This request's place in the limiter's arrival order (cluster-wide on
+  /// Redis): a later arrival has a larger number, and waiters are served in
+  /// increasing order. Lets a client check FIFO for itself.
+  std::uint64_t sequence = 0;
 };
 
 /// Options of one acquire.

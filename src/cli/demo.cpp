@@ -79,12 +79,6 @@ struct DemoConfig {
   bool quiet = false;
 };
 
-template <typename T>
-T checked(std::string_view flag, Parsed<T> parsed) {
-  if (!parsed) throw UsageError(fmt::format("{}: {}", flag, parsed.error));
-  return *parsed.value;
-}
-
 DemoConfig make_config(const DemoFlags& flags) {
   DemoConfig c;
   c.users = static_cast<std::uint32_t>(checked("--users", parse_count(flags.users, 1, 1000)));

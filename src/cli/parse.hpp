@@ -2,6 +2,8 @@
 // with one-line error texts (without the flag name, which the caller adds).
 #pragma once
 
+#include "cli/command.hpp"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -32,5 +34,12 @@ Parsed<double> parse_number(std::string_view text, double lo, double hi);
 
 /// `text` quoted for an error message, cut to a sane length.
 std::string quoted(std::string_view text);
+
+/// The value, or throws UsageError "<flag>: <problem>".
+template <typename T>
+T checked(std::string_view flag, Parsed<T> parsed) {
+  if (!parsed) throw UsageError(std::string(flag) + ": " + parsed.error);
+  return *parsed.value;
+}
 
 }  // namespace fairgate::cli

@@ -203,12 +203,14 @@ void MemoryLimiter::run_positions() {
     positions_urgent_ = false;
     positions_dirty_ = false;
     const std::size_t queued = state_.queued();
-    state_.for_each_waiter([&](core::RequestId id, std::size_t position, const core::LimiterState::Waiter&) {
-      auto it = waiting_.find(id);
-      if (it == waiting_.end() || !it->second->on_queued || it->second->told_position == position) return;
-      it->second->told_position = position;
-      updates.emplace_back(it->second, QueueStatus{position, queued, state_.estimated_wait(position, t)});
-    });
+    state_.for_each_waiter(
+        [&](core::RequestId id, std::size_t position, const core::LimiterState::Waiter& w) {
+          auto it = waiting_.find(id);
+          if (it == waiting_.end() || !it->second->on_queued || it->second->told_position == position) return;
+          it->second->told_position = position;
+          updates.emplace_back(it->second,
+                               QueueStatus{position, queued, state_.estimated_wait(position, t), w.seq});
+        });
   }
   // Outside the lock: callbacks may call back into the limiter.
   for (auto& [request, status] : updates) {

@@ -65,6 +65,10 @@ RedisLimiter::~RedisLimiter() = default;
 
 std::string RedisLimiter::permit_id(std::uint64_t n) const { return instance_ + "|" + std::to_string(n); }
 
+std::uint64_t RedisLimiter::commands_sent() const noexcept {
+  return context_->commands->commands_sent() + context_->subscriber->commands_sent();
+}
+
 std::optional<std::uint64_t> RedisLimiter::parse_own(std::string_view id) const {
   if (id.size() <= instance_.size() + 1 || id.compare(0, instance_.size(), instance_) != 0 ||
       id[instance_.size()] != '|') {
@@ -181,7 +185,8 @@ void RedisLimiter::on_acquire_reply(const RequestPtr& request, boost::system::er
         queued_ = std::max(queued_, position);
         if (request->on_queued) {
           request->told_position = position;
-          post_position(request, QueueStatus{position, queued_, std::nullopt});
+          post_position(request, QueueStatus{position, queued_, std::nullopt,
+                                             static_cast<std::uint64_t>(request->seq)});
         }
       } else if (state != core::TicketState::granted) {
         cancel_member = reply.elements[1].str;  // ended while the acquire was in flight
@@ -372,13 +377,18 @@ void RedisLimiter::start() {
 
 void RedisLimiter::subscribe() {
   context_->subscriber->exec({"SUBSCRIBE", wake_channel_},
-                             [name = name_](boost::system::error_code ec, Reply r) {
+                             [name = name_, self = std::weak_ptr<LimiterImpl>(weak_from_this())](
+                                 boost::system::error_code ec, Reply r) {
                                // A failure here is repaired by the connect handler (re-SUBSCRIBE after
                                // the reconnect) and, meanwhile, by the heartbeat's held list.
-                               if (ec && ec != make_error_code(Error::closed))
+                               if (ec && ec != make_error_code(Error::closed)) {
                                  log_error(name, "SUBSCRIBE failed", ec.message());
-                               else if (r.is_error())
+                               } else if (r.is_error()) {
                                  log_error(name, "SUBSCRIBE failed", r.str);
+                               } else if (!ec) {
+                                 if (auto s = self.lock())
+                                   static_cast<RedisLimiter&>(*s).subscribed_.store(true);
+                               }
                              });
 }
 
@@ -499,7 +509,8 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, std::uint64_t generati
       position = std::min(position, std::max<std::size_t>(queued_, 1));
       if (position == request->told_position) continue;
       request->told_position = position;
-      positions.emplace_back(request, QueueStatus{position, queued_, std::nullopt});
+      positions.emplace_back(
+          request, QueueStatus{position, queued_, std::nullopt, static_cast<std::uint64_t>(request->seq)});
     }
   }
   for (auto& [request, status] : positions) post_position(request, status);

@@ -89,6 +89,12 @@ class RedisLimiter final : public detail::LimiterImpl {
   std::uint64_t restores() const noexcept { return restores_.load(std::memory_order_relaxed); }
   std::uint64_t lost_wakes_recovered() const noexcept { return lost_wakes_.load(std::memory_order_relaxed); }
   std::uint64_t orphans_released() const noexcept { return orphans_.load(std::memory_order_relaxed); }
+  /// The wake channel was subscribed and a heartbeat answered: grants reach
+  /// this instance at once from now on.
+  bool ready() const noexcept { return subscribed_.load() && heartbeats() > 0; }
+  /// Commands this instance sent to Redis (both connections), for the
+  /// benchmark's client round trips per grant.
+  std::uint64_t commands_sent() const noexcept;
   /// Stops this limiter's heartbeats for good (simulates a frozen instance).
   void stop_heartbeats_for_test();
 
@@ -170,6 +176,7 @@ class RedisLimiter final : public detail::LimiterImpl {
   std::atomic<std::uint64_t> restores_{0};
   std::atomic<std::uint64_t> lost_wakes_{0};
   std::atomic<std::uint64_t> orphans_{0};
+  std::atomic<bool> subscribed_{false};
 };
 
 /// The limiter `name` of a backend made by make_redis_backend (nullptr for

@@ -3,6 +3,7 @@
 // io thread) sharing one limiter. Each test uses its own limiter name.
 #include "redis/connection.hpp"
 #include "redis/redis_limiter.hpp"
+#include "support/redis_monitor.hpp"
 #include "support/redis_server.hpp"
 #include "support/wait.hpp"
 
@@ -182,43 +183,6 @@ std::shared_ptr<Probe> acquire_queued(Limiter& limiter, std::chrono::millisecond
   return probe;
 }
 
-/// Records the commands Redis runs inside scripts (MONITOR), in Redis order.
-class Monitor {
- public:
-  Monitor() {
-    thread_ = std::thread([this] { io_.run(); });
-    fairgate::redis::ConnectionOptions o;
-    o.endpoint.port = server().port();
-    o.command_timeout = 2s;
-    conn_ = fairgate::redis::Connection::create(io_.get_executor(), o);
-    conn_->set_push_handler([this](fairgate::redis::Reply r) {
-      std::lock_guard lock(mu_);
-      lines_.push_back(std::move(r.str));
-    });
-    conn_->start();
-    std::promise<void> ready;
-    conn_->exec({"MONITOR"}, [&](boost::system::error_code, fairgate::redis::Reply) { ready.set_value(); });
-    ready.get_future().wait();
-  }
-  ~Monitor() {
-    conn_->close();
-    work_.reset();
-    thread_.join();
-  }
-  std::vector<std::string> lines() {
-    std::lock_guard lock(mu_);
-    return lines_;
-  }
-
- private:
-  asio::io_context io_;
-  asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(io_);
-  std::thread thread_;
-  std::shared_ptr<fairgate::redis::Connection> conn_;
-  std::mutex mu_;
-  std::vector<std::string> lines_;
-};
-
 // ---------------------------------------------------------------------------
 
 TEST(RedisBackendTest, OptionsAreValidated) {
@@ -321,7 +285,7 @@ TEST(RedisBackendTest, FifoAndNoOvershootAcrossThreeInstances) {
   // Declared before the instances: their io threads use these until joined.
   std::atomic<int> holding{0}, max_holding{0}, granted{0}, timed_out{0}, cancelled{0}, other{0}, ended{0};
   std::atomic<int> double_end{0};
-  Monitor monitor;
+  fairgate::test::RedisMonitor monitor(server().port());
   std::vector<std::unique_ptr<Instance>> instances;
   std::vector<Limiter> limiters;
   for (int i = 0; i < kInstances; ++i) {
@@ -399,30 +363,11 @@ TEST(RedisBackendTest, FifoAndNoOvershootAcrossThreeInstances) {
 
   // FIFO in Redis order.
   std::this_thread::sleep_for(100ms);
-  const std::string queue_key = key(name, "queue");
-  const std::string wake = key(name, "wake:");
-  const std::regex enqueue("\\[\\d+ lua\\] \"ZADD\" \"" +
-                           std::regex_replace(queue_key, std::regex("[{}]"), "\\$&") +
-                           "\" \"(\\d+)\" \"([^\"|]+\\|\\d+)\\|\\d+\"");
-  const std::regex publish("\\[\\d+ lua\\] \"PUBLISH\" \"" +
-                           std::regex_replace(wake, std::regex("[{}]"), "\\$&") + "[^\"]+\" \"([^\"]+)\"");
-  std::map<std::string, long> seq_of;
-  long last_seq = 0;
-  int handoffs = 0, inversions = 0;
-  for (const auto& line : monitor.lines()) {
-    std::smatch m;
-    if (std::regex_search(line, m, enqueue)) {
-      seq_of[m[2]] = std::stol(m[1]);
-    } else if (std::regex_search(line, m, publish)) {
-      auto it = seq_of.find(m[1]);
-      ASSERT_NE(it, seq_of.end()) << "a hand-off to a waiter that never queued: " << line;
-      if (it->second <= last_seq) ++inversions;
-      last_seq = it->second;
-      ++handoffs;
-    }
-  }
+  const auto fifo = fairgate::test::fifo_in_redis_order(monitor.lines(), "fairgate", name);
+  const int handoffs = fifo.handoffs;
+  EXPECT_EQ(fifo.unknown, 0) << "a hand-off to a waiter that never queued";
+  EXPECT_EQ(fifo.inversions, 0) << "hand-offs in arrival (sequence) order";
   EXPECT_GT(handoffs, 20) << "the queue was exercised";
-  EXPECT_EQ(inversions, 0) << "hand-offs in arrival (sequence) order";
   std::printf(
       "fifo: %d requests, %d granted (%d after waiting), %d timed out, %d cancelled, max holders %d/%u, "
       "%.0f ms\n",

@@ -13,21 +13,22 @@
 --   head_seq sequence of the queue head (0 if empty), for positions
 local inst, ttl, expiry = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_ms()
-local previous = redis.call('ZSCORE', K_INSTANCES, inst)
-local lost = (previous == false or tonumber(previous) <= now) and 1 or 0
-redis.call('ZADD', K_INSTANCES, now + ttl, inst)
-if redis.call('EXISTS', K_CFG) == 0 then
+-- Reap first: if this instance's own liveness ran out it is reaped here like
+-- any dead one, and ZADD then adds it anew, which is what 'lost' means.
+local reaped = reap(now)
+local lost = redis.call('ZADD', K_INSTANCES, now + ttl, inst)
+local flat = redis.call('HGETALL', K_CFG)
+if #flat == 0 then
   redis.call('HSET', K_CFG, 'max_concurrent', ARGV[5], 'max_queue', ARGV[6], 'enabled', ARGV[7],
              'when_disabled', ARGV[8], 'max_wait_ms', ARGV[9])
+  flat = redis.call('HGETALL', K_CFG)
 end
-local reaped = reap(now)
-local granted = dispatch(load_cfg(), now)
+local granted, in_use = dispatch(cfg_from_flat(flat), now)
 local held = redis.call('ZRANGEBYLEX', K_HOLDERS, '[' .. inst .. '|', '(' .. inst .. '}')
 local head = redis.call('ZRANGE', K_QUEUE, 0, 0, 'WITHSCORES')
 local head_seq = head[2] and tonumber(head[2]) or 0
-local queued = redis.call('ZCARD', K_QUEUE)
-local in_use = redis.call('ZCARD', K_HOLDERS)
+local queued = head[2] and redis.call('ZCARD', K_QUEUE) or 0
 if expiry > 0 then
   for i = 1, 5 do redis.call('PEXPIRE', KEYS[i], expiry) end
 end
-return {lost, held, head_seq, queued, in_use, redis.call('HGETALL', K_CFG), reaped, granted}
+return {lost, held, head_seq, queued, in_use, flat, reaped, granted}

@@ -41,15 +41,26 @@ local function alive(inst, now)
   return deadline ~= false and tonumber(deadline) > now
 end
 
+local function make_cfg(max_concurrent, enabled, when_disabled, max_queue)
+  if not max_concurrent then return nil end
+  return {
+    max = tonumber(max_concurrent),
+    enabled = enabled ~= '0',
+    pass = when_disabled ~= 'reject',
+    max_queue = tonumber(max_queue or ''),
+  }
+end
+
 local function load_cfg()
   local v = redis.call('HMGET', K_CFG, 'max_concurrent', 'enabled', 'when_disabled', 'max_queue')
-  if not v[1] then return nil end
-  return {
-    max = tonumber(v[1]),
-    enabled = v[2] ~= '0',
-    pass = v[3] ~= 'reject',
-    max_queue = tonumber(v[4] or ''),
-  }
+  return make_cfg(v[1], v[2], v[3], v[4])
+end
+
+-- The config from an HGETALL reply (flat field/value list); nil if empty.
+local function cfg_from_flat(flat)
+  local h = {}
+  for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
+  return make_cfg(h.max_concurrent, h.enabled, h.when_disabled, h.max_queue)
 end
 
 local function has_room(cfg, holders)
@@ -59,9 +70,10 @@ end
 
 -- Grants queue heads while there is room, publishing each grant to the one
 -- instance that waits for it. Heads that expired or whose instance died are
--- dropped. Returns the number of grants.
+-- dropped. Returns the number of grants and the number of holders after
+-- (wrap the call in parentheses where only the first is wanted).
 local function dispatch(cfg, now)
-  if not cfg then return 0 end
+  if not cfg then return 0, redis.call('ZCARD', K_HOLDERS) end
   local holders = redis.call('ZCARD', K_HOLDERS)
   local granted = 0
   while has_room(cfg, holders) do
@@ -76,7 +88,7 @@ local function dispatch(cfg, now)
       granted = granted + 1
     end
   end
-  return granted
+  return granted, holders
 end
 
 -- Removes instances whose liveness ran out, with their permits and waiters.

@@ -3,4 +3,4 @@
 -- Returns {released (1|0), grants made}. Releasing twice is harmless (0).
 local now = now_ms()
 if redis.call('ZREM', K_HOLDERS, ARGV[2]) == 0 then return {0, 0} end
-return {1, dispatch(load_cfg(), now)}
+return {1, (dispatch(load_cfg(), now))}

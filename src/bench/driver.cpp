@@ -1,0 +1,359 @@
+#include "bench/driver.hpp"
+
+#include "bench/fleet.hpp"
+#include "bench/process.hpp"
+#include "bench/record.hpp"
+#include "redis/url.hpp"
+
+#include <fmt/format.h>
+#include <hiredis/hiredis.h>
+#include <boost/json.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+
+namespace fairgate::bench {
+namespace {
+
+namespace json = boost::json;
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+
+/// A blocking Redis connection for the parent's bookkeeping (INFO, checks).
+class Admin {
+ public:
+  explicit Admin(const std::string& url) {
+    const auto parsed = redis::parse_url(url);
+    if (const auto* problem = std::get_if<std::string>(&parsed))
+      throw std::invalid_argument("--redis: " + *problem);
+    endpoint_ = std::get<redis::Endpoint>(parsed);
+    timeval tv{5, 0};
+    ctx_.reset(redisConnectWithTimeout(endpoint_.host.c_str(), endpoint_.port, tv));
+    if (!ctx_ || ctx_->err) {
+      throw std::runtime_error(fmt::format("cannot connect to Redis at {}: {}", endpoint_.redacted(),
+                                           ctx_ ? ctx_->errstr : "out of memory"));
+    }
+    redisSetTimeout(ctx_.get(), tv);
+    if (!endpoint_.password.empty()) {
+      if (endpoint_.user.empty())
+        command({"AUTH", endpoint_.password});
+      else
+        command({"AUTH", endpoint_.user, endpoint_.password});
+    }
+    if (endpoint_.db != 0) command({"SELECT", std::to_string(endpoint_.db)});
+    command({"PING"});
+  }
+
+  /// The reply as text (integers as digits); throws on an error reply.
+  std::string command(const std::vector<std::string>& args) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (const auto& a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    auto* reply = static_cast<redisReply*>(
+        redisCommandArgv(ctx_.get(), static_cast<int>(argv.size()), argv.data(), lens.data()));
+    if (!reply) throw std::runtime_error(fmt::format("Redis {}: {}", args.front(), ctx_->errstr));
+    std::string text;
+    const int type = reply->type;
+    if (type == REDIS_REPLY_INTEGER)
+      text = std::to_string(reply->integer);
+    else if (reply->str)
+      text.assign(reply->str, reply->len);
+    freeReplyObject(reply);
+    if (type == REDIS_REPLY_ERROR) throw std::runtime_error(fmt::format("Redis {}: {}", args.front(), text));
+    return text;
+  }
+
+  /// Commands Redis has run so far (INFO commandstats, all but INFO itself;
+  /// commands run inside scripts count).
+  std::uint64_t commands_run() {
+    const std::string info = command({"INFO", "commandstats"});
+    std::uint64_t total = 0;
+    std::size_t pos = 0;
+    while ((pos = info.find("cmdstat_", pos)) != std::string::npos) {
+      const auto colon = info.find(':', pos);
+      const auto calls = info.find("calls=", colon);
+      if (colon == std::string::npos || calls == std::string::npos) break;
+      const std::string name = info.substr(pos + 8, colon - pos - 8);
+      if (name != "info") total += std::stoull(info.substr(calls + 6));
+      pos = calls;
+    }
+    return total;
+  }
+
+ private:
+  struct Free {
+    void operator()(redisContext* c) const { redisFree(c); }
+  };
+  redis::Endpoint endpoint_;
+  std::unique_ptr<redisContext, Free> ctx_;
+};
+
+struct Plan {
+  std::string workload;
+  std::size_t instances = 0;
+  std::uint32_t cap = 3;
+  bool closed_loop = false;
+  std::size_t requests_per_instance = 0;  // open loop
+  std::size_t clients_per_instance = 0;   // closed loop
+  milliseconds spread{0}, hold_min{0}, hold_max{0}, duration{0};
+  milliseconds max_wait{30000};
+  std::size_t holders = 0;  // W4: instance 0 holds the cap
+  std::size_t waiters = 0;
+};
+
+Plan plan_for(const BenchOptions& o) {
+  Plan p;
+  p.workload = o.workload;
+  const auto split = [](std::size_t total, std::size_t parts) { return (total + parts - 1) / parts; };
+  if (o.workload == "W1") {  // 10 users, 3 seats, 2 instances, 300 ms each
+    p.instances = o.instances ? o.instances : 2;
+    p.requests_per_instance = split(10, p.instances);
+    p.hold_min = p.hold_max = 300ms;
+  } else if (o.workload == "W2") {  // burst: 4 x 50 over 1 s, 20-80 ms each
+    p.instances = o.instances ? o.instances : 4;
+    p.requests_per_instance = 50;
+    p.spread = 1000ms;
+    p.hold_min = 20ms;
+    p.hold_max = 80ms;
+  } else if (o.workload == "W3") {  // throughput: N = 8, zero-length work
+    p.instances = o.instances ? o.instances : 4;
+    p.cap = 8;
+    p.closed_loop = true;
+    p.waiters = o.waiters ? o.waiters : 8;
+    p.clients_per_instance = split(p.cap + p.waiters, p.instances);
+    p.duration = o.duration.count() ? o.duration : milliseconds(10000);
+  } else if (o.workload == "W4") {  // idle: N = 3 held, 1,000 waiters
+    p.instances = o.instances ? o.instances : 4;
+    p.waiters = o.waiters ? o.waiters : 1000;
+    p.requests_per_instance = split(p.waiters, p.instances);
+    p.holders = p.cap;
+    p.duration = o.duration.count() ? o.duration : milliseconds(10000);
+    p.max_wait = p.duration + 120s;
+  } else {
+    throw std::invalid_argument("--workload: " + o.workload + ": not one of W1, W2, W3, W4");
+  }
+  if (p.closed_loop) {
+    p.waiters = p.clients_per_instance * p.instances -
+                std::min<std::size_t>(p.cap, p.clients_per_instance * p.instances);
+  } else if (p.workload != "W4") {
+    p.waiters = p.requests_per_instance * p.instances;
+  }
+  return p;
+}
+
+/// One JSON object with its keys in insertion order and numbers written
+/// plainly (1.25, not 1.25E0).
+class JsonLine {
+ public:
+  template <typename T>
+  void set(const std::string& key, T value) {
+    std::string text;
+    if constexpr (std::is_same_v<T, std::nullptr_t>) {
+      text = "null";
+    } else if constexpr (std::is_convertible_v<T, std::string_view>) {
+      text = json::serialize(json::string(std::string_view(value)));
+    } else if constexpr (std::is_floating_point_v<T>) {
+      text = std::isfinite(value) ? fmt::format("{}", value) : "null";
+    } else {
+      text = fmt::format("{}", value);
+    }
+    for (auto& [k, v] : fields_) {
+      if (k == key) {
+        v = std::move(text);
+        return;
+      }
+    }
+    fields_.emplace_back(key, std::move(text));
+  }
+  bool contains(const std::string& key) const {
+    return std::any_of(fields_.begin(), fields_.end(), [&](const auto& f) { return f.first == key; });
+  }
+  std::string str() const {
+    std::string out = "{";
+    for (const auto& [k, v] : fields_) {
+      if (out.size() > 1) out += ',';
+      out += json::serialize(json::string(k)) + ':' + v;
+    }
+    return out + "}";
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> fields_;
+};
+
+double per(double a, double b) { return b > 0 ? a / b : 0; }
+double round3(double v) { return std::round(v * 1000) / 1000; }
+
+}  // namespace
+
+std::string run_workload(const BenchOptions& o, const std::function<void(const std::string&)>& log) {
+  const Plan p = plan_for(o);
+  const auto say = [&](const std::string& s) {
+    if (log) log(s);
+  };
+  Admin admin(o.redis_url);
+  static std::atomic<int> runs{0};
+  const std::string limiter = fmt::format("{}-{}-{}", p.workload, ::getpid(), runs++);
+  const std::string key = o.key_prefix + ":{" + limiter + "}:";
+
+  say(fmt::format("{}: starting {} instances (cap {})", p.workload, p.instances, p.cap));
+  std::vector<WorkerOptions> workers;
+  for (std::size_t w = 0; w < p.instances; ++w) {
+    WorkerOptions wo;
+    wo.redis_url = o.redis_url;
+    wo.key_prefix = o.key_prefix;
+    wo.limiter = limiter;
+    wo.instance_id = fmt::format("b{}-{}-w{}", ::getpid(), limiter.substr(0, 2), w);
+    wo.max_concurrent = p.cap;
+    wo.heartbeat_interval = o.heartbeat_interval;
+    wo.liveness_ttl = o.liveness_ttl;
+    wo.closed_loop = p.closed_loop;
+    wo.requests = p.requests_per_instance;
+    wo.spread = p.spread;
+    wo.clients = p.clients_per_instance;
+    wo.duration = p.duration;
+    wo.hold_min = p.hold_min;
+    wo.hold_max = p.hold_max;
+    wo.max_wait = p.max_wait;
+    wo.holders = w == 0 ? p.holders : 0;
+    wo.seed = o.seed * 1000 + w;
+    workers.push_back(wo);
+  }
+  Fleet fleet(o.worker_executable, workers, log);
+  fleet.wait_for("ready", fleet.size(), 30s);
+
+  std::vector<RequestRecord> records;
+  JsonLine out;
+  out.set("system", "fairgate");
+  out.set("workload", p.workload);
+  out.set("instances", p.instances);
+  out.set("max_concurrent", p.cap);
+  out.set("waiters", p.waiters);
+  for (const char* k : {"requests",
+                        "grants",
+                        "timeouts",
+                        "cancels",
+                        "rejections",
+                        "overshoot",
+                        "max_holders",
+                        "inversions",
+                        "inversions_client_time",
+                        "handoff_p50_ms",
+                        "handoff_p99_ms",
+                        "handoff_max_ms",
+                        "handoffs",
+                        "wait_p50_ms",
+                        "wait_p99_ms",
+                        "client_round_trips_per_grant",
+                        "redis_cmds_per_grant",
+                        "idle_redis_cmds_per_s",
+                        "idle_client_cmds_per_s",
+                        "idle_redis_cmds_per_s_per_instance",
+                        "grants_per_s",
+                        "duration_s",
+                        "leftover_holders",
+                        "leftover_waiters"}) {
+    out.set(k, nullptr);  // fixes the order; every field is filled in below or stays null
+  }
+  std::int64_t drain_start_ns = 0;
+
+  std::uint64_t redis0 = 0, client0 = 0;
+  if (p.holders > 0) {
+    fleet.send(0, "hold");
+    const auto held = fleet.wait_for("holding", 1, 30s);
+    const auto t_hold = held[0].t();
+    say(fmt::format("{}: {} permits held; queueing {} waiters", p.workload, p.holders, p.waiters));
+    fleet.send_all("go");
+    fleet.wait_for("queued_all", fleet.size(), 120s, &records);
+    std::this_thread::sleep_for(1s);  // settle: every queued reply handled
+    const std::uint64_t client_a = fleet.commands();
+    const std::uint64_t redis_a = admin.commands_run();
+    const auto t_a = std::chrono::steady_clock::now();
+    say(fmt::format("{}: idle window of {} ms", p.workload, p.duration.count()));
+    std::this_thread::sleep_for(p.duration);
+    const std::uint64_t redis_b = admin.commands_run();
+    const std::uint64_t client_b = fleet.commands();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_a).count();
+    out.set("idle_redis_cmds_per_s", round3(per(static_cast<double>(redis_b - redis_a), seconds)));
+    out.set("idle_client_cmds_per_s", round3(per(static_cast<double>(client_b - client_a), seconds)));
+    out.set("idle_redis_cmds_per_s_per_instance",
+            round3(per(static_cast<double>(redis_b - redis_a), seconds * static_cast<double>(p.instances))));
+    // The drain: the holders let go and every waiter is served (zero-length work).
+    redis0 = admin.commands_run();
+    client0 = fleet.commands();
+    fleet.send(0, "release");
+    const auto released = fleet.wait_for("released", 1, 30s);
+    RequestRecord holders;
+    holders.instance = "holders";
+    holders.grant_ns = t_hold;
+    holders.release_ns = released[0].t();
+    drain_start_ns = holders.release_ns;
+    holders.outcome = "granted";
+    for (std::size_t i = 0; i < p.holders; ++i) {
+      holders.index = i;
+      holders.arrive_ns = t_hold;
+      records.push_back(holders);
+    }
+  } else {
+    redis0 = admin.commands_run();
+    client0 = fleet.commands();
+    fleet.send_all("go");
+  }
+  const milliseconds budget = p.duration + p.max_wait + 60s;
+  const auto done = fleet.wait_for("done", fleet.size(), budget, &records);
+  std::uint64_t client1 = 0;
+  for (const auto& e : done) client1 += e.commands();
+  const std::uint64_t redis1 = admin.commands_run();
+  fleet.exit_all();
+  // Whatever is still in Redis now was leaked.
+  out.set("leftover_holders", std::stoull(admin.command({"ZCARD", key + "holders"})));
+  out.set("leftover_waiters", std::stoull(admin.command({"ZCARD", key + "queue"})));
+  admin.command({"DEL", key + "cfg", key + "holders", key + "queue", key + "seq", key + "instances"});
+
+  if (!o.records_path.empty()) {
+    std::ofstream file(o.records_path, std::ios::app);
+    for (const auto& r : records) file << to_json(r) << '\n';
+  }
+  const Figures f = analyze(records, p.cap);
+  // W4's holders are recorded (for the overshoot count) but are not grants of the measured phase.
+  const std::size_t grants = f.grants - p.holders;
+  const std::int64_t start_ns = drain_start_ns ? drain_start_ns : f.first_arrive_ns;
+  const double span = static_cast<double>(f.last_end_ns - start_ns) / 1e9;
+  const auto per_grant = [&](std::uint64_t count) {
+    return round3(per(static_cast<double>(count), static_cast<double>(grants)));
+  };
+  out.set("requests", f.requests - p.holders);
+  out.set("grants", grants);
+  out.set("timeouts", f.timeouts);
+  out.set("cancels", f.cancels);
+  out.set("rejections", f.rejections);
+  out.set("overshoot", f.overshoot);
+  out.set("max_holders", f.max_holders);
+  out.set("inversions", f.inversions);
+  out.set("inversions_client_time", f.inversions_client_time);
+  out.set("handoff_p50_ms", round3(f.handoff.p50));
+  out.set("handoff_p99_ms", round3(f.handoff.p99));
+  out.set("handoff_max_ms", round3(f.handoff.max));
+  out.set("handoffs", f.handoff.count);
+  out.set("wait_p50_ms", round3(f.wait.p50));
+  out.set("wait_p99_ms", round3(f.wait.p99));
+  out.set("client_round_trips_per_grant", per_grant(client1 - client0));
+  out.set("redis_cmds_per_grant", per_grant(redis1 - redis0));
+  out.set("grants_per_s", round3(per(static_cast<double>(grants), span)));
+  out.set("duration_s", round3(span));
+  return out.str();
+}
+
+}  // namespace fairgate::bench

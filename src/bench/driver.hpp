@@ -1,0 +1,36 @@
+// bench/driver.hpp — `fairgate bench`: runs the workloads of bench.md with
+// each instance a separate process, and computes the figures.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace fairgate::bench {
+
+/// The workloads of bench.md that `fairgate bench` runs.
+inline const std::vector<std::string> kWorkloads = {"W1", "W2", "W3", "W4"};
+
+struct BenchOptions {
+  std::string redis_url;
+  std::string workload = "W1";
+  std::size_t instances = 0;              ///< 0: the workload's own (W1: 2, else 4)
+  std::size_t waiters = 0;                ///< W3: clients beyond the cap (0: 8); W4: waiters (0: 1000)
+  std::chrono::milliseconds duration{0};  ///< W3 run / W4 idle window (0: 10 s)
+  std::string key_prefix = "fairgate-bench";
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::chrono::milliseconds liveness_ttl{3000};
+  std::uint64_t seed = 1;
+  std::string worker_executable;  ///< the `fairgate` binary (bench-worker)
+  /// Where every request record of the run goes, one JSON line each (empty: nowhere).
+  std::string records_path;
+};
+
+/// Runs one workload and returns its JSON line (no newline). Progress goes
+/// to `log` (may be empty). Throws std::runtime_error on failure (Redis
+/// unreachable, a worker died or stalled).
+std::string run_workload(const BenchOptions& options, const std::function<void(const std::string&)>& log);
+
+}  // namespace fairgate::bench

@@ -1,0 +1,52 @@
+// bench/worker.hpp — one benchmark instance, run as its own process
+// (`fairgate bench-worker`, hidden; started by `fairgate bench` and by the
+// multi-process tests).
+//
+// It opens one limiter on the Redis backend, prints {"ev":"ready",...} once
+// its wake channel is subscribed and a heartbeat was answered, then obeys
+// command lines on stdin:
+//   go       start the workload (open loop: `requests` arrivals spread over
+//            `spread`; closed loop: `clients` acquire/hold/release loops for
+//            `duration`); one {"ev":"req",...} line per request (record.hpp),
+//            {"ev":"queued_all"} once every request was queued or ended,
+//            then {"ev":"done","t":ns,"commands":n,"lost_wakes_recovered":n}
+//   hold     acquire `holders` permits and keep them: {"ev":"holding",...}
+//   release  release them: {"ev":"released",...}
+//   mark     {"ev":"mark","t":ns,"commands":n} (commands sent to Redis so far)
+//   exit     (or EOF) leave the queue, release everything, exit 0
+// Timestamps are CLOCK_MONOTONIC nanoseconds (record.hpp).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace fairgate::bench {
+
+struct WorkerOptions {
+  std::string redis_url;
+  std::string key_prefix = "fairgate-bench";
+  std::string limiter = "bench";
+  std::string instance_id;  ///< also the "inst" of every record
+  std::uint32_t max_concurrent = 3;
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::chrono::milliseconds liveness_ttl{3000};
+  std::chrono::milliseconds command_timeout{1000};
+
+  bool closed_loop = false;
+  std::size_t requests = 0;               ///< open loop: how many requests
+  std::chrono::milliseconds spread{0};    ///< open loop: arrivals uniform in [0, spread)
+  std::size_t clients = 0;                ///< closed loop: concurrent loops
+  std::chrono::milliseconds duration{0};  ///< closed loop: how long
+  std::chrono::milliseconds hold_min{0}, hold_max{0};
+  std::chrono::milliseconds max_wait{30000};
+  double cancel_fraction = 0;   ///< open loop: cancelled at a random moment while waiting
+  double timeout_fraction = 0;  ///< open loop: given a short max_wait (10..100 ms)
+  std::size_t holders = 0;      ///< permits the `hold` command takes
+  std::uint64_t seed = 1;
+};
+
+/// Runs the worker on this thread until `exit` or EOF on stdin. Returns the exit code.
+int run_worker(const WorkerOptions& options);
+
+}  // namespace fairgate::bench

@@ -1,0 +1,211 @@
+// Several real processes (`fairgate bench-worker`, the same binary users run)
+// share one limiter through a real redis-server: the guarantees of issue 3
+// across process boundaries, and crash recovery after a real kill -9.
+#include "bench/fleet.hpp"
+#include "support/redis_monitor.hpp"
+#include "support/redis_server.hpp"
+#include "support/wait.hpp"
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using fairgate::bench::Fleet;
+using fairgate::bench::RequestRecord;
+using fairgate::bench::WorkerOptions;
+using fairgate::test::RedisServer;
+using fairgate::test::wait_until;
+
+constexpr const char* kPrefix = "mp";
+constexpr std::uint32_t kCap = 3;
+constexpr auto kHeartbeat = 250ms;
+constexpr auto kTtl = 1000ms;
+
+RedisServer& server() { return RedisServer::shared(); }
+
+std::string test_name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
+
+std::string key(const std::string& limiter, const std::string& what) {
+  return std::string(kPrefix) + ":{" + limiter + "}:" + what;
+}
+
+long zcard(const std::string& limiter, const std::string& what) {
+  return std::stol(server().command({"ZCARD", key(limiter, what)}));
+}
+
+WorkerOptions worker(const std::string& limiter, int i) {
+  WorkerOptions o;
+  o.redis_url = server().url();
+  o.key_prefix = kPrefix;
+  o.limiter = limiter;
+  o.instance_id = limiter + "-p" + std::to_string(i);
+  o.max_concurrent = kCap;
+  o.heartbeat_interval = kHeartbeat;
+  o.liveness_ttl = kTtl;
+  o.command_timeout = 900ms;  // sanitizer builds are slow; no spurious timeouts
+  o.seed = 20261129 + static_cast<std::uint64_t>(i);
+  return o;
+}
+
+Fleet start(const std::vector<WorkerOptions>& workers) {
+  Fleet fleet(FAIRGATE_BIN, workers,
+              [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+  fleet.wait_for("ready", fleet.size(), 30s);
+  return fleet;
+}
+
+// F1 + F2 + F3 + F4 with 4 processes x 60 requests (N = 3): staggered arrivals,
+// random holds, some cancels and short timeouts. Overshoot from the clients'
+// own timestamps; FIFO in Redis' own order (MONITOR); exactly one end per
+// request; nothing left in Redis.
+TEST(RedisMultiProcessTest, FourProcessesShareOneFairLimiter) {
+  const std::string name = test_name();
+  constexpr int kProcesses = 4;
+  constexpr std::size_t kRequests = 60;
+  fairgate::test::RedisMonitor monitor(server().port());
+  std::vector<WorkerOptions> workers;
+  for (int i = 0; i < kProcesses; ++i) {
+    auto o = worker(name, i);
+    o.requests = kRequests;
+    o.spread = 1000ms;  // 240 arrivals/s against about 200 grants/s: a queue builds up
+    o.hold_min = 5ms;
+    o.hold_max = 25ms;
+    o.max_wait = 20s;
+    o.cancel_fraction = 0.1;
+    o.timeout_fraction = 0.1;
+    workers.push_back(o);
+  }
+  Fleet fleet = start(workers);
+  std::vector<RequestRecord> records;
+  fleet.send_all("go");
+  fleet.wait_for("done", fleet.size(), 60s, &records);
+
+  // Exactly one record (= one end) per request, and each a known outcome.
+  std::map<std::string, std::set<std::uint64_t>> seen;
+  for (const auto& r : records) {
+    EXPECT_TRUE(seen[r.instance].insert(r.index).second) << r.instance << " #" << r.index << " ended twice";
+    EXPECT_TRUE(r.outcome == "granted" || r.outcome == "timed_out" || r.outcome == "cancelled")
+        << r.instance << " #" << r.index << ": " << r.outcome << " " << r.reason;
+  }
+  ASSERT_EQ(records.size(), kProcesses * kRequests);
+  for (const auto& [inst, indexes] : seen) EXPECT_EQ(indexes.size(), kRequests) << inst;
+
+  const auto f = fairgate::bench::analyze(records, kCap);
+  EXPECT_EQ(f.overshoot, 0u) << "at most " << kCap << " holders at once, saw " << f.max_holders;
+  EXPECT_EQ(f.max_holders, kCap) << "the cap was reached (the test exercised the queue)";
+  EXPECT_GT(f.timeouts, 0u) << "some short waits timed out";
+  EXPECT_GT(f.cancels, 0u) << "some waits were cancelled";
+  EXPECT_GT(f.grants, records.size() / 2);
+
+  // Afterwards nothing is held or queued in Redis.
+  EXPECT_TRUE(wait_until([&] { return zcard(name, "holders") == 0 && zcard(name, "queue") == 0; }, 5s))
+      << "holders " << zcard(name, "holders") << ", queue " << zcard(name, "queue");
+  fleet.exit_all();
+
+  const auto fifo = fairgate::test::fifo_in_redis_order(monitor.lines(), kPrefix, name);
+  EXPECT_EQ(fifo.inversions, 0) << "hand-offs in arrival (sequence) order";
+  EXPECT_EQ(fifo.unknown, 0) << "a hand-off to a waiter that never queued";
+  EXPECT_GT(fifo.handoffs, 50) << "the queue was exercised";
+  std::printf(
+      "4 processes x %zu: %zu granted (%d from the queue), %zu timed out, %zu cancelled, max holders %zu/%u, "
+      "hand-off p50 %.3f ms p99 %.3f ms, FIFO inversions in Redis order %d\n",
+      kRequests, f.grants, fifo.handoffs, f.timeouts, f.cancels, f.max_holders, kCap, f.handoff.p50,
+      f.handoff.p99, fifo.inversions);
+}
+
+// F5: kill -9 of a process that holds every permit. The waiters of another
+// process get them within liveness TTL + heartbeat interval + 0.5 s, with no
+// new arrival: the survivor's heartbeat reaps and dispatches.
+TEST(RedisMultiProcessTest, KilledHolderPermitsReturnWithinTtlPlusInterval) {
+  const std::string name = test_name();
+  auto holder = worker(name, 0);
+  holder.holders = kCap;
+  auto waiter = worker(name, 1);
+  waiter.requests = kCap;
+  waiter.max_wait = 30s;
+  Fleet fleet = start({holder, waiter});
+  fleet.send(0, "hold");
+  fleet.wait_for("holding", 1, 10s);
+  std::vector<RequestRecord> records;
+  fleet.send(1, "go");
+  fleet.wait_for("queued_all", 1, 10s, &records);
+  ASSERT_EQ(zcard(name, "queue"), static_cast<long>(kCap)) << "the waiters wait";
+
+  const std::int64_t killed_at = fairgate::bench::now_ns();
+  fleet.child(0).kill(SIGKILL);
+  ASSERT_TRUE(fleet.child(0).wait(5s)) << "the holder process is gone";
+  fleet.wait_for("done", 1, 20s, &records, {0});
+
+  ASSERT_EQ(records.size(), kCap);
+  const auto bound = kTtl + kHeartbeat + 500ms;
+  std::int64_t last = 0;
+  for (const auto& r : records) {
+    ASSERT_EQ(r.outcome, "granted") << r.reason;
+    EXPECT_GT(r.grant_ns, killed_at) << "granted only after the kill";
+    last = std::max(last, r.grant_ns - killed_at);
+  }
+  EXPECT_LE(last, std::chrono::nanoseconds(bound).count()) << "permits back within TTL + interval + 0.5 s";
+  EXPECT_EQ(server().command({"ZSCORE", key(name, "instances"), holder.instance_id}), "(nil)")
+      << "the dead instance was reaped";
+  EXPECT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 5s));
+  fleet.exit_all();
+  std::printf("kill -9 of the holder: all %u permits back after %.0f ms (bound %lld ms)\n", kCap,
+              static_cast<double>(last) / 1e6, static_cast<long long>(bound.count()));
+}
+
+// Pub/Sub loss: CLIENT KILL TYPE pubsub mid-run drops both processes' wake
+// connections; they reconnect after at least 50 ms, and grants published in
+// that gap are lost. The heartbeat's held list must find them: a waiter whose
+// wake was lost is served within about one heartbeat interval (250 ms here),
+// far below its 1.5 s max wait; without that sync it would time out.
+TEST(RedisMultiProcessTest, PubSubLossStrandsNoWaiter) {
+  const std::string name = test_name();
+  std::vector<WorkerOptions> workers;
+  for (int i = 0; i < 2; ++i) {
+    auto o = worker(name, i);
+    o.requests = 40;
+    o.spread = 800ms;
+    o.hold_min = 10ms;
+    o.hold_max = 30ms;
+    o.max_wait = 1500ms;
+    workers.push_back(o);
+  }
+  Fleet fleet = start(workers);
+  std::vector<RequestRecord> records;
+  fleet.send_all("go");
+  long killed = 0;
+  for (int i = 0; i < 4; ++i) {  // four losses during the arrivals
+    std::this_thread::sleep_for(150ms);
+    killed += std::stol(server().command({"CLIENT", "KILL", "TYPE", "pubsub"}));
+  }
+  EXPECT_GE(killed, 2) << "the wake connections were killed";
+  const auto done = fleet.wait_for("done", fleet.size(), 60s, &records);
+  fleet.exit_all();
+  std::uint64_t recovered = 0;
+  for (const auto& e : done) recovered += e.count("lost_wakes_recovered");
+
+  ASSERT_EQ(records.size(), 80u);
+  for (const auto& r : records)
+    EXPECT_EQ(r.outcome, "granted") << r.instance << " #" << r.index << ": " << r.reason;
+  EXPECT_GE(recovered, 1u) << "some wakes were lost (else this test proves nothing)";
+  const auto f = fairgate::bench::analyze(records, kCap);
+  EXPECT_EQ(f.overshoot, 0u);
+  EXPECT_TRUE(wait_until([&] { return zcard(name, "holders") == 0 && zcard(name, "queue") == 0; }, 5s));
+  std::printf(
+      "Pub/Sub killed 4 times (%ld connections): 80 of 80 granted, %llu lost wakes recovered by the "
+      "heartbeat, wait p99 %.0f ms, max %.0f ms\n",
+      killed, static_cast<unsigned long long>(recovered), f.wait.p99, f.wait.max);
+}
+
+}  // namespace
