@@ -7,6 +7,7 @@
 #include "support/wait.hpp"
 
 #include <gtest/gtest.h>
+#include <boost/json.hpp>
 
 #include <signal.h>
 
@@ -206,6 +207,36 @@ TEST(RedisMultiProcessTest, PubSubLossStrandsNoWaiter) {
       "Pub/Sub killed 4 times (%ld connections): 80 of 80 granted, %llu lost wakes recovered by the "
       "heartbeat, wait p99 %.0f ms, max %.0f ms\n",
       killed, static_cast<unsigned long long>(recovered), f.wait.p99, f.wait.max);
+}
+
+// `fairgate bench` itself: one JSON line per workload with the figures of
+// bench.md, from real worker processes, and nothing left in Redis.
+TEST(RedisMultiProcessTest, BenchPrintsTheFiguresOfW1) {
+  fairgate::bench::Child bench(
+      {FAIRGATE_BIN, "bench", "--redis", server().url(), "--workload", "W1", "--prefix", kPrefix, "--quiet"});
+  const auto line = bench.next_line(60s);
+  ASSERT_TRUE(line) << "no output";
+  const auto status = bench.wait(30s);
+  ASSERT_TRUE(status);
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+  const auto v = boost::json::parse(*line).as_object();
+  for (const char* k :
+       {"workload", "grants", "overshoot", "inversions", "handoff_p50_ms", "handoff_p99_ms",
+        "client_round_trips_per_grant", "redis_cmds_per_grant", "idle_redis_cmds_per_s", "grants_per_s"}) {
+    EXPECT_TRUE(v.contains(k)) << k << " missing in " << *line;
+  }
+  EXPECT_EQ(v.at("workload").as_string(), "W1");
+  EXPECT_EQ(v.at("grants").to_number<int>(), 10) << "W1: 10 users, all served";
+  EXPECT_EQ(v.at("overshoot").to_number<int>(), 0);
+  EXPECT_EQ(v.at("max_holders").to_number<int>(), 3) << "3 seats in use at once";
+  EXPECT_EQ(v.at("leftover_holders").to_number<int>(), 0);
+  EXPECT_EQ(v.at("leftover_waiters").to_number<int>(), 0);
+  // 7 of the 10 waited: each was handed a released permit.
+  EXPECT_EQ(v.at("handoffs").to_number<int>(), 7);
+  const double per_grant = v.at("redis_cmds_per_grant").to_number<double>();
+  EXPECT_GT(per_grant, 5.0);
+  EXPECT_LT(per_grant, 40.0);
+  std::printf("%s\n", line->c_str());
 }
 
 }  // namespace
