@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config
-  libboost1.81-dev libboost-json1.81-dev libcli11-dev libfmt-dev libhiredis-dev redis-server redis-tools
+  libboost1.81-dev libboost-json1.81-dev libtomlplusplus-dev libcli11-dev libfmt-dev libhiredis-dev redis-server redis-tools
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 if [[ "${1:-}" == "--with-dev-tools" ]]; then

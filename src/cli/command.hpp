@@ -38,6 +38,9 @@ struct Command {
 /// `fairgate demo` (demo.cpp).
 Command add_demo_command(CLI::App& root);
 
+/// `fairgate serve`, the HTTP admission API (serve.cpp).
+Command add_serve_command(CLI::App& root);
+
 /// `fairgate bench` and the hidden `fairgate bench-worker` it starts (bench.cpp).
 Command add_bench_command(CLI::App& root);
 Command add_bench_worker_command(CLI::App& root);

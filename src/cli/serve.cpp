@@ -1,0 +1,143 @@
+// cli/serve.cpp — `fairgate serve`: flags → ServeFlags, then serve/ does the rest.
+//
+// The flags are bound to plain strings and read here (durations with a unit,
+// the --limiter mini-language), so every bad value becomes a UsageError:
+// exit 2 with one line naming the flag and the problem (api.md).
+#include "cli/command.hpp"
+#include "cli/duration.hpp"
+#include "cli/parse.hpp"
+
+#include "serve/config.hpp"
+#include "serve/server.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace fairgate::cli {
+namespace {
+
+struct ServeArgs {
+  std::string config, listen, redis, instance, admin_token;
+  std::vector<std::string> limiters;
+  CLI::Option* config_opt = nullptr;
+  CLI::Option* listen_opt = nullptr;
+  CLI::Option* redis_opt = nullptr;
+  CLI::Option* instance_opt = nullptr;
+  CLI::Option* token_opt = nullptr;
+};
+
+constexpr std::string_view kLimiterHelp =
+    "A limiter: NAME=MAX[,max_wait=20s][,max_queue=K][,enabled=false]; repeat for more (replaces a config "
+    "file limiter of the same name)";
+
+/// "chat=3,max_wait=20s,max_queue=100,enabled=false" → LimiterConfig. Throws UsageError.
+serve::LimiterConfig parse_limiter_spec(const std::string& spec) {
+  const auto fail = [&](const std::string& problem) -> serve::LimiterConfig {
+    throw UsageError(fmt::format("--limiter {}: {}", cli::quoted(spec), problem));
+  };
+  const auto eq = spec.find('=');
+  if (eq == std::string::npos) return fail("expected NAME=MAX, e.g. chat=3");
+  serve::LimiterConfig l;
+  l.name = spec.substr(0, eq);
+  if (auto e = validate_limiter_name(l.name)) return fail(fmt::format("name: {}", e->problem));
+  std::string rest = spec.substr(eq + 1);
+  std::vector<std::string> parts;
+  for (std::size_t start = 0;;) {
+    const auto comma = rest.find(',', start);
+    parts.push_back(rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  const auto max = parse_count(parts[0], 1, kMaxConcurrentLimit);
+  if (!max) return fail(fmt::format("MAX: {}", max.error));
+  l.settings.max_concurrent = static_cast<std::uint32_t>(*max.value);
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    const auto& p = parts[i];
+    const auto peq = p.find('=');
+    if (peq == std::string::npos) return fail(fmt::format("\"{}\" is not key=value", p));
+    const std::string key = p.substr(0, peq);
+    const std::string value = p.substr(peq + 1);
+    if (key == "max_wait") {
+      const auto d = parse_duration(value);
+      if (!d) return fail(fmt::format("max_wait: {}", d.error));
+      if (*d.value > kMaxWaitLimit) return fail(fmt::format("max_wait: {} is longer than 24h", value));
+      l.settings.max_wait = *d.value;
+    } else if (key == "max_queue") {
+      const auto q = parse_count(value, 0, kMaxQueueLimit);
+      if (!q) return fail(fmt::format("max_queue: {}", q.error));
+      l.settings.max_queue = static_cast<std::uint32_t>(*q.value);
+    } else if (key == "enabled") {
+      if (value != "true" && value != "false")
+        return fail(fmt::format("enabled: \"{}\" is not true or false", value));
+      l.settings.enabled = value == "true";
+    } else {
+      return fail(fmt::format("unknown option \"{}\" (use max_wait, max_queue, enabled)", key));
+    }
+  }
+  if (auto e = validate(l.settings)) return fail(e->message());
+  return l;
+}
+
+serve::ServeFlags to_flags(const ServeArgs& a) {
+  serve::ServeFlags f;
+  if (a.config_opt->count() > 0) f.config_file = a.config;
+  if (a.listen_opt->count() > 0) f.listen = a.listen;
+  if (a.redis_opt->count() > 0) f.redis_url = a.redis;
+  if (a.instance_opt->count() > 0) f.instance = a.instance;
+  if (a.token_opt->count() > 0) f.admin_token = a.admin_token;
+  for (const auto& spec : a.limiters) f.limiters.push_back(parse_limiter_spec(spec));
+  return f;
+}
+
+}  // namespace
+
+Command add_serve_command(CLI::App& root) {
+  auto args = std::make_shared<ServeArgs>();
+  CLI::App* app = root.add_subcommand("serve", "The HTTP admission API: hold an SSE stream = hold a permit");
+  app->footer(
+      fmt::format("Precedence: flags > environment > config file > defaults.\n"
+                  "Environment: {}.\n"
+                  "Config file: TOML, see docs/serve.md (listen, admin_token, instance, [redis], "
+                  "[limiters.NAME], [server]).\n"
+                  "Without --redis and without [redis] the memory backend serves one instance.\n"
+                  "SIGTERM/SIGINT: stop accepting, end waiters, release permits, exit 0.",
+                  serve::kEnvHelp));
+  args->config_opt = app->add_option("-c,--config", args->config, "TOML config file")->type_name("FILE");
+  args->listen_opt = app->add_option("--listen", args->listen, "Address to listen on (port 0: any free port)")
+                         ->type_name("HOST:PORT")
+                         ->default_str("127.0.0.1:8080");
+  args->redis_opt = app->add_option("--redis", args->redis,
+                                    "Share limiters through Redis: redis://[user:pass@]HOST:PORT[/DB]")
+                        ->type_name("URL");
+  args->instance_opt = app->add_option("--instance", args->instance,
+                                       "This instance's id, [A-Za-z0-9._-]{1,128} (default: generated)")
+                           ->type_name("ID");
+  args->token_opt =
+      app->add_option("--admin-token", args->admin_token,
+                      "Bearer token for PUT /v1/limiters/NAME (without one, admin routes answer 401)")
+          ->type_name("TOKEN");
+  app->add_option("--limiter", args->limiters, std::string(kLimiterHelp))
+      ->type_name("SPEC")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+
+  return Command{app, [args]() {
+                   serve::ServeConfig config;
+                   try {
+                     const serve::ServeFlags flags = to_flags(*args);
+                     config = serve::load_config(flags, [](const char* name) { return std::getenv(name); });
+                   } catch (const serve::ConfigError& e) {
+                     throw UsageError(e.what());
+                   }
+                   try {
+                     return serve::run_server(config, stdout);
+                   } catch (const serve::ConfigError& e) {
+                     throw UsageError(e.what());
+                   }
+                 }};
+}
+
+}  // namespace fairgate::cli

@@ -1,0 +1,320 @@
+// serve/config.cpp — why it is shaped this way:
+//  * One pass per source (file, environment, flags), each writing into the
+//    same ServeConfig, so precedence is simply the order of the passes.
+//  * Unknown keys are errors (a typo like `max_concurent` must not silently
+//    fall back to a default), except the sections other issues will serve
+//    (`ratelimit`, `route`), which are recorded and reported as ignored.
+//  * Limiter settings end in fairgate::validate(), the one judge of settings,
+//    so the messages match the library's and the admin API's.
+#include "serve/config.hpp"
+
+#include <toml++/toml.h>
+
+#include <fmt/format.h>
+
+#include <boost/asio/ip/address.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+
+namespace fairgate::serve {
+namespace {
+
+using std::chrono::milliseconds;
+
+[[noreturn]] void fail(std::string_view field, std::string_view problem) {
+  throw ConfigError(fmt::format("{}: {}", field, problem));
+}
+
+std::string_view type_name(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    default: return "a date/time";
+  }
+}
+
+std::int64_t get_int(const toml::node& node, const std::string& field, std::int64_t lo, std::int64_t hi) {
+  const auto v = node.value_exact<std::int64_t>();
+  if (!v) fail(field, fmt::format("expected an integer, got {}", type_name(node)));
+  if (*v < lo || *v > hi) fail(field, fmt::format("{} not in {}..{}", *v, lo, hi));
+  return *v;
+}
+
+std::string get_string(const toml::node& node, const std::string& field) {
+  const auto v = node.value_exact<std::string>();
+  if (!v) fail(field, fmt::format("expected a string, got {}", type_name(node)));
+  return *v;
+}
+
+bool get_bool(const toml::node& node, const std::string& field) {
+  const auto v = node.value_exact<bool>();
+  if (!v) fail(field, fmt::format("expected true or false, got {}", type_name(node)));
+  return *v;
+}
+
+milliseconds get_ms(const toml::node& node, const std::string& field, std::int64_t lo, std::int64_t hi) {
+  return milliseconds(get_int(node, field, lo, hi));
+}
+
+const toml::table& get_table(const toml::node& node, const std::string& field) {
+  const auto* t = node.as_table();
+  if (t == nullptr) fail(field, fmt::format("expected a table, got {}", type_name(node)));
+  return *t;
+}
+
+void check_token(const std::string& token, std::string_view field) {
+  if (token.size() > 256) fail(field, "longer than 256 characters");
+  for (const char c : token) {
+    if (c <= ' ' || c > '~') fail(field, "only printable ASCII without spaces is allowed");
+  }
+}
+
+void check_instance(const std::string& id, std::string_view field) {
+  if (id.empty() || id.size() > 128) fail(field, "must be 1..128 characters of [A-Za-z0-9._-]");
+  for (const char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '-';
+    if (!ok) fail(field, "must be 1..128 characters of [A-Za-z0-9._-]");
+  }
+}
+
+void check_limiter(const LimiterConfig& l, const std::string& prefix) {
+  if (auto e = validate_limiter_name(l.name)) fail(prefix, e->problem);
+  if (auto e = validate(l.settings)) fail(prefix + "." + e->field, e->problem);
+  if (l.on_redis_down != "local" && l.on_redis_down != "open" && l.on_redis_down != "closed")
+    fail(prefix + ".on_redis_down", fmt::format("\"{}\" is not one of local, open, closed", l.on_redis_down));
+}
+
+LimiterConfig read_limiter(const std::string& name, const toml::table& t) {
+  const std::string prefix = "limiters." + name;
+  LimiterConfig l;
+  l.name = name;
+  if (auto e = validate_limiter_name(name)) fail(prefix, e->problem);
+  for (auto&& [key, node] : t) {
+    const std::string k(key.str());
+    const std::string field = prefix + "." + k;
+    if (k == "max_concurrent") {
+      l.settings.max_concurrent = static_cast<std::uint32_t>(get_int(node, field, 1, kMaxConcurrentLimit));
+    } else if (k == "max_wait_ms") {
+      l.settings.max_wait = get_ms(node, field, 0, kMaxWaitLimit.count());
+    } else if (k == "max_queue") {
+      l.settings.max_queue = static_cast<std::uint32_t>(get_int(node, field, 0, kMaxQueueLimit));
+    } else if (k == "enabled") {
+      l.settings.enabled = get_bool(node, field);
+    } else if (k == "when_disabled") {
+      const auto mode = get_string(node, field);
+      if (mode == "pass_through")
+        l.settings.when_disabled = DisabledMode::pass_through;
+      else if (mode == "reject")
+        l.settings.when_disabled = DisabledMode::reject;
+      else
+        fail(field, fmt::format("\"{}\" is not one of pass_through, reject", mode));
+    } else if (k == "early_reject") {
+      l.settings.early_reject = get_bool(node, field);
+    } else if (k == "on_redis_down") {
+      l.on_redis_down = get_string(node, field);
+    } else if (k == "local_share") {
+      l.local_share = static_cast<std::uint32_t>(get_int(node, field, 1, kMaxConcurrentLimit));
+    } else {
+      fail(field, "unknown key");
+    }
+  }
+  check_limiter(l, prefix);
+  return l;
+}
+
+void read_server(const toml::table& t, ServerLimits& s) {
+  for (auto&& [key, node] : t) {
+    const std::string k(key.str());
+    const std::string field = "server." + k;
+    if (k == "threads") {
+      s.threads = static_cast<unsigned>(get_int(node, field, 1, 64));
+    } else if (k == "max_connections") {
+      s.max_connections = static_cast<std::size_t>(get_int(node, field, 1, 1'000'000));
+    } else if (k == "max_header_bytes") {
+      s.max_header_bytes = static_cast<std::size_t>(get_int(node, field, 1024, 1024 * 1024));
+    } else if (k == "max_body_bytes") {
+      s.max_body_bytes = static_cast<std::size_t>(get_int(node, field, 0, 16 * 1024 * 1024));
+    } else if (k == "header_timeout_ms") {
+      s.header_timeout = get_ms(node, field, 100, 600'000);
+    } else if (k == "idle_timeout_ms") {
+      s.idle_timeout = get_ms(node, field, 100, 3'600'000);
+    } else if (k == "write_timeout_ms") {
+      s.write_timeout = get_ms(node, field, 100, 600'000);
+    } else if (k == "keepalive_ms") {
+      s.keepalive_interval = get_ms(node, field, 10, 3'600'000);
+    } else if (k == "events_interval_ms") {
+      s.events_interval = get_ms(node, field, 10, 3'600'000);
+    } else if (k == "max_waiters_per_client") {
+      s.max_waiters_per_client = static_cast<std::size_t>(get_int(node, field, 1, 10'000'000));
+    } else if (k == "lease_ms") {
+      s.lease = get_ms(node, field, 100, 86'400'000);
+    } else if (k == "max_lease_ms") {
+      s.max_lease = get_ms(node, field, 100, 86'400'000);
+    } else if (k == "shutdown_grace_ms") {
+      s.shutdown_grace = get_ms(node, field, 0, 600'000);
+    } else {
+      fail(field, "unknown key");
+    }
+  }
+  if (s.lease > s.max_lease) fail("server.lease_ms", "greater than server.max_lease_ms");
+}
+
+void read_redis(const toml::table& t, RedisBackendOptions& r) {
+  for (auto&& [key, node] : t) {
+    const std::string k(key.str());
+    const std::string field = "redis." + k;
+    if (k == "url") {
+      r.url = get_string(node, field);
+    } else if (k == "key_prefix") {
+      r.key_prefix = get_string(node, field);
+    } else if (k == "timeout_ms") {
+      r.command_timeout = get_ms(node, field, 1, 60'000);
+    } else if (k == "heartbeat_ms") {
+      r.heartbeat_interval = get_ms(node, field, 10, 60'000);
+    } else if (k == "liveness_ttl_ms") {
+      r.liveness_ttl = get_ms(node, field, 20, 600'000);
+    } else {
+      fail(field, "unknown key");
+    }
+  }
+}
+
+void read_file(const std::string& path, ServeConfig& cfg) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    fail(fmt::format("--config {}", path),
+         fmt::format("line {}, column {}: {}", where.line, where.column, e.description()));
+  } catch (const std::exception& e) {
+    fail(fmt::format("--config {}", path), e.what());
+  }
+  for (auto&& [key, node] : root) {
+    const std::string k(key.str());
+    if (k == "listen") {
+      parse_listen(get_string(node, k), k, cfg);
+    } else if (k == "admin_token") {
+      cfg.admin_token = get_string(node, k);
+      check_token(cfg.admin_token, k);
+    } else if (k == "instance") {
+      cfg.instance = get_string(node, k);
+      check_instance(cfg.instance, k);
+    } else if (k == "redis") {
+      if (!cfg.redis) cfg.redis.emplace();
+      read_redis(get_table(node, k), *cfg.redis);
+    } else if (k == "limiters") {
+      for (auto&& [name, lim] : get_table(node, k)) {
+        const std::string n(name.str());
+        cfg.limiters.push_back(read_limiter(n, get_table(lim, "limiters." + n)));
+      }
+    } else if (k == "server") {
+      read_server(get_table(node, k), cfg.server);
+    } else if (k == "ratelimit" || k == "route") {
+      cfg.ignored_sections.push_back(k);
+    } else {
+      fail(k, "unknown key");
+    }
+  }
+}
+
+void set_limiter(ServeConfig& cfg, const LimiterConfig& l) {
+  const auto it =
+      std::find_if(cfg.limiters.begin(), cfg.limiters.end(), [&](const auto& x) { return x.name == l.name; });
+  if (it != cfg.limiters.end())
+    *it = l;
+  else
+    cfg.limiters.push_back(l);
+}
+
+}  // namespace
+
+void parse_listen(std::string_view text, std::string_view field, ServeConfig& out) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string_view::npos)
+    fail(field, fmt::format("\"{}\" is not HOST:PORT (e.g. 127.0.0.1:8080)", text));
+  std::string host(text.substr(0, colon));
+  const std::string_view port_text = text.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.empty() || host == "*") host = "0.0.0.0";
+  if (host == "localhost") host = "127.0.0.1";
+  boost::system::error_code ec;
+  boost::asio::ip::make_address(host, ec);
+  if (ec) fail(field, fmt::format("\"{}\" is not an IP address (or localhost)", host));
+  if (port_text.empty() || port_text.size() > 5 ||
+      !std::all_of(port_text.begin(), port_text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    fail(field, fmt::format("port \"{}\" is not a number in 0..65535", port_text));
+  const long port = std::strtol(std::string(port_text).c_str(), nullptr, 10);
+  if (port > 65535) fail(field, fmt::format("port {} not in 0..65535", port));
+  out.listen_host = host;
+  out.listen_port = static_cast<std::uint16_t>(port);
+}
+
+ServeConfig load_config(const ServeFlags& flags, const EnvLookup& env) {
+  ServeConfig cfg;
+  const auto getenv = [&](const char* name) -> std::optional<std::string> {
+    const char* v = env ? env(name) : nullptr;
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    return std::string(v);
+  };
+
+  if (flags.config_file) {
+    read_file(*flags.config_file, cfg);
+  } else if (auto path = getenv("FAIRGATE_CONFIG")) {
+    read_file(*path, cfg);
+  }
+
+  if (auto v = getenv("FAIRGATE_LISTEN")) parse_listen(*v, "FAIRGATE_LISTEN", cfg);
+  if (auto v = getenv("FAIRGATE_REDIS")) {
+    if (!cfg.redis) cfg.redis.emplace();
+    cfg.redis->url = *v;
+  }
+  if (auto v = getenv("FAIRGATE_INSTANCE")) {
+    check_instance(*v, "FAIRGATE_INSTANCE");
+    cfg.instance = *v;
+  }
+  if (auto v = getenv("FAIRGATE_ADMIN_TOKEN")) {
+    check_token(*v, "FAIRGATE_ADMIN_TOKEN");
+    cfg.admin_token = *v;
+  }
+  if (auto v = getenv("FAIRGATE_THREADS")) {
+    char* end = nullptr;
+    const long n = std::strtol(v->c_str(), &end, 10);
+    if (end == v->c_str() || *end != '\0' || n < 1 || n > 64)
+      fail("FAIRGATE_THREADS", fmt::format("\"{}\" not in 1..64", *v));
+    cfg.server.threads = static_cast<unsigned>(n);
+  }
+
+  if (flags.listen) parse_listen(*flags.listen, "--listen", cfg);
+  if (flags.redis_url) {
+    if (!cfg.redis) cfg.redis.emplace();
+    cfg.redis->url = *flags.redis_url;
+  }
+  if (flags.instance) {
+    check_instance(*flags.instance, "--instance");
+    cfg.instance = *flags.instance;
+  }
+  if (flags.admin_token) {
+    check_token(*flags.admin_token, "--admin-token");
+    cfg.admin_token = *flags.admin_token;
+  }
+  for (const auto& l : flags.limiters) {
+    check_limiter(l, "--limiter " + l.name);
+    set_limiter(cfg, l);
+  }
+
+  if (cfg.redis) {
+    cfg.redis->instance_id = cfg.instance;
+    if (auto e = validate(*cfg.redis)) fail("redis." + e->field, e->problem);
+  }
+  return cfg;
+}
+
+}  // namespace fairgate::serve

@@ -1,0 +1,95 @@
+// serve/config.hpp — the settings of `fairgate serve`: defaults, the TOML
+// file, environment overrides and command-line flags, merged and validated.
+//
+// Precedence (lowest first): built-in defaults, the config file, environment
+// variables, flags. Every problem is reported as a ConfigError whose what() is
+// one line "field: problem" (api.md: exit 2 and one line naming the field).
+#pragma once
+
+#include <fairgate/redis_backend.hpp>
+#include <fairgate/settings.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace fairgate::serve {
+
+/// A bad setting; what() is "field: problem" on one line.
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// One limiter to open at start-up.
+struct LimiterConfig {
+  std::string name;
+  Settings settings;
+  /// Degradation policy while Redis is unreachable (D1): local | open | closed.
+  /// Accepted and validated; the backend's current behaviour is "closed"
+  /// (acquires end `unavailable`) until the degraded modes land.
+  std::string on_redis_down = "local";
+  std::uint32_t local_share = 1;
+};
+
+/// HTTP protections (S7) and server tuning: the `[server]` table.
+struct ServerLimits {
+  unsigned threads = 2;                                  ///< I/O threads
+  std::size_t max_connections = 10'000;                  ///< open connections at once
+  std::size_t max_header_bytes = 8 * 1024;               ///< request line + headers
+  std::size_t max_body_bytes = 64 * 1024;                ///< request body
+  std::chrono::milliseconds header_timeout{10'000};      ///< to receive a whole request once it started
+  std::chrono::milliseconds idle_timeout{60'000};        ///< keep-alive connection with no request
+  std::chrono::milliseconds write_timeout{10'000};       ///< one response or event write
+  std::chrono::milliseconds keepalive_interval{15'000};  ///< SSE ": keepalive" comments
+  std::chrono::milliseconds events_interval{1'000};      ///< GET /v1/events snapshot period
+  std::size_t max_waiters_per_client = 1'000;            ///< waiting acquires per client address
+  std::chrono::milliseconds lease{60'000};               ///< JSON permit lease (default)
+  std::chrono::milliseconds max_lease{3'600'000};        ///< longest lease a client may ask for
+  std::chrono::milliseconds shutdown_grace{5'000};       ///< SIGTERM: wait this long for connections to end
+};
+
+struct ServeConfig {
+  std::string listen_host = "127.0.0.1";
+  std::uint16_t listen_port = 8080;  ///< 0 = any free port (printed at start)
+  /// Set: the Redis backend with these options; unset: the memory backend.
+  std::optional<RedisBackendOptions> redis;
+  std::string instance;     ///< instance id (Redis); empty = generated
+  std::string admin_token;  ///< empty = admin routes always answer 401
+  std::vector<LimiterConfig> limiters;
+  ServerLimits server;
+  /// Config sections this build reads but does not serve yet (routes, rate limits).
+  std::vector<std::string> ignored_sections;
+};
+
+/// What the command line gave (already parsed; unset = not given).
+struct ServeFlags {
+  std::optional<std::string> config_file;
+  std::optional<std::string> listen;
+  std::optional<std::string> redis_url;
+  std::optional<std::string> instance;
+  std::optional<std::string> admin_token;
+  std::vector<LimiterConfig> limiters;  ///< replace file limiters of the same name
+};
+
+/// Reads an environment variable; nullptr when unset.
+using EnvLookup = std::function<const char*(const char*)>;
+
+/// The environment variables load_config() reads, for --help and docs.
+inline constexpr const char* kEnvHelp =
+    "FAIRGATE_CONFIG (config file), FAIRGATE_LISTEN, FAIRGATE_REDIS, FAIRGATE_INSTANCE, "
+    "FAIRGATE_ADMIN_TOKEN, FAIRGATE_THREADS";
+
+/// Merges defaults, the file (flags.config_file, else $FAIRGATE_CONFIG), the
+/// environment and the flags, and validates the result. Throws ConfigError.
+ServeConfig load_config(const ServeFlags& flags, const EnvLookup& env);
+
+/// Reads "HOST:PORT" ("[::1]:8080", "localhost:0", ":8080" = all interfaces).
+/// Throws ConfigError naming `field`.
+void parse_listen(std::string_view text, std::string_view field, ServeConfig& out);
+
+}  // namespace fairgate::serve

@@ -1,0 +1,125 @@
+// serve/metrics.cpp — Prometheus text exposition format 0.0.4.
+#include "serve/metrics.hpp"
+
+#include <fmt/format.h>
+
+namespace fairgate::serve {
+namespace {
+
+void header(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+}  // namespace
+
+void WaitHistogram::observe(std::chrono::milliseconds waited) noexcept {
+  const double s = static_cast<double>(waited.count()) / 1000.0;
+  std::size_t i = 0;
+  while (i < kBounds.size() && s > kBounds[i]) ++i;
+  buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+  sum_ms_.fetch_add(static_cast<std::uint64_t>(std::max<std::int64_t>(0, waited.count())),
+                    std::memory_order_relaxed);
+}
+
+void WaitHistogram::render(const std::string& limiter, std::string& out) const {
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < kBounds.size(); ++i) {
+    cumulative += buckets_[i].load(std::memory_order_relaxed);
+    out += fmt::format("fairgate_wait_seconds_bucket{{limiter=\"{}\",le=\"{}\"}} {}\n", limiter, kBounds[i],
+                       cumulative);
+  }
+  cumulative += buckets_[kBounds.size()].load(std::memory_order_relaxed);
+  out += fmt::format("fairgate_wait_seconds_bucket{{limiter=\"{}\",le=\"+Inf\"}} {}\n", limiter, cumulative);
+  out += fmt::format("fairgate_wait_seconds_sum{{limiter=\"{}\"}} {:.3f}\n", limiter,
+                     static_cast<double>(sum_ms_.load(std::memory_order_relaxed)) / 1000.0);
+  out += fmt::format("fairgate_wait_seconds_count{{limiter=\"{}\"}} {}\n", limiter,
+                     count_.load(std::memory_order_relaxed));
+}
+
+Metrics::Metrics(const std::vector<std::string>& limiter_names) {
+  for (const auto& n : limiter_names) histograms_.emplace(n, std::make_unique<WaitHistogram>());
+}
+
+WaitHistogram* Metrics::wait_histogram(const std::string& limiter) const {
+  const auto it = histograms_.find(limiter);
+  return it == histograms_.end() ? nullptr : it->second.get();
+}
+
+std::string render_metrics(const Backend& backend, const Metrics& metrics, std::size_t leases) {
+  // Limiter names are [A-Za-z0-9._-] (validated), so they need no escaping.
+  std::vector<Snapshot> snaps;
+  for (const auto& l : backend.limiters()) snaps.push_back(l.snapshot());
+  std::string out;
+  out.reserve(4096 + snaps.size() * 2048);
+
+  const auto gauge = [&](std::string_view name, std::string_view help, auto value_of) {
+    header(out, name, "gauge", help);
+    for (const auto& s : snaps) out += fmt::format("{}{{limiter=\"{}\"}} {}\n", name, s.name, value_of(s));
+  };
+  const auto counter = [&](std::string_view name, std::string_view help, auto value_of) {
+    header(out, name, "counter", help);
+    for (const auto& s : snaps) out += fmt::format("{}{{limiter=\"{}\"}} {}\n", name, s.name, value_of(s));
+  };
+  gauge("fairgate_in_use", "Permits held (cluster-wide as last seen by this instance).",
+        [](const Snapshot& s) { return s.in_use; });
+  gauge("fairgate_queued", "Waiters in the queue (cluster-wide as last seen by this instance).",
+        [](const Snapshot& s) { return s.queued; });
+  gauge("fairgate_max_concurrent", "The limiter's cap.",
+        [](const Snapshot& s) { return s.settings.max_concurrent; });
+  gauge("fairgate_enabled", "1 when the limiter enforces its cap.",
+        [](const Snapshot& s) { return s.settings.enabled ? 1 : 0; });
+  gauge("fairgate_degraded", "1 while the limiter runs on its Redis-down fallback.",
+        [](const Snapshot&) { return 0; });
+  counter("fairgate_acquires_total", "Acquire requests started on this instance.",
+          [](const Snapshot& s) { return s.stats.acquires; });
+  counter("fairgate_grants_total", "Requests granted on this instance.",
+          [](const Snapshot& s) { return s.stats.grants; });
+  counter("fairgate_timeouts_total", "Requests that reached their max wait.",
+          [](const Snapshot& s) { return s.stats.timeouts; });
+  counter("fairgate_cancels_total", "Requests cancelled while waiting (client gone).",
+          [](const Snapshot& s) { return s.stats.cancels; });
+  counter("fairgate_releases_total", "Permits returned.", [](const Snapshot& s) { return s.stats.releases; });
+
+  header(out, "fairgate_rejections_total", "counter", "Requests rejected, by reason.");
+  for (const auto& s : snaps) {
+    for (const auto reason : {RejectReason::queue_full, RejectReason::disabled, RejectReason::unavailable,
+                              RejectReason::invalid_argument, RejectReason::shutdown}) {
+      out += fmt::format("fairgate_rejections_total{{limiter=\"{}\",reason=\"{}\"}} {}\n", s.name,
+                         to_string(reason), s.stats.by_reason[static_cast<std::size_t>(reason)]);
+    }
+  }
+  header(out, "fairgate_wait_seconds", "histogram", "Time from arrival to grant.");
+  for (const auto& s : snaps) {
+    if (const auto* h = metrics.wait_histogram(s.name)) h->render(s.name, out);
+  }
+
+  const auto single = [&](std::string_view name, std::string_view type, std::string_view help, auto value) {
+    header(out, name, type, help);
+    out += fmt::format("{} {}\n", name, value);
+  };
+  const auto load = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  const int redis = metrics.redis_up.load(std::memory_order_relaxed);
+  if (redis >= 0) {
+    single("fairgate_redis_up", "gauge", "1 when this instance reaches Redis.", redis);
+    single("fairgate_redis_errors_total", "counter", "Failed Redis health probes.",
+           load(metrics.redis_errors));
+  }
+  single("fairgate_http_requests_total", "counter", "HTTP requests read.", load(metrics.http_requests));
+  single("fairgate_http_bad_requests_total", "counter", "Malformed or refused HTTP requests (4xx).",
+         load(metrics.http_bad_requests));
+  single("fairgate_http_connections", "gauge", "Open client connections.", load(metrics.connections_open));
+  single("fairgate_http_connections_refused_total", "counter", "Connections refused at the connection cap.",
+         load(metrics.connections_refused));
+  single("fairgate_http_timeouts_total", "counter", "Connections closed for a header or idle timeout.",
+         load(metrics.connections_timed_out));
+  single("fairgate_sse_streams", "gauge", "Open acquire event streams.", load(metrics.sse_streams));
+  single("fairgate_client_cap_refusals_total", "counter", "Acquires refused by the per-client waiter cap.",
+         load(metrics.client_cap_refusals));
+  single("fairgate_leases", "gauge", "JSON permits held (long poll).", leases);
+  single("fairgate_leases_expired_total", "counter", "JSON permits released because their lease ran out.",
+         load(metrics.leases_expired));
+  return out;
+}
+
+}  // namespace fairgate::serve

@@ -1,0 +1,62 @@
+// serve/metrics.hpp — what the server counts beyond the library's own
+// per-limiter counters (LimiterStats), and the Prometheus text rendering.
+//
+// Thread-safety: every member may be used from any thread (atomics; the
+// per-limiter map is filled before the server starts and read-only after).
+#pragma once
+
+#include <fairgate/backend.hpp>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace fairgate::serve {
+
+/// Wait time until grant, cumulative buckets as Prometheus wants them.
+class WaitHistogram {
+ public:
+  /// Upper bounds in seconds (the last bucket, +Inf, is implicit).
+  static constexpr std::array<double, 14> kBounds = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                                     1,     2.5,  5,     10,   30,  60,   300};
+  void observe(std::chrono::milliseconds waited) noexcept;
+  /// Appends the `fairgate_wait_seconds` series of `limiter` to `out`.
+  void render(const std::string& limiter, std::string& out) const;
+
+ private:
+  std::array<std::atomic<std::uint64_t>, kBounds.size() + 1> buckets_{};  // not cumulative
+  std::atomic<std::uint64_t> count_{0};
+  std::atomic<std::uint64_t> sum_ms_{0};
+};
+
+struct Metrics {
+  explicit Metrics(const std::vector<std::string>& limiter_names);
+
+  /// nullptr for a limiter that was not known at start-up.
+  WaitHistogram* wait_histogram(const std::string& limiter) const;
+
+  std::atomic<std::uint64_t> http_requests{0};
+  std::atomic<std::uint64_t> http_bad_requests{0};  ///< 4xx answers to malformed or refused requests
+  std::atomic<std::uint64_t> connections_refused{0};
+  std::atomic<std::uint64_t> connections_open{0};
+  std::atomic<std::uint64_t> connections_timed_out{0};
+  std::atomic<std::uint64_t> sse_streams{0};          ///< open acquire streams
+  std::atomic<std::uint64_t> client_cap_refusals{0};  ///< per-client waiter cap hit
+  std::atomic<std::uint64_t> leases_expired{0};
+  std::atomic<std::uint64_t> redis_errors{0};  ///< failed health probes of this server
+  std::atomic<int> redis_up{-1};               ///< -1 none, 0 down, 1 up
+
+ private:
+  std::map<std::string, std::unique_ptr<WaitHistogram>> histograms_;
+};
+
+/// The whole /metrics page: per-limiter state and counters from the backend,
+/// then the server's own counters. `leases` = JSON permits held right now.
+std::string render_metrics(const Backend& backend, const Metrics& metrics, std::size_t leases);
+
+}  // namespace fairgate::serve

@@ -1,0 +1,270 @@
+// serve/params.cpp — strict on purpose: a request the server does not fully
+// understand is answered 400 with the reason, never half-applied.
+#include "serve/params.hpp"
+
+#include <fmt/format.h>
+#include <boost/json.hpp>
+
+#include <charconv>
+#include <limits>
+
+namespace fairgate::serve {
+namespace {
+
+namespace json = boost::json;
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+/// Percent-decodes `in`; '+' means space in a query. False on a bad escape or
+/// a control character (after decoding).
+bool decode(std::string_view in, bool query, std::string& out) {
+  out.clear();
+  out.reserve(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    char c = in[i];
+    if (c == '%') {
+      if (i + 2 >= in.size()) return false;
+      const int hi = hex_value(in[i + 1]);
+      const int lo = hex_value(in[i + 2]);
+      if (hi < 0 || lo < 0) return false;
+      c = static_cast<char>(hi * 16 + lo);
+      i += 2;
+    } else if (c == '+' && query) {
+      c = ' ';
+    }
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) return false;
+    out += c;
+  }
+  return true;
+}
+
+std::optional<std::int64_t> parse_int(std::string_view s) {
+  std::int64_t v = 0;
+  if (s.empty()) return std::nullopt;
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+bool valid_tenant(std::string_view t) {
+  if (t.empty() || t.size() > kMaxTenant) return false;
+  for (const char c : t) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == ':' || c == '@' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+/// An integer from a JSON value (integers only, no floats or strings).
+std::optional<std::int64_t> json_int(const json::value& v) {
+  if (v.is_int64()) return v.as_int64();
+  if (v.is_uint64() && v.as_uint64() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+    return static_cast<std::int64_t>(v.as_uint64());
+  return std::nullopt;
+}
+
+std::optional<json::object> parse_object(std::string_view body, BadRequest& error) {
+  boost::system::error_code ec;
+  json::parse_options opts;
+  opts.max_depth = 8;
+  json::value v = json::parse(body, ec, {}, opts);
+  if (ec) {
+    error.message = fmt::format("body is not valid JSON: {}", ec.message());
+    return std::nullopt;
+  }
+  if (!v.is_object()) {
+    error.message = "body must be a JSON object";
+    return std::nullopt;
+  }
+  return std::move(v.as_object());
+}
+
+}  // namespace
+
+std::optional<Target> parse_target(std::string_view target, BadRequest& error) {
+  if (target.empty() || target.front() != '/') {
+    error.message = "request target must start with '/'";
+    return std::nullopt;
+  }
+  Target t;
+  const auto q = target.find('?');
+  const std::string_view path = target.substr(0, q);
+  std::string decoded;
+  if (path.size() > 1) {
+    std::string_view rest = path.substr(1);
+    for (;;) {
+      const auto slash = rest.find('/');
+      const std::string_view seg = rest.substr(0, slash);
+      if (!decode(seg, false, decoded)) {
+        error.message = "bad percent-escape or control character in the path";
+        return std::nullopt;
+      }
+      if (decoded.empty() || decoded == "." || decoded == ".." || decoded.find('/') != std::string::npos) {
+        error.message = "empty or dot segments and encoded slashes are not allowed in the path";
+        return std::nullopt;
+      }
+      t.segments.push_back(decoded);
+      if (slash == std::string_view::npos) break;
+      rest = rest.substr(slash + 1);
+    }
+  }
+  if (q != std::string_view::npos) {
+    std::string_view query = target.substr(q + 1);
+    while (!query.empty()) {
+      const auto amp = query.find('&');
+      const std::string_view pair = query.substr(0, amp);
+      query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+      if (pair.empty()) continue;
+      const auto eq = pair.find('=');
+      std::string key, value;
+      if (!decode(pair.substr(0, eq), true, key) ||
+          (eq != std::string_view::npos && !decode(pair.substr(eq + 1), true, value))) {
+        error.message = "bad percent-escape or control character in the query string";
+        return std::nullopt;
+      }
+      if (t.query.size() >= 32) {
+        error.message = "too many query parameters (at most 32)";
+        return std::nullopt;
+      }
+      t.query.emplace_back(std::move(key), std::move(value));
+    }
+  }
+  return t;
+}
+
+std::optional<AcquireParams> parse_acquire_params(const Target& target, std::string_view body,
+                                                  std::chrono::milliseconds max_lease, BadRequest& error) {
+  AcquireParams p;
+  const auto bad = [&](std::string message) {
+    error.message = std::move(message);
+    return std::nullopt;
+  };
+  // Each parameter arrives as an integer or a string; check it the same way from both sources.
+  const auto set_int = [&](std::string_view key, std::int64_t v) -> bool {
+    if (key == "max_wait_ms") {
+      if (v < 0 || v > kMaxWaitLimit.count()) {
+        error.message = fmt::format("max_wait_ms: {} not in 0..{}", v, kMaxWaitLimit.count());
+        return false;
+      }
+      p.max_wait = std::chrono::milliseconds(v);
+    } else if (key == "weight") {
+      if (v < 1 || v > 1000) {
+        error.message = fmt::format("weight: {} not in 1..1000", v);
+        return false;
+      }
+      p.weight = static_cast<std::uint32_t>(v);
+    } else {  // lease_ms
+      if (v < 100 || v > max_lease.count()) {
+        error.message = fmt::format("lease_ms: {} not in 100..{}", v, max_lease.count());
+        return false;
+      }
+      p.lease = std::chrono::milliseconds(v);
+    }
+    return true;
+  };
+  const auto set_tenant = [&](std::string_view v) -> bool {
+    if (!valid_tenant(v)) {
+      error.message = fmt::format("tenant: must be 1..{} characters of [A-Za-z0-9._:@-]", kMaxTenant);
+      return false;
+    }
+    p.tenant = std::string(v);
+    return true;
+  };
+  for (const auto& [key, value] : target.query) {
+    if (key == "max_wait_ms" || key == "weight" || key == "lease_ms") {
+      const auto v = parse_int(value);
+      if (!v) return bad(fmt::format("{}: \"{}\" is not a whole number", key, value.substr(0, 32)));
+      if (!set_int(key, *v)) return std::nullopt;
+    } else if (key == "tenant") {
+      if (!set_tenant(value)) return std::nullopt;
+    } else {
+      return bad(fmt::format("unknown parameter \"{}\" (use max_wait_ms, tenant, weight, lease_ms)",
+                             key.substr(0, 32)));
+    }
+  }
+  if (!body.empty()) {
+    auto obj = parse_object(body, error);
+    if (!obj) return std::nullopt;
+    for (const auto& [k, v] : *obj) {
+      const std::string_view key(k.data(), k.size());
+      if (key == "max_wait_ms" || key == "weight" || key == "lease_ms") {
+        if (v.is_null()) continue;
+        const auto i = json_int(v);
+        if (!i) return bad(fmt::format("{}: must be a whole number", key));
+        if (!set_int(key, *i)) return std::nullopt;
+      } else if (key == "tenant") {
+        if (v.is_null()) continue;
+        if (!v.is_string()) return bad("tenant: must be a string");
+        const auto& s = v.as_string();
+        if (!set_tenant(std::string_view(s.data(), s.size()))) return std::nullopt;
+      } else {
+        return bad(fmt::format("unknown parameter \"{}\" (use max_wait_ms, tenant, weight, lease_ms)",
+                               key.substr(0, 32)));
+      }
+    }
+  }
+  return p;
+}
+
+std::optional<SettingsUpdate> parse_settings_update(std::string_view body, BadRequest& error) {
+  if (body.empty()) {
+    error.message = "body must be a JSON object with max_concurrent, max_wait_ms, max_queue or enabled";
+    return std::nullopt;
+  }
+  auto obj = parse_object(body, error);
+  if (!obj) return std::nullopt;
+  SettingsUpdate u;
+  const auto bad = [&](std::string message) {
+    error.message = std::move(message);
+    return std::nullopt;
+  };
+  for (const auto& [k, v] : *obj) {
+    const std::string_view key(k.data(), k.size());
+    if (key == "max_concurrent") {
+      const auto i = json_int(v);
+      if (!i || *i < 1 || *i > kMaxConcurrentLimit)
+        return bad(fmt::format("max_concurrent: must be a whole number in 1..{}", kMaxConcurrentLimit));
+      u.max_concurrent = static_cast<std::uint32_t>(*i);
+    } else if (key == "max_wait_ms") {
+      const auto i = json_int(v);
+      if (!i || *i < 0 || *i > kMaxWaitLimit.count())
+        return bad(fmt::format("max_wait_ms: must be a whole number in 0..{}", kMaxWaitLimit.count()));
+      u.max_wait = std::chrono::milliseconds(*i);
+    } else if (key == "max_queue") {
+      if (v.is_null()) {
+        u.max_queue = std::optional<std::uint32_t>{};
+      } else {
+        const auto i = json_int(v);
+        if (!i || *i < 0 || *i > kMaxQueueLimit)
+          return bad(fmt::format("max_queue: must be null or a whole number in 0..{}", kMaxQueueLimit));
+        u.max_queue = std::optional<std::uint32_t>(static_cast<std::uint32_t>(*i));
+      }
+    } else if (key == "enabled") {
+      if (!v.is_bool()) return bad("enabled: must be true or false");
+      u.enabled = v.as_bool();
+    } else {
+      return bad(fmt::format("unknown field \"{}\" (use max_concurrent, max_wait_ms, max_queue, enabled)",
+                             key.substr(0, 32)));
+    }
+  }
+  return u;
+}
+
+bool bearer_matches(std::string_view header, std::string_view token) noexcept {
+  constexpr std::string_view kScheme = "Bearer ";
+  if (token.empty() || header.size() != kScheme.size() + token.size()) return false;
+  if (header.substr(0, kScheme.size()) != kScheme) return false;
+  unsigned diff = 0;
+  for (std::size_t i = 0; i < token.size(); ++i)
+    diff |= static_cast<unsigned char>(header[kScheme.size() + i]) ^ static_cast<unsigned char>(token[i]);
+  return diff == 0;
+}
+
+}  // namespace fairgate::serve

@@ -1,0 +1,899 @@
+// serve/server.cpp — listener, sessions, routes, SSE.
+//
+// Invariants:
+//  * Every connection is one coroutine on its own strand; everything that
+//    touches a connection (its socket, its SSE state, its cancellation
+//    signal) runs on that strand. Library callbacks (on_queued) are posted to
+//    it; acquire completions are bound to it.
+//  * A permit is always owned by exactly one RAII object: an AcquireResult,
+//    an SSE stream's state, or the LeaseTable. Dropping the owner releases it,
+//    so every exit path (client gone, write error, shutdown, exception)
+//    releases without a special case.
+//  * A request that waits is always watched for disconnect (a pending read on
+//    the socket); the watcher's completion cancels the acquire through its
+//    per-operation cancellation slot (F4: cancel before grant removes the
+//    waiter; a grant that races the cancel is released by RAII).
+//  * Nothing a client sends can make the server hold unbounded memory or time:
+//    header and body caps, a read timeout per request, an idle timeout between
+//    requests, a write timeout per write, a connection cap and a per-client
+//    cap on waiting requests (S7).
+#include "serve/server.hpp"
+
+#include "redis/connection.hpp"
+#include "serve/leases.hpp"
+#include "serve/metrics.hpp"
+#include "serve/params.hpp"
+#include "serve/views.hpp"
+
+#include <fairgate/backend.hpp>
+#include <fairgate/redis_backend.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+
+#include <fmt/format.h>
+
+#include <array>
+#include <atomic>
+#include <csignal>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <variant>
+
+namespace fairgate::serve {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace json = boost::json;
+using tcp = net::ip::tcp;
+using net::awaitable;
+using net::use_awaitable;
+using namespace net::experimental::awaitable_operators;
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+
+constexpr auto nothrow = net::as_tuple(net::use_awaitable);
+constexpr std::string_view kServerName = "fairgate";
+
+using Request = http::request<http::string_body>;
+using Response = http::response<http::string_body>;
+
+struct Shared;
+
+/// One client connection.
+struct Session {
+  Session(tcp::socket socket, std::shared_ptr<Shared> s, std::uint64_t session_id, std::size_t buffer_limit)
+      : stream(std::move(socket)), buffer(buffer_limit), shared(std::move(s)), id(session_id) {
+    boost::system::error_code ec;
+    const auto ep = stream.socket().remote_endpoint(ec);
+    client = ec ? std::string("unknown") : ep.address().to_string();
+  }
+
+  /// On the strand: closes the socket; every pending operation ends.
+  void close() {
+    closing = true;
+    boost::system::error_code ec;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream.close();
+  }
+
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+  std::shared_ptr<Shared> shared;
+  std::uint64_t id;
+  std::string client;
+  bool closing = false;
+};
+
+/// What every connection shares.
+struct Shared {
+  Shared(const ServeConfig& c, net::io_context& context, std::vector<std::string> limiter_names)
+      : config(c),
+        io(context),
+        metrics(limiter_names),
+        acceptor_strand(net::make_strand(context)),
+        acceptor(acceptor_strand) {}
+
+  ServeConfig config;
+  net::io_context& io;
+  std::shared_ptr<Backend> backend;
+  std::shared_ptr<redis::Connection> health;  // Redis probe (healthz, redis metrics)
+  Metrics metrics;
+  LeaseTable leases;
+  net::strand<net::io_context::executor_type> acceptor_strand;
+  tcp::acceptor acceptor;
+  std::atomic<bool> stopping{false};
+  std::atomic<std::uint64_t> next_ticket{1};
+
+  std::mutex mu;
+  std::unordered_map<std::uint64_t, std::weak_ptr<Session>> sessions;
+  std::unordered_map<std::string, std::size_t> waiting_by_client;
+  std::uint64_t next_session = 1;
+
+  std::size_t session_count() {
+    std::lock_guard lock(mu);
+    return sessions.size();
+  }
+  /// Posts close() to every session's strand.
+  void close_sessions() {
+    std::vector<std::shared_ptr<Session>> all;
+    {
+      std::lock_guard lock(mu);
+      for (auto& [id, weak] : sessions)
+        if (auto s = weak.lock()) all.push_back(std::move(s));
+    }
+    for (auto& s : all) net::post(s->stream.get_executor(), [s] { s->close(); });
+  }
+};
+
+/// A place in the per-client cap of waiting requests; given back on destruction.
+class WaiterSlot {
+ public:
+  WaiterSlot() = default;
+  WaiterSlot(const WaiterSlot&) = delete;
+  WaiterSlot& operator=(const WaiterSlot&) = delete;
+  WaiterSlot(WaiterSlot&& o) noexcept : shared_(std::move(o.shared_)), client_(std::move(o.client_)) {}
+  WaiterSlot& operator=(WaiterSlot&& o) noexcept {
+    if (this != &o) {
+      reset();
+      shared_ = std::move(o.shared_);
+      client_ = std::move(o.client_);
+    }
+    return *this;
+  }
+  ~WaiterSlot() { reset(); }
+
+  /// A slot for `client`, or an empty one (held() false) when it has too many.
+  static WaiterSlot take(const std::shared_ptr<Shared>& shared, const std::string& client) {
+    WaiterSlot slot;
+    std::lock_guard lock(shared->mu);
+    auto& n = shared->waiting_by_client[client];
+    if (n >= shared->config.server.max_waiters_per_client) {
+      if (n == 0) shared->waiting_by_client.erase(client);
+      return slot;
+    }
+    ++n;
+    slot.shared_ = shared;
+    slot.client_ = client;
+    return slot;
+  }
+  bool held() const noexcept { return shared_ != nullptr; }
+  void reset() noexcept {
+    const std::shared_ptr<Shared> shared = std::move(shared_);  // outlives the lock below
+    if (shared == nullptr) return;
+    std::lock_guard lock(shared->mu);
+    const auto it = shared->waiting_by_client.find(client_);
+    if (it != shared->waiting_by_client.end() && --it->second == 0) shared->waiting_by_client.erase(it);
+  }
+
+ private:
+  // Owned, not referenced: a completion handler holding this slot may outlive
+  // every connection (at worst it is destroyed with the io_context).
+  std::shared_ptr<Shared> shared_;
+  std::string client_;
+};
+
+// --- responses --------------------------------------------------------------
+
+Response make_response(http::status status, const Request& req, std::string body, std::string_view type) {
+  Response res{status, req.version()};
+  res.set(http::field::server, kServerName);
+  res.set(http::field::content_type, type);
+  res.set(http::field::cache_control, "no-store");
+  res.keep_alive(req.keep_alive());
+  res.body() = std::move(body);
+  res.prepare_payload();
+  return res;
+}
+
+Response json_response(http::status status, const Request& req, const json::value& v) {
+  return make_response(status, req, json::serialize(v) + "\n", "application/json");
+}
+
+Response error_response(http::status status, const Request& req, std::string_view reason,
+                        std::string_view message) {
+  return json_response(status, req, error_json(reason, message));
+}
+
+/// Writes `res`; false when the client is gone (or too slow).
+awaitable<bool> send(Session& s, Response res) {
+  s.stream.expires_after(s.shared->config.server.write_timeout);
+  auto [ec, n] = co_await http::async_write(s.stream, res, nothrow);
+  s.stream.expires_never();
+  co_return !ec;
+}
+
+/// Answers a malformed or refused request (counted), keeping the connection when allowed.
+awaitable<bool> send_error(Session& s, const Request& req, http::status status, std::string_view reason,
+                           std::string_view message) {
+  s.shared->metrics.http_bad_requests.fetch_add(1, std::memory_order_relaxed);
+  Response res = error_response(status, req, reason, message);
+  co_return co_await send(s, std::move(res)) && req.keep_alive();
+}
+
+/// Writes raw bytes (SSE), with the write timeout.
+awaitable<bool> send_raw(Session& s, const std::string& bytes) {
+  s.stream.expires_after(s.shared->config.server.write_timeout);
+  auto [ec, n] = co_await net::async_write(s.stream, net::buffer(bytes), nothrow);
+  s.stream.expires_never();
+  co_return !ec;
+}
+
+/// The header of an event stream; the body runs until the connection closes.
+awaitable<bool> send_sse_header(Session& s, const Request& req) {
+  http::response<http::empty_body> res{http::status::ok, req.version()};
+  res.set(http::field::server, kServerName);
+  res.set(http::field::content_type, "text/event-stream");
+  res.set(http::field::cache_control, "no-store");
+  res.set("X-Accel-Buffering", "no");
+  res.keep_alive(false);
+  http::response_serializer<http::empty_body> sr{res};
+  s.stream.expires_after(s.shared->config.server.write_timeout);
+  auto [ec, n] = co_await http::async_write_header(s.stream, sr, nothrow);
+  s.stream.expires_never();
+  co_return !ec;
+}
+
+/// Completes when the client closes the connection (or it fails). Bytes the
+/// client sends meanwhile are read and dropped; `saw_data` tells.
+awaitable<void> watch_disconnect(Session& s, bool& saw_data) {
+  std::array<char, 512> scratch{};
+  for (;;) {
+    auto [ec, n] = co_await s.stream.socket().async_read_some(net::buffer(scratch), nothrow);
+    if (ec) co_return;
+    saw_data = true;
+  }
+}
+
+std::string retry_after_seconds(const Limiter& limiter) {
+  const auto est = limiter.snapshot().estimated_wait;
+  const auto ms = est ? est->count() : 1000;
+  return std::to_string(std::max<std::int64_t>(1, (ms + 999) / 1000));
+}
+
+http::status status_of(RejectReason reason) {
+  switch (reason) {
+    case RejectReason::timeout:
+    case RejectReason::queue_full: return http::status::too_many_requests;
+    case RejectReason::invalid_argument: return http::status::bad_request;
+    default: return http::status::service_unavailable;
+  }
+}
+
+void record_grant(Shared& sh, const std::string& limiter, milliseconds waited) {
+  if (auto* h = sh.metrics.wait_histogram(limiter)) h->observe(waited);
+}
+
+// --- SSE acquire --------------------------------------------------------------
+
+/// The state of one SSE acquire, shared by the connection coroutine, the
+/// on_queued callback and the completion handler — all on the session strand.
+struct SseAcquire {
+  explicit SseAcquire(const net::any_io_executor& strand) : wake(strand) {}
+
+  void push(std::string event) {
+    out.push_back(std::move(event));
+    wake.cancel();
+  }
+
+  net::steady_timer wake;  // cancelled when there is something to write
+  std::deque<std::string> out;
+  net::cancellation_signal cancel;
+  std::string ticket;
+  std::size_t told_position = 0;
+  bool completed = false;  // the acquire's single completion arrived
+  bool granted = false;
+  bool finished = false;  // rejected: end the stream once `out` is written
+  bool closed = false;    // the stream is over; a late grant is released at once
+  Permit permit;
+};
+
+awaitable<void> sse_pump(Session& s, std::shared_ptr<SseAcquire> st) {
+  const auto keepalive = s.shared->config.server.keepalive_interval;
+  for (;;) {
+    while (!st->out.empty()) {
+      const std::string bytes = std::move(st->out.front());
+      st->out.pop_front();
+      if (!co_await send_raw(s, bytes)) co_return;
+    }
+    if (st->finished) co_return;
+    st->wake.expires_after(st->granted ? keepalive : milliseconds(std::chrono::hours(24)));
+    auto [ec] = co_await st->wake.async_wait(nothrow);
+    if (!ec && st->granted && st->out.empty()) st->out.push_back(": keepalive\n\n");
+  }
+}
+
+awaitable<bool> acquire_sse(std::shared_ptr<Session> self, Limiter limiter, AcquireParams params,
+                            const Request& req, WaiterSlot slot) {
+  Session& s = *self;
+  Shared& sh = *s.shared;
+  if (!co_await send_sse_header(s, req)) co_return false;
+  sh.metrics.sse_streams.fetch_add(1, std::memory_order_relaxed);
+
+  const auto strand = s.stream.get_executor();
+  auto st = std::make_shared<SseAcquire>(strand);
+  st->ticket = fmt::format("t-{}", sh.next_ticket.fetch_add(1, std::memory_order_relaxed));
+
+  AcquireOptions options;
+  options.max_wait = params.max_wait;
+  options.tenant = params.tenant;
+  options.on_queued = [st, strand](const QueueStatus& q) {
+    net::post(strand, [st, q] {
+      // The completion is the truth: a position that arrives after it is stale.
+      if (st->completed || st->closed || q.position == st->told_position) return;
+      st->told_position = q.position;
+      json::object data;
+      data["position"] = q.position;
+      data["queued"] = q.queued;
+      data["ticket"] = st->ticket;
+      if (q.estimated_wait) data["estimated_wait_ms"] = q.estimated_wait->count();
+      st->push(sse_event("queued", data));
+    });
+  };
+  const std::string name = limiter.name();
+  auto on_done = [st, shared = s.shared, name,
+                  slot = std::make_shared<WaiterSlot>(std::move(slot))](AcquireResult r) {
+    st->completed = true;
+    slot->reset();
+    if (r.granted()) {
+      Permit permit = r.take_permit();
+      record_grant(*shared, name, permit.waited());
+      if (st->closed) return;  // the client left while the grant was on its way: release now
+      json::object data;
+      data["permit"] = permit.id();
+      data["waited_ms"] = permit.waited().count();
+      data["ticket"] = st->ticket;
+      st->permit = std::move(permit);
+      st->granted = true;
+      st->push(sse_event("granted", data));
+    } else {
+      if (st->closed) return;
+      json::object data;
+      data["reason"] = wire_reason(r.reason());
+      data["message"] = r.message();
+      data["waited_ms"] = r.waited().count();
+      data["ticket"] = st->ticket;
+      st->finished = true;
+      st->push(sse_event("rejected", data));
+    }
+  };
+  limiter.async_acquire(
+      std::move(options),
+      net::bind_cancellation_slot(st->cancel.slot(), net::bind_executor(strand, std::move(on_done))));
+
+  bool saw_data = false;
+  co_await (sse_pump(s, st) || watch_disconnect(s, saw_data));
+
+  st->closed = true;
+  // Still waiting: cancel (the completion arrives later, as cancelled or as a
+  // grant that raced the cancel, which it releases because `closed` is set).
+  if (!st->completed) st->cancel.emit(net::cancellation_type::terminal);
+  st->permit.release();
+  sh.metrics.sse_streams.fetch_sub(1, std::memory_order_relaxed);
+  co_return false;  // an event stream ends with the connection
+}
+
+// --- JSON (long-poll) acquire -------------------------------------------------
+
+awaitable<bool> acquire_json(std::shared_ptr<Session> self, Limiter limiter, AcquireParams params,
+                             const Request& req, WaiterSlot slot) {
+  Session& s = *self;
+  Shared& sh = *s.shared;
+  AcquireOptions options;
+  options.max_wait = params.max_wait;
+  options.tenant = params.tenant;
+  bool saw_data = false;
+  auto outcome = co_await (limiter.async_acquire(options, use_awaitable) || watch_disconnect(s, saw_data));
+  slot.reset();
+  if (outcome.index() != 0) co_return false;  // the client left; the acquire was cancelled
+  AcquireResult result = std::move(std::get<0>(outcome));
+  const bool keep = req.keep_alive() && !saw_data;
+
+  if (result.granted()) {
+    Permit permit = result.take_permit();
+    const auto waited = permit.waited();
+    record_grant(sh, limiter.name(), waited);
+    const auto lease = params.lease.value_or(sh.config.server.lease);
+    const std::string token = sh.leases.add(std::move(permit), limiter.name(), lease);
+    json::object body;
+    body["permit"] = token;
+    body["waited_ms"] = waited.count();
+    body["lease_ms"] = lease.count();
+    body["limiter"] = limiter.name();
+    Response res = json_response(http::status::ok, req, body);
+    res.keep_alive(keep);
+    if (!co_await send(s, std::move(res))) {
+      sh.leases.release(token);  // nobody will ever learn the token
+      co_return false;
+    }
+    co_return keep;
+  }
+  Response res =
+      error_response(status_of(result.reason()), req, wire_reason(result.reason()), result.message());
+  if (result.reason() != RejectReason::invalid_argument)
+    res.set(http::field::retry_after, retry_after_seconds(limiter));
+  res.keep_alive(keep);
+  co_return co_await send(s, std::move(res)) && keep;
+}
+
+// --- routes -----------------------------------------------------------------
+
+bool wants_event_stream(const Request& req) {
+  const auto accept = req[http::field::accept];
+  return accept.find("text/event-stream") != beast::string_view::npos;
+}
+
+awaitable<bool> route_acquire(std::shared_ptr<Session> self, const Request& req, const std::string& name,
+                              const Target& target) {
+  Shared& sh = *self->shared;
+  if (auto e = validate_limiter_name(name))
+    co_return co_await send_error(*self, req, http::status::bad_request, "bad_request",
+                                  "limiter name: " + e->problem);
+  auto limiter = sh.backend->find(name);
+  if (!limiter)
+    co_return co_await send_error(*self, req, http::status::not_found, "unknown_limiter",
+                                  fmt::format("no limiter named \"{}\"", name));
+  BadRequest bad;
+  auto params = parse_acquire_params(target, req.body(), sh.config.server.max_lease, bad);
+  if (!params)
+    co_return co_await send_error(*self, req, http::status::bad_request, "bad_request", bad.message);
+  if (sh.stopping.load()) {
+    co_return co_await send_error(*self, req, http::status::service_unavailable, "unavailable",
+                                  "the server is shutting down");
+  }
+  WaiterSlot slot = WaiterSlot::take(self->shared, self->client);
+  if (!slot.held()) {
+    sh.metrics.client_cap_refusals.fetch_add(1, std::memory_order_relaxed);
+    Response res = error_response(
+        http::status::too_many_requests, req, "too_many_waiters",
+        fmt::format("this client already has {} waiting requests", sh.config.server.max_waiters_per_client));
+    res.set(http::field::retry_after, "1");
+    sh.metrics.http_bad_requests.fetch_add(1, std::memory_order_relaxed);
+    co_return co_await send(*self, std::move(res)) && req.keep_alive();
+  }
+  if (wants_event_stream(req))
+    co_return co_await acquire_sse(self, std::move(*limiter), std::move(*params), req, std::move(slot));
+  co_return co_await acquire_json(self, std::move(*limiter), std::move(*params), req, std::move(slot));
+}
+
+json::value limiters_json(const Backend& backend) {
+  json::array list;
+  for (const auto& l : backend.limiters()) list.push_back(limiter_json(l.snapshot(), backend.kind(), false));
+  json::object o;
+  o["limiters"] = std::move(list);
+  return o;
+}
+
+awaitable<bool> route_events(std::shared_ptr<Session> self, const Request& req) {
+  Session& s = *self;
+  if (!co_await send_sse_header(s, req)) co_return false;
+  const auto interval = s.shared->config.server.events_interval;
+  auto pump = [&s, interval]() -> awaitable<void> {
+    net::steady_timer timer(s.stream.get_executor());
+    for (;;) {
+      const json::value data = limiters_json(*s.shared->backend);
+      const std::string event = sse_event("snapshot", data);
+      if (!co_await send_raw(s, event)) co_return;
+      timer.expires_after(interval);
+      auto [ec] = co_await timer.async_wait(nothrow);
+      if (ec) co_return;
+    }
+  };
+  bool saw_data = false;
+  co_await (pump() || watch_disconnect(s, saw_data));
+  co_return false;
+}
+
+awaitable<bool> route_put_limiter(std::shared_ptr<Session> self, const Request& req,
+                                  const std::string& name) {
+  Shared& sh = *self->shared;
+  if (!bearer_matches(req[http::field::authorization], sh.config.admin_token)) {
+    Response res = error_response(http::status::unauthorized, req, "unauthorized",
+                                  sh.config.admin_token.empty()
+                                      ? "admin routes are off: start the server with --admin-token"
+                                      : "a valid 'Authorization: Bearer TOKEN' header is required");
+    res.set(http::field::www_authenticate, "Bearer");
+    sh.metrics.http_bad_requests.fetch_add(1, std::memory_order_relaxed);
+    co_return co_await send(*self, std::move(res)) && req.keep_alive();
+  }
+  auto limiter = sh.backend->find(name);
+  if (!limiter)
+    co_return co_await send_error(*self, req, http::status::not_found, "unknown_limiter",
+                                  fmt::format("no limiter named \"{}\"", name));
+  BadRequest bad;
+  auto update = parse_settings_update(req.body(), bad);
+  if (!update)
+    co_return co_await send_error(*self, req, http::status::bad_request, "bad_request", bad.message);
+  auto applied = limiter->configure(*update);
+  if (!applied) {
+    co_return co_await send_error(*self, req, http::status::bad_request, "bad_request",
+                                  applied.error().message());
+  }
+  Snapshot snap = limiter->snapshot();
+  snap.settings = *applied;
+  Response res = json_response(http::status::ok, req, limiter_json(snap, sh.backend->kind(), false));
+  co_return co_await send(*self, std::move(res)) && req.keep_alive();
+}
+
+awaitable<bool> method_not_allowed(Session& s, const Request& req, std::string_view allow) {
+  s.shared->metrics.http_bad_requests.fetch_add(1, std::memory_order_relaxed);
+  Response res =
+      error_response(http::status::method_not_allowed, req, "method_not_allowed",
+                     fmt::format("{} is not allowed here (allowed: {})", req.method_string(), allow));
+  res.set(http::field::allow, allow);
+  co_return co_await send(s, std::move(res)) && req.keep_alive();
+}
+
+/// Serves one request; returns whether the connection may carry another.
+awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
+  Session& s = *self;
+  Shared& sh = *s.shared;
+  BadRequest bad;
+  const auto target = parse_target(std::string_view(req.target().data(), req.target().size()), bad);
+  if (!target) co_return co_await send_error(s, req, http::status::bad_request, "bad_request", bad.message);
+  const auto& seg = target->segments;
+  const auto method = req.method();
+
+  if (seg.size() == 1 && seg[0] == "healthz") {
+    if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET");
+    json::object o;
+    o["status"] = "ok";
+    const int up = sh.metrics.redis_up.load();
+    o["redis"] = !sh.config.redis ? "none" : up == 1 ? "up" : "down";
+    o["backend"] = sh.backend->kind();
+    Response res = json_response(http::status::ok, req, o);
+    co_return co_await send(s, std::move(res)) && req.keep_alive();
+  }
+  if (seg.size() == 1 && seg[0] == "metrics") {
+    if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET");
+    Response res =
+        make_response(http::status::ok, req, render_metrics(*sh.backend, sh.metrics, sh.leases.size()),
+                      "text/plain; version=0.0.4; charset=utf-8");
+    co_return co_await send(s, std::move(res)) && req.keep_alive();
+  }
+  if (seg.size() >= 2 && seg[0] == "v1" && seg[1] == "limiters") {
+    if (seg.size() == 2) {
+      if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET");
+      Response res = json_response(http::status::ok, req, limiters_json(*sh.backend));
+      co_return co_await send(s, std::move(res)) && req.keep_alive();
+    }
+    const std::string& name = seg[2];
+    if (seg.size() == 3) {
+      if (method == http::verb::put) co_return co_await route_put_limiter(self, req, name);
+      if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET, PUT");
+      auto limiter = sh.backend->find(name);
+      if (!limiter)
+        co_return co_await send_error(s, req, http::status::not_found, "unknown_limiter",
+                                      fmt::format("no limiter named \"{}\"", name));
+      json::object o = limiter_json(limiter->snapshot(), sh.backend->kind(), true);
+      Response res = json_response(http::status::ok, req, o);
+      co_return co_await send(s, std::move(res)) && req.keep_alive();
+    }
+    if (seg.size() == 4 && seg[3] == "acquire") {
+      if (method != http::verb::post) co_return co_await method_not_allowed(s, req, "POST");
+      co_return co_await route_acquire(self, req, name, *target);
+    }
+  }
+  if (seg.size() >= 3 && seg[0] == "v1" && seg[1] == "permits") {
+    const std::string& token = seg[2];
+    if (seg.size() == 3) {
+      if (method != http::verb::delete_) co_return co_await method_not_allowed(s, req, "DELETE");
+      if (!sh.leases.release(token))
+        co_return co_await send_error(s, req, http::status::not_found, "unknown_permit",
+                                      "no such permit (released, expired or never granted here)");
+      Response res{http::status::no_content, req.version()};
+      res.set(http::field::server, kServerName);
+      res.keep_alive(req.keep_alive());
+      co_return co_await send(s, std::move(res)) && req.keep_alive();
+    }
+    if (seg.size() == 4 && seg[3] == "renew") {
+      if (method != http::verb::post) co_return co_await method_not_allowed(s, req, "POST");
+      const auto lease = sh.leases.renew(token);
+      if (!lease)
+        co_return co_await send_error(s, req, http::status::not_found, "unknown_permit",
+                                      "no such permit (released, expired or never granted here)");
+      json::object o;
+      o["lease_ms"] = lease->count();
+      Response res = json_response(http::status::ok, req, o);
+      co_return co_await send(s, std::move(res)) && req.keep_alive();
+    }
+  }
+  if (seg.size() == 2 && seg[0] == "v1" && seg[1] == "events") {
+    if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET");
+    co_return co_await route_events(self, req);
+  }
+  co_return co_await send_error(
+      s, req, http::status::not_found, "not_found",
+      fmt::format("no route {} {}", req.method_string(),
+                  std::string_view(req.target().data(), std::min<std::size_t>(req.target().size(), 128))));
+}
+
+// --- connections ------------------------------------------------------------
+
+bool is_http_error(const boost::system::error_code& ec) {
+  return ec.category() == make_error_code(http::error::bad_target).category();
+}
+
+/// Reads requests off one connection and answers them, until either side ends it.
+awaitable<void> serve_connection(std::shared_ptr<Session> self) {
+  Session& s = *self;
+  Shared& sh = *s.shared;
+  const ServerLimits& limits = sh.config.server;
+  for (;;) {
+    if (s.closing || sh.stopping.load()) co_return;
+    if (s.buffer.size() == 0) {
+      // Idle between requests: a connection may sit here for idle_timeout.
+      s.stream.expires_after(limits.idle_timeout);
+      auto [ec, n] = co_await s.stream.async_read_some(s.buffer.prepare(4096), nothrow);
+      if (ec) {
+        if (ec == beast::error::timeout) sh.metrics.connections_timed_out.fetch_add(1);
+        co_return;
+      }
+      s.buffer.commit(n);
+    }
+    // The request has started: all of it must arrive within header_timeout (slowloris).
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
+    parser.body_limit(limits.max_body_bytes);
+    s.stream.expires_after(limits.header_timeout);
+    auto [ec, n] = co_await http::async_read(s.stream, s.buffer, parser, nothrow);
+    s.stream.expires_never();
+    if (ec) {
+      Request dummy;
+      dummy.version(11);
+      dummy.keep_alive(false);
+      if (ec == http::error::header_limit) {
+        co_await send_error(s, dummy, http::status::request_header_fields_too_large, "header_too_large",
+                            fmt::format("request headers exceed {} bytes", limits.max_header_bytes));
+      } else if (ec == http::error::body_limit) {
+        co_await send_error(s, dummy, http::status::payload_too_large, "body_too_large",
+                            fmt::format("request body exceeds {} bytes", limits.max_body_bytes));
+      } else if (ec == beast::error::timeout) {
+        sh.metrics.connections_timed_out.fetch_add(1);
+        Response res = error_response(http::status::request_timeout, dummy, "request_timeout",
+                                      "the request did not arrive in time");
+        co_await send(s, std::move(res));
+      } else if (is_http_error(ec) && ec != http::error::end_of_stream &&
+                 ec != http::error::partial_message) {
+        co_await send_error(s, dummy, http::status::bad_request, "bad_request",
+                            fmt::format("malformed HTTP request: {}", ec.message()));
+      }
+      co_return;
+    }
+    sh.metrics.http_requests.fetch_add(1, std::memory_order_relaxed);
+    const Request req = parser.release();
+    // Most connections then wait (SSE, long poll) with nothing buffered: give
+    // the read buffer back, it is much of a waiting connection's memory.
+    if (s.buffer.size() == 0) s.buffer.shrink_to_fit();
+    const bool keep = co_await handle(self, req);
+    if (!keep || !req.keep_alive()) co_return;
+  }
+}
+
+awaitable<void> run_session(std::shared_ptr<Session> self) {
+  Shared& sh = *self->shared;
+  try {
+    co_await serve_connection(self);
+  } catch (const std::exception&) {
+    // An exception here is a bug, but it must only cost this connection.
+  }
+  boost::system::error_code ec;
+  self->stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  self->stream.close();
+  {
+    std::lock_guard lock(sh.mu);
+    sh.sessions.erase(self->id);
+  }
+  sh.metrics.connections_open.fetch_sub(1, std::memory_order_relaxed);
+}
+
+awaitable<void> accept_loop(std::shared_ptr<Shared> sh) {
+  for (;;) {
+    auto [ec, socket] = co_await sh->acceptor.async_accept(net::make_strand(sh->io), nothrow);
+    if (sh->stopping.load()) co_return;
+    if (ec) {
+      if (ec == net::error::operation_aborted || ec == net::error::bad_descriptor) co_return;
+      // Out of descriptors and the like: back off a little, then go on.
+      net::steady_timer pause(sh->acceptor_strand, 50ms);
+      co_await pause.async_wait(nothrow);
+      continue;
+    }
+    if (sh->metrics.connections_open.load() >= sh->config.server.max_connections) {
+      sh->metrics.connections_refused.fetch_add(1, std::memory_order_relaxed);
+      static constexpr std::string_view kBusy =
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+          "Content-Length: 81\r\n\r\n"
+          "{\"error\":{\"reason\":\"too_many_connections\",\"message\":\"connection limit reached\"}}\n";
+      boost::system::error_code wec;
+      socket.non_blocking(true, wec);
+      socket.write_some(net::buffer(kBusy), wec);
+      socket.shutdown(tcp::socket::shutdown_both, wec);
+      socket.close(wec);
+      continue;
+    }
+    sh->metrics.connections_open.fetch_add(1, std::memory_order_relaxed);
+    const auto& limits = sh->config.server;
+    std::shared_ptr<Session> session;
+    {
+      std::lock_guard lock(sh->mu);
+      const std::uint64_t id = sh->next_session++;
+      session = std::make_shared<Session>(std::move(socket), sh, id,
+                                          limits.max_header_bytes + limits.max_body_bytes + 8192);
+      sh->sessions.emplace(id, session);
+    }
+    const auto executor = session->stream.get_executor();
+    net::co_spawn(executor, run_session(std::move(session)), net::detached);
+  }
+}
+
+/// Releases JSON permits whose lease ran out.
+awaitable<void> lease_sweeper(std::shared_ptr<Shared> sh) {
+  net::steady_timer timer(co_await net::this_coro::executor);
+  while (!sh->stopping.load()) {
+    timer.expires_after(100ms);
+    co_await timer.async_wait(nothrow);
+    const auto n = sh->leases.expire(LeaseTable::Clock::now());
+    sh->metrics.leases_expired.fetch_add(n, std::memory_order_relaxed);
+  }
+}
+
+/// Pings Redis every second for /healthz and the redis metrics.
+awaitable<void> redis_probe(std::shared_ptr<Shared> sh) {
+  net::steady_timer timer(co_await net::this_coro::executor);
+  std::weak_ptr<Shared> weak = sh;
+  while (!sh->stopping.load()) {
+    std::vector<std::string> ping{"PING"};
+    sh->health->exec(std::move(ping), [weak](boost::system::error_code ec, redis::Reply) {
+      if (auto s = weak.lock()) {
+        s->metrics.redis_up.store(ec ? 0 : 1);
+        if (ec) s->metrics.redis_errors.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+    timer.expires_after(1s);
+    co_await timer.async_wait(nothrow);
+  }
+}
+
+/// SIGTERM/SIGINT: stop accepting, end waiters, release permits, close
+/// connections, let the last Redis commands go out, then stop the loop.
+awaitable<void> shutdown_on_signal(std::shared_ptr<Shared> sh, net::signal_set& signals, int& which) {
+  auto [ec, sig] = co_await signals.async_wait(nothrow);
+  if (ec) co_return;
+  which = sig;
+  sh->stopping.store(true);
+  net::post(sh->acceptor_strand, [sh] {
+    boost::system::error_code ignored;
+    sh->acceptor.close(ignored);
+  });
+  sh->backend->shutdown();
+  sh->leases.clear();
+  net::steady_timer timer(co_await net::this_coro::executor);
+  // Waiters were just ended (reason shutdown): let their streams say so
+  // before the connections close.
+  timer.expires_after(100ms);
+  co_await timer.async_wait(nothrow);
+  const auto deadline = std::chrono::steady_clock::now() + sh->config.server.shutdown_grace;
+  while (sh->session_count() > 0 && std::chrono::steady_clock::now() < deadline) {
+    sh->close_sessions();
+    timer.expires_after(20ms);
+    co_await timer.async_wait(nothrow);
+  }
+  // Releases and cancels are sent asynchronously: give them a moment on the wire.
+  if (sh->config.redis) {
+    timer.expires_after(300ms);
+    co_await timer.async_wait(nothrow);
+    sh->health->close();
+  }
+  sh->io.stop();
+}
+
+std::string describe_limiters(const ServeConfig& cfg) {
+  std::string out;
+  for (const auto& l : cfg.limiters) {
+    if (!out.empty()) out += ", ";
+    out += fmt::format("{}={}", l.name, l.settings.max_concurrent);
+  }
+  return out.empty() ? std::string("none") : out;
+}
+
+}  // namespace
+
+int run_server(const ServeConfig& config, std::FILE* out) {
+  net::io_context io(static_cast<int>(config.server.threads));
+  std::vector<std::string> names;
+  for (const auto& l : config.limiters) names.push_back(l.name);
+  auto sh = std::make_shared<Shared>(config, io, names);
+
+  std::string backend_text = "memory";
+  if (config.redis) {
+    sh->backend = make_redis_backend(io.get_executor(), *config.redis);
+    const auto endpoint = redis::parse_url(config.redis->url);
+    redis::ConnectionOptions copts;
+    copts.endpoint = std::get<redis::Endpoint>(endpoint);
+    copts.command_timeout = config.redis->command_timeout;
+    copts.client_name = "fairgate-serve-health";
+    sh->health = redis::Connection::create(io.get_executor(), copts);
+    sh->health->start();
+    sh->metrics.redis_up.store(0);
+    backend_text = "redis " + copts.endpoint.redacted();
+  } else {
+    sh->backend = make_memory_backend(io.get_executor());
+  }
+  for (const auto& l : config.limiters) {
+    auto opened = sh->backend->open(l.name, l.settings);
+    if (!opened)
+      throw ConfigError(
+          fmt::format("limiters.{}.{}: {}", l.name, opened.error().field, opened.error().problem));
+  }
+
+  const auto address = net::ip::make_address(config.listen_host);
+  const tcp::endpoint endpoint(address, config.listen_port);
+  try {
+    sh->acceptor.open(endpoint.protocol());
+    sh->acceptor.set_option(net::socket_base::reuse_address(true));
+    sh->acceptor.bind(endpoint);
+    sh->acceptor.listen(net::socket_base::max_listen_connections);
+  } catch (const boost::system::system_error& e) {
+    throw std::runtime_error(fmt::format("cannot listen on {}:{}: {}", config.listen_host, config.listen_port,
+                                         e.code().message()));
+  }
+  const auto bound = sh->acceptor.local_endpoint();
+
+  net::signal_set signals(io, SIGINT, SIGTERM);
+  int which = 0;
+  net::co_spawn(io, shutdown_on_signal(sh, signals, which), net::detached);
+  net::co_spawn(sh->acceptor_strand, accept_loop(sh), net::detached);
+  net::co_spawn(io, lease_sweeper(sh), net::detached);
+  if (sh->health) net::co_spawn(io, redis_probe(sh), net::detached);
+
+  const std::string host =
+      bound.address().is_v6() ? "[" + bound.address().to_string() + "]" : bound.address().to_string();
+  const std::string line = fmt::format(
+      "fairgate serve: listening on http://{}:{} (backend {}, instance {}, limiters {}, {} threads)\n", host,
+      bound.port(), backend_text, config.instance.empty() ? "auto" : config.instance,
+      describe_limiters(config), config.server.threads);
+  std::fputs(line.c_str(), out);
+  for (const auto& section : config.ignored_sections) {
+    const std::string note =
+        fmt::format("fairgate serve: note: config section [{}] is not served by this version\n", section);
+    std::fputs(note.c_str(), out);
+  }
+  std::fflush(out);
+
+  std::vector<std::thread> threads;
+  for (unsigned i = 1; i < config.server.threads; ++i) threads.emplace_back([&io] { io.run(); });
+  io.run();
+  for (auto& t : threads) t.join();
+
+  const std::string bye = fmt::format("fairgate serve: stopped ({})\n", which == SIGINT    ? "SIGINT"
+                                                                        : which == SIGTERM ? "SIGTERM"
+                                                                                           : "stop");
+  std::fputs(bye.c_str(), out);
+  std::fflush(out);
+  // The backend goes before the io_context (backend.hpp); connections that
+  // outlived the grace period are destroyed with the io_context.
+  sh->backend->shutdown();
+  return 0;
+}
+
+}  // namespace fairgate::serve

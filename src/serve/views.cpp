@@ -1,0 +1,84 @@
+// serve/views.cpp
+#include "serve/views.hpp"
+
+#include <boost/json/array.hpp>
+#include <boost/json/serialize.hpp>
+
+namespace fairgate::serve {
+
+namespace json = boost::json;
+
+json::object limiter_json(const Snapshot& s, std::string_view backend, bool detail) {
+  json::object o;
+  o["name"] = s.name;
+  o["max_concurrent"] = s.settings.max_concurrent;
+  o["in_use"] = s.in_use;
+  o["queued"] = s.queued;
+  o["max_wait_ms"] = s.settings.max_wait.count();
+  if (s.settings.max_queue)
+    o["max_queue"] = *s.settings.max_queue;
+  else
+    o["max_queue"] = nullptr;
+  o["enabled"] = s.settings.enabled;
+  o["when_disabled"] = to_string(s.settings.when_disabled);
+  o["backend"] = backend;
+  o["degraded"] = false;
+  if (s.estimated_wait)
+    o["estimated_wait_ms"] = s.estimated_wait->count();
+  else
+    o["estimated_wait_ms"] = nullptr;
+  json::object stats;
+  stats["acquires"] = s.stats.acquires;
+  stats["grants"] = s.stats.grants;
+  stats["timeouts"] = s.stats.timeouts;
+  stats["cancels"] = s.stats.cancels;
+  stats["rejections"] = s.stats.rejections;
+  stats["releases"] = s.stats.releases;
+  o["stats"] = std::move(stats);
+  if (detail) {
+    json::array holders;
+    for (const auto& h : s.holders) {
+      json::object e;
+      e["permit"] = h.permit;
+      e["tenant"] = h.tenant;
+      e["held_ms"] = h.held.count();
+      holders.push_back(std::move(e));
+    }
+    json::array queue;
+    for (const auto& w : s.waiters) {
+      json::object e;
+      e["ticket"] = w.ticket;
+      e["tenant"] = w.tenant;
+      e["position"] = w.position;
+      e["waited_ms"] = w.waited.count();
+      queue.push_back(std::move(e));
+    }
+    o["holders"] = std::move(holders);
+    o["queue"] = std::move(queue);
+  }
+  return o;
+}
+
+std::string_view wire_reason(RejectReason reason) noexcept {
+  return reason == RejectReason::shutdown ? std::string_view("unavailable") : to_string(reason);
+}
+
+json::value error_json(std::string_view reason, std::string_view message) {
+  json::object inner;
+  inner["reason"] = reason;
+  inner["message"] = message;
+  json::object o;
+  o["error"] = std::move(inner);
+  return o;
+}
+
+std::string sse_event(std::string_view name, const json::value& data) {
+  std::string out = "event: ";
+  out += name;
+  out += "\ndata: ";
+  out += json::serialize(data);
+  out += "\n\n";
+  return out;
+}
+
+}  // namespace fairgate::serve

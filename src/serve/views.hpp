@@ -1,0 +1,29 @@
+// serve/views.hpp — the JSON shapes of api.md ("status and admin", the
+// acquire events), built from library values. No I/O.
+#pragma once
+
+#include <fairgate/limiter.hpp>
+
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+
+#include <string>
+#include <string_view>
+
+namespace fairgate::serve {
+
+/// One entry of GET /v1/limiters; with `detail`, plus `holders` and `queue`
+/// (this instance's holders and waiters — the Redis backend knows only its own).
+boost::json::object limiter_json(const Snapshot& snapshot, std::string_view backend, bool detail);
+
+/// The wire name of a rejection: timeout | queue_full | disabled | unavailable
+/// (shutdown reads as unavailable) | invalid_argument | cancelled.
+std::string_view wire_reason(RejectReason reason) noexcept;
+
+/// {"error":{"reason":…,"message":…}}
+boost::json::value error_json(std::string_view reason, std::string_view message);
+
+/// One SSE event: "event: NAME\ndata: JSON\n\n".
+std::string sse_event(std::string_view name, const boost::json::value& data);
+
+}  // namespace fairgate::serve

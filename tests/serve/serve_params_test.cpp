@@ -1,0 +1,176 @@
+// tests/serve/serve_params_test.cpp — the strict reading of requests (S7) and
+// the config loader, without a network.
+#include "serve/config.hpp"
+#include "serve/params.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace fairgate::serve {
+namespace {
+
+using std::chrono::milliseconds;
+
+Target target(std::string_view t) {
+  BadRequest bad;
+  auto r = parse_target(t, bad);
+  EXPECT_TRUE(r.has_value()) << t << ": " << bad.message;
+  return r.value_or(Target{});
+}
+
+std::string target_error(std::string_view t) {
+  BadRequest bad;
+  EXPECT_FALSE(parse_target(t, bad).has_value()) << t;
+  return bad.message;
+}
+
+TEST(ServeParams, TargetSplitsAndDecodes) {
+  EXPECT_EQ(target("/").segments.size(), 0u);
+  const auto t = target("/v1/limiters/chat%2Dx/acquire?max_wait_ms=5&tenant=a%40b+c");
+  EXPECT_EQ(t.segments, (std::vector<std::string>{"v1", "limiters", "chat-x", "acquire"}));
+  ASSERT_EQ(t.query.size(), 2u);
+  EXPECT_EQ(t.query[1].second, "a@b c");
+}
+
+TEST(ServeParams, TargetRejectsHostileShapes) {
+  EXPECT_FALSE(target_error("v1/limiters").empty());
+  EXPECT_FALSE(target_error("/v1/../etc").empty());
+  EXPECT_FALSE(target_error("/v1//limiters").empty());
+  EXPECT_FALSE(target_error("/v1/limiters/a%2Fb").empty());
+  EXPECT_FALSE(target_error("/v1/%zz").empty());
+  EXPECT_FALSE(target_error("/v1/%0").empty());
+  EXPECT_FALSE(target_error("/v1/%00x").empty());
+  EXPECT_FALSE(target_error("/v1?a=%0a").empty());
+  std::string many = "/x?";
+  for (int i = 0; i < 40; ++i) many += "a=1&";
+  EXPECT_FALSE(target_error(many).empty());
+}
+
+std::optional<AcquireParams> acquire(std::string_view t, std::string_view body,
+                                     std::string* error = nullptr) {
+  BadRequest bad;
+  auto r = parse_acquire_params(target(t), body, milliseconds(3'600'000), bad);
+  if (error) *error = bad.message;
+  return r;
+}
+
+TEST(ServeParams, AcquireParamsFromQueryAndBody) {
+  auto p = acquire("/a?max_wait_ms=250&tenant=user-42", "");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->max_wait, milliseconds(250));
+  EXPECT_EQ(p->tenant, "user-42");
+  p = acquire("/a?max_wait_ms=250", R"({"max_wait_ms":900,"tenant":"t","weight":2,"lease_ms":5000})");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->max_wait, milliseconds(900));  // the body wins
+  EXPECT_EQ(p->weight, 2u);
+  EXPECT_EQ(p->lease, milliseconds(5000));
+  p = acquire("/a", R"({"max_wait_ms":null})");
+  ASSERT_TRUE(p);
+  EXPECT_FALSE(p->max_wait);
+}
+
+TEST(ServeParams, AcquireParamsRejectWhatTheyDoNotUnderstand) {
+  std::string e;
+  EXPECT_FALSE(acquire("/a?max_wait_ms=-1", "", &e));
+  EXPECT_NE(e.find("max_wait_ms: -1 not in 0..86400000"), std::string::npos) << e;
+  EXPECT_FALSE(acquire("/a?max_wait_ms=1e3", "", &e));
+  EXPECT_FALSE(acquire("/a?max_wait_ms=", "", &e));
+  EXPECT_FALSE(acquire("/a?max_wait_ms=99999999999999999999999", "", &e));
+  EXPECT_FALSE(acquire("/a?maxwait=1", "", &e));
+  EXPECT_NE(e.find("unknown parameter \"maxwait\""), std::string::npos) << e;
+  EXPECT_FALSE(acquire("/a?tenant=", "", &e));
+  EXPECT_FALSE(acquire("/a?tenant=a%20b", "", &e));
+  EXPECT_FALSE(acquire("/a?lease_ms=10", "", &e));
+  EXPECT_FALSE(acquire("/a?weight=0", "", &e));
+  EXPECT_FALSE(acquire("/a", "{", &e));
+  EXPECT_FALSE(acquire("/a", "[]", &e));
+  EXPECT_FALSE(acquire("/a", R"({"max_wait_ms":"5"})", &e));
+  EXPECT_FALSE(acquire("/a", R"({"max_wait_ms":1.5})", &e));
+  EXPECT_FALSE(acquire("/a", R"({"tenant":5})", &e));
+  EXPECT_FALSE(acquire("/a", R"({"x":1})", &e));
+  EXPECT_FALSE(acquire("/a", std::string(100, '['), &e));
+}
+
+TEST(ServeParams, SettingsUpdateIsPartialAndStrict) {
+  BadRequest bad;
+  auto u = parse_settings_update(R"({"max_concurrent":5,"max_queue":null,"enabled":false})", bad);
+  ASSERT_TRUE(u) << bad.message;
+  EXPECT_EQ(u->max_concurrent, 5u);
+  ASSERT_TRUE(u->max_queue.has_value());
+  EXPECT_FALSE(u->max_queue->has_value());
+  EXPECT_EQ(u->enabled, false);
+  EXPECT_FALSE(u->max_wait);
+  EXPECT_FALSE(parse_settings_update("", bad));
+  EXPECT_FALSE(parse_settings_update(R"({"max_concurrent":0})", bad));
+  EXPECT_FALSE(parse_settings_update(R"({"max_concurrent":-3})", bad));
+  EXPECT_FALSE(parse_settings_update(R"({"enabled":"yes"})", bad));
+  EXPECT_FALSE(parse_settings_update(R"({"max_concurency":3})", bad));
+  EXPECT_NE(bad.message.find("unknown field"), std::string::npos);
+}
+
+TEST(ServeParams, BearerTokenMustMatchExactly) {
+  EXPECT_TRUE(bearer_matches("Bearer s3cret", "s3cret"));
+  EXPECT_FALSE(bearer_matches("Bearer s3cre", "s3cret"));
+  EXPECT_FALSE(bearer_matches("Bearer s3cretX", "s3cret"));
+  EXPECT_FALSE(bearer_matches("bearer s3cret", "s3cret"));
+  EXPECT_FALSE(bearer_matches("", ""));
+  EXPECT_FALSE(bearer_matches("Bearer ", ""));  // no token configured: admin is off
+}
+
+TEST(ServeConfig, PrecedenceFlagsOverEnvironmentOverDefaults) {
+  std::map<std::string, std::string> env{{"FAIRGATE_LISTEN", "0.0.0.0:9000"},
+                                         {"FAIRGATE_ADMIN_TOKEN", "from-env"},
+                                         {"FAIRGATE_REDIS", "redis://127.0.0.1:6380"}};
+  const EnvLookup lookup = [&](const char* name) -> const char* {
+    const auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  ServeFlags flags;
+  flags.listen = "127.0.0.1:0";
+  LimiterConfig l;
+  l.name = "chat";
+  l.settings.max_concurrent = 3;
+  flags.limiters.push_back(l);
+  const auto cfg = load_config(flags, lookup);
+  EXPECT_EQ(cfg.listen_host, "127.0.0.1");
+  EXPECT_EQ(cfg.listen_port, 0);
+  EXPECT_EQ(cfg.admin_token, "from-env");
+  ASSERT_TRUE(cfg.redis);
+  EXPECT_EQ(cfg.redis->url, "redis://127.0.0.1:6380");
+  ASSERT_EQ(cfg.limiters.size(), 1u);
+  EXPECT_EQ(cfg.limiters[0].settings.max_concurrent, 3u);
+
+  const auto plain = load_config(ServeFlags{}, [](const char*) -> const char* { return nullptr; });
+  EXPECT_FALSE(plain.redis);  // no Redis anywhere: the memory backend
+  EXPECT_EQ(plain.listen_port, 8080);
+}
+
+TEST(ServeConfig, BadEnvironmentNamesTheVariable) {
+  const EnvLookup lookup = [](const char* name) -> const char* {
+    return std::string_view(name) == "FAIRGATE_THREADS" ? "lots" : nullptr;
+  };
+  try {
+    load_config(ServeFlags{}, lookup);
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "FAIRGATE_THREADS: \"lots\" not in 1..64");
+  }
+}
+
+TEST(ServeConfig, ListenForms) {
+  ServeConfig c;
+  parse_listen("[::1]:80", "x", c);
+  EXPECT_EQ(c.listen_host, "::1");
+  parse_listen(":8081", "x", c);
+  EXPECT_EQ(c.listen_host, "0.0.0.0");
+  EXPECT_EQ(c.listen_port, 8081);
+  parse_listen("localhost:0", "x", c);
+  EXPECT_EQ(c.listen_host, "127.0.0.1");
+  EXPECT_THROW(parse_listen("example.com:80", "x", c), ConfigError);
+  EXPECT_THROW(parse_listen("127.0.0.1:", "x", c), ConfigError);
+  EXPECT_THROW(parse_listen("127.0.0.1:-1", "x", c), ConfigError);
+}
+
+}  // namespace
+}  // namespace fairgate::serve

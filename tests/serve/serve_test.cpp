@@ -1,0 +1,452 @@
+// tests/serve/serve_test.cpp — `fairgate serve` end to end (ctest -L serve).
+//
+// Starts real `fairgate serve` processes (the binary the build produced) on
+// free loopback ports, on a real redis-server (tests/support) or on the memory
+// backend, and drives them with HTTP/SSE clients written in Node
+// (serve_client.mjs, which checks what the clients see and exits 1 on a
+// failure). Every process is stopped with SIGTERM and must exit 0 (graceful
+// shutdown); only pids this test started are signalled. Every wait is bounded.
+#include "support/redis_server.hpp"
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+/// Sanitizer builds are several times slower: scale the bounds, not the checks.
+#ifdef FAIRGATE_SERVE_TEST_SANITIZED
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
+/// A child process with its stdout on a pipe.
+class Child {
+ public:
+  Child(const std::vector<std::string>& argv, bool merge_stderr) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+    if (merge_stderr) posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    const int rc = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(fds[1]);
+    fd_ = fds[0];
+    if (rc != 0) {
+      pid_ = -1;
+      throw std::runtime_error("cannot start " + argv[0]);
+    }
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  pid_t pid() const { return pid_; }
+  bool eof() const { return fd_ < 0; }
+
+  /// Reads one line of the child's stdout within `limit`; false at EOF or
+  /// timeout (eof() tells which).
+  bool read_line(std::string& line, std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    for (;;) {
+      const auto nl = pending_.find('\n');
+      if (nl != std::string::npos) {
+        line = pending_.substr(0, nl);
+        pending_.erase(0, nl + 1);
+        return true;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0 || fd_ < 0) return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char buf[4096];
+      const auto n = ::read(fd_, buf, sizeof buf);
+      if (n <= 0) {
+        ::close(fd_);
+        fd_ = -1;
+        if (!pending_.empty()) {
+          line = std::exchange(pending_, {});
+          return true;
+        }
+        return false;
+      }
+      pending_.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+
+  /// Sends `sig` and waits up to `limit` for the exit; returns the exit code,
+  /// 128 + signal when killed by a signal, or -1 when it did not end in time
+  /// (then it is killed).
+  int stop(int sig, std::chrono::milliseconds limit) {
+    if (pid_ <= 0) return -1;
+    if (sig != 0) ::kill(pid_, sig);
+    return wait(limit);
+  }
+  int wait(std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    int status = 0;
+    while (Clock::now() < deadline) {
+      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    return -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::string pending_;
+};
+
+std::string temp_config(const std::string& text) {
+  char path[] = "/tmp/fairgate-serve-test-XXXXXX.toml";
+  const int fd = ::mkstemps(path, 5);
+  if (fd < 0) throw std::runtime_error("mkstemps failed");
+  ::close(fd);
+  std::ofstream(path) << text;
+  return path;
+}
+
+constexpr const char* kToken = "test-token";
+
+/// The limits the tests rely on (hostile: header timeout 1 s, idle 2 s, 64 connections).
+std::string base_config(const std::string& extra = "") {
+  return std::string("admin_token = \"") + kToken +
+         "\"\n"
+         "[server]\n"
+         "header_timeout_ms = 1000\n"
+         "idle_timeout_ms = 2000\n"
+         "max_connections = 64\n"
+         "keepalive_ms = 500\n" +
+         extra;
+}
+
+/// One `fairgate serve` process on a free port.
+class Serve {
+ public:
+  Serve(const std::string& config_text, std::vector<std::string> args) : config_(temp_config(config_text)) {
+    std::vector<std::string> argv{FAIRGATE_BIN, "serve", "--config", config_, "--listen", "127.0.0.1:0"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    child_ = std::make_unique<Child>(argv, false);
+    std::string line;
+    const std::regex listening("listening on (http://127\\.0\\.0\\.1:[0-9]+)");
+    while (child_->read_line(line, kSanitized ? 60s : 20s)) {
+      std::smatch m;
+      if (std::regex_search(line, m, listening)) {
+        url_ = m[1];
+        break;
+      }
+    }
+    if (url_.empty()) throw std::runtime_error("fairgate serve did not start (no 'listening on' line)");
+  }
+  ~Serve() { std::remove(config_.c_str()); }
+
+  const std::string& url() const { return url_; }
+  pid_t pid() const { return child_->pid(); }
+  /// SIGTERM; the exit code (0 = clean shutdown).
+  int terminate() { return child_->stop(SIGTERM, kSanitized ? 60s : 20s); }
+
+ private:
+  std::string config_;
+  std::unique_ptr<Child> child_;
+  std::string url_;
+};
+
+struct ClientRun {
+  int exit_code = -1;
+  std::string output;
+};
+
+/// Runs serve_client.mjs; `on_line` sees each output line as it comes.
+ClientRun run_client(const std::string& scenario, const std::vector<Serve*>& servers,
+                     const std::vector<std::string>& args,
+                     const std::function<void(const std::string&)>& on_line = {}) {
+  std::string urls;
+  for (const auto* s : servers) urls += (urls.empty() ? "" : ",") + s->url();
+  std::vector<std::string> argv{NODE_BIN, SERVE_CLIENT, scenario, "--urls", urls, "--token", kToken};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Child node(argv, true);
+  ClientRun run;
+  std::string line;
+  const auto deadline = Clock::now() + (kSanitized ? 240s : 150s);
+  while (Clock::now() < deadline && !node.eof()) {
+    if (!node.read_line(line, 1s)) continue;
+    run.output += line + "\n";
+    if (on_line) on_line(line);
+  }
+  if (!node.eof()) run.output += "(the client did not finish in time)\n";
+  run.exit_code = node.wait(5s);
+  return run;
+}
+
+std::vector<std::string> redis_args(const std::string& instance) {
+  return {"--redis", fairgate::test::RedisServer::shared().url(), "--instance", instance};
+}
+
+/// n servers on the shared redis-server, each with `limiter`.
+std::vector<std::unique_ptr<Serve>> redis_cluster(int n, const std::string& limiter, const std::string& test,
+                                                  const std::string& extra_config = "") {
+  std::vector<std::unique_ptr<Serve>> servers;
+  for (int i = 0; i < n; ++i) {
+    auto args = redis_args(test + "-" + std::to_string(i));
+    args.insert(args.end(), {"--limiter", limiter});
+    servers.push_back(std::make_unique<Serve>(base_config(extra_config), args));
+  }
+  return servers;
+}
+
+std::vector<Serve*> raw(const std::vector<std::unique_ptr<Serve>>& v) {
+  std::vector<Serve*> out;
+  for (const auto& s : v) out.push_back(s.get());
+  return out;
+}
+
+void expect_clean_exit(std::vector<std::unique_ptr<Serve>>& servers) {
+  for (auto& s : servers) EXPECT_EQ(s->terminate(), 0) << "SIGTERM must end fairgate serve with exit code 0";
+}
+
+#define EXPECT_CLIENT_OK(run)                      \
+  do {                                             \
+    EXPECT_EQ((run).exit_code, 0) << (run).output; \
+    std::printf("%s", (run).output.c_str());       \
+  } while (0)
+
+// --- Redis: three instances, one limiter --------------------------------------
+
+TEST(ServeRedis, ThreeInstancesSixtySseClientsCapFifoAllGranted) {
+  auto servers = redis_cluster(3, "fifo-a=3", "fifo");
+  const auto run = run_client("fifo", raw(servers),
+                              {"--limiter", "fifo-a", "--cap", "3", "--clients", "60", "--gap", "5",
+                               "--hold_min", "50", "--hold_max", "150"});
+  EXPECT_CLIENT_OK(run);
+  expect_clean_exit(servers);
+}
+
+TEST(ServeRedis, MaxWaitShorterThanQueueRejectsLateOnesWithTimeout) {
+  auto servers = redis_cluster(3, "timeout-a=2", "timeout");
+  const auto run = run_client("timeout", raw(servers),
+                              {"--limiter", "timeout-a", "--clients", "24", "--max_wait_ms", "400", "--hold",
+                               "100", "--late_ms", kSanitized ? "3000" : "1500"});
+  EXPECT_CLIENT_OK(run);
+  expect_clean_exit(servers);
+}
+
+TEST(ServeRedis, DisconnectsWhileQueuedAndWhileHoldingKeepQueueAndHoldersExact) {
+  auto servers = redis_cluster(3, "disconnect-a=2", "disconnect");
+  const auto run =
+      run_client("disconnect", raw(servers),
+                 {"--limiter", "disconnect-a", "--cap", "2", "--waiters", "4", "--exact_positions", "0"});
+  EXPECT_CLIENT_OK(run);
+  expect_clean_exit(servers);
+}
+
+TEST(ServeRedis, LongPollLeaseRenewDeleteAndAdminOnEveryInstance) {
+  auto servers = redis_cluster(2, "longpoll-a=1", "longpoll");
+  const auto run = run_client("longpoll", raw(servers), {"--limiter", "longpoll-a"});
+  EXPECT_CLIENT_OK(run);
+  EXPECT_NE(run.output.find("\"redis\":\"up\""), std::string::npos) << "healthz should report redis up";
+  expect_clean_exit(servers);
+}
+
+/// A blocking SSE acquire over a raw socket (for the shutdown test, which
+/// must signal a server between two steps).
+class RawSse {
+ public:
+  RawSse(const std::string& url, const std::string& limiter) {
+    const auto colon = url.rfind(':');
+    const int port = std::stoi(url.substr(colon + 1));
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+      throw std::runtime_error("connect");
+    const std::string req =
+        "POST /v1/limiters/" + limiter +
+        "/acquire HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\nContent-Length: 0\r\n\r\n";
+    if (::send(fd_, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size()))
+      throw std::runtime_error("send");
+  }
+  ~RawSse() { ::close(fd_); }
+  /// Waits up to `limit` until the stream contains `text`; false otherwise (or at EOF).
+  bool wait_for(const std::string& text, std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    while (data_.find(text) == std::string::npos) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char buf[2048];
+      const auto n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        eof_ = true;
+        return data_.find(text) != std::string::npos;
+      }
+      data_.append(buf, static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+  /// Waits up to `limit` for the server to close the stream.
+  bool wait_closed(std::chrono::milliseconds limit) {
+    wait_for("\x01never\x01", limit);
+    return eof_;
+  }
+  const std::string& data() const { return data_; }
+
+ private:
+  int fd_ = -1;
+  std::string data_;
+  bool eof_ = false;
+};
+
+TEST(ServeRedis, SigtermReleasesHeldPermitsAndLeavesTheQueue) {
+  // A long liveness TTL: a grant within a few seconds can only come from an
+  // explicit release at shutdown, not from reaping a dead instance.
+  std::vector<std::unique_ptr<Serve>> servers;
+  for (int i = 0; i < 2; ++i) {
+    auto args = redis_args("sigterm-" + std::to_string(i));
+    args.insert(args.end(), {"--limiter", "sigterm-a=1"});
+    servers.push_back(std::make_unique<Serve>(
+        "admin_token = \"t\"\n[redis]\nliveness_ttl_ms = 20000\nheartbeat_ms = 1000\n", args));
+  }
+  Serve& a = *servers[0];
+  Serve& b = *servers[1];
+  RawSse holder(a.url(), "sigterm-a");
+  ASSERT_TRUE(holder.wait_for("event: granted", 10s)) << holder.data();
+  RawSse waiter_a(a.url(), "sigterm-a");
+  ASSERT_TRUE(waiter_a.wait_for("event: queued", 10s)) << waiter_a.data();
+  RawSse waiter_b(b.url(), "sigterm-a");
+  ASSERT_TRUE(waiter_b.wait_for("\"position\":2", 10s)) << waiter_b.data();
+
+  const auto t0 = Clock::now();
+  EXPECT_EQ(a.terminate(), 0);
+  // A's waiter hears why, and its stream ends; A's permit goes back at once,
+  // so B's waiter (second in line, behind A's waiter that left) is granted.
+  EXPECT_TRUE(waiter_a.wait_for("event: rejected", 5s)) << waiter_a.data();
+  EXPECT_NE(waiter_a.data().find("\"reason\":\"unavailable\""), std::string::npos) << waiter_a.data();
+  EXPECT_TRUE(holder.wait_closed(5s)) << "the holder's stream must end at shutdown";
+  ASSERT_TRUE(waiter_b.wait_for("event: granted", kSanitized ? 10s : 5s)) << waiter_b.data();
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+  std::printf("B granted %lld ms after SIGTERM to A (liveness TTL 20000 ms)\n",
+              static_cast<long long>(waited.count()));
+  EXPECT_EQ(b.terminate(), 0);
+}
+
+// --- Memory backend: one instance -------------------------------------------
+
+std::unique_ptr<Serve> memory_server(const std::string& limiter, const std::string& extra_config = "") {
+  return std::make_unique<Serve>(base_config(extra_config), std::vector<std::string>{"--limiter", limiter});
+}
+
+TEST(ServeMemory, SixtySseClientsCapFifoAllGranted) {
+  auto s = memory_server("chat=3");
+  const auto run = run_client("fifo", {s.get()}, {"--limiter", "chat", "--cap", "3", "--clients", "60"});
+  EXPECT_CLIENT_OK(run);
+  EXPECT_EQ(s->terminate(), 0);
+}
+
+TEST(ServeMemory, MaxWaitShorterThanQueueRejectsLateOnesWithTimeout) {
+  auto s = memory_server("chat=2");
+  const auto run = run_client("timeout", {s.get()},
+                              {"--limiter", "chat", "--clients", "20", "--max_wait_ms", "300", "--hold",
+                               "100", "--late_ms", kSanitized ? "3000" : "1000"});
+  EXPECT_CLIENT_OK(run);
+  EXPECT_EQ(s->terminate(), 0);
+}
+
+TEST(ServeMemory, DisconnectsWhileQueuedAndWhileHoldingKeepQueueAndHoldersExact) {
+  auto s = memory_server("chat=2");
+  const auto run = run_client("disconnect", {s.get()}, {"--limiter", "chat", "--cap", "2", "--waiters", "4"});
+  EXPECT_CLIENT_OK(run);
+  EXPECT_EQ(s->terminate(), 0);
+}
+
+TEST(ServeMemory, GarbageOversizedSlowAndHostileRequestsGet4xxAndServerKeepsServing) {
+  auto s = memory_server("chat=2");
+  const auto run = run_client("hostile", {s.get()}, {"--limiter", "chat"});
+  EXPECT_CLIENT_OK(run);
+  EXPECT_EQ(s->terminate(), 0);
+}
+
+TEST(ServeMemory, LongPollLeaseRenewDeleteEventsMetricsAdmin) {
+  auto s = memory_server("chat=1");
+  const auto run = run_client("longpoll", {s.get()}, {"--limiter", "chat"});
+  EXPECT_CLIENT_OK(run);
+  EXPECT_EQ(s->terminate(), 0);
+}
+
+/// S3: thousands of queued SSE clients on one instance and two I/O threads.
+/// Reports RSS and threads while they wait (5,000; 1,000 under sanitizers).
+TEST(ServeMemory, ThousandsOfQueuedSseClientsOnOneInstance) {
+  const int clients = kSanitized ? 1000 : 5000;
+  // Not base_config: its connection cap (64) is for the hostile test.
+  auto s = std::make_unique<Serve>(std::string("admin_token = \"t\"\n[server]\nmax_connections = 20000\n"
+                                               "max_waiters_per_client = 100000\n"),
+                                   std::vector<std::string>{"--limiter", "chat=1"});
+  // One holder first, so everyone else queues.
+  RawSse holder(s->url(), "chat");
+  ASSERT_TRUE(holder.wait_for("event: granted", 10s));
+  std::string rss, threads;
+  const auto run = run_client(
+      "many", {s.get()},
+      {"--limiter", "chat", "--clients", std::to_string(clients), "--holders", "0", "--in_use_after", "1"},
+      [&](const std::string& line) {
+        if (line.rfind("ready:", 0) != 0) return;
+        std::ifstream status("/proc/" + std::to_string(s->pid()) + "/status");
+        std::string l;
+        while (std::getline(status, l)) {
+          if (l.rfind("VmRSS:", 0) == 0) rss = l;
+          if (l.rfind("Threads:", 0) == 0) threads = l;
+        }
+      });
+  EXPECT_CLIENT_OK(run);
+  std::printf("%d queued SSE clients: %s, %s\n", clients, rss.c_str(), threads.c_str());
+  EXPECT_FALSE(rss.empty());
+  EXPECT_EQ(s->terminate(), 0);
+}
+
+}  // namespace
