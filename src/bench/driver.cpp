@@ -208,10 +208,12 @@ std::string run_workload(const BenchOptions& o, const std::function<void(const s
   const std::string limiter = fmt::format("{}-{}-{}", p.workload, ::getpid(), runs++);
   const std::string key = o.key_prefix + ":{" + limiter + "}:";
 
-  say(fmt::format("{}: starting {} instances (cap {})", p.workload, p.instances, p.cap));
+  say(fmt::format("{} {}: starting {} instances (cap {})", o.system, p.workload, p.instances, p.cap));
   std::vector<WorkerOptions> workers;
   for (std::size_t w = 0; w < p.instances; ++w) {
     WorkerOptions wo;
+    wo.system = o.system;
+    wo.peers_dir = o.peers_dir;
     wo.redis_url = o.redis_url;
     wo.key_prefix = o.key_prefix;
     wo.limiter = limiter;
@@ -236,7 +238,7 @@ std::string run_workload(const BenchOptions& o, const std::function<void(const s
 
   std::vector<RequestRecord> records;
   JsonLine out;
-  out.set("system", "fairgate");
+  out.set("system", o.system);
   out.set("workload", p.workload);
   out.set("instances", p.instances);
   out.set("max_concurrent", p.cap);

@@ -13,7 +13,12 @@ namespace fairgate::bench {
 /// The workloads of bench.md that `fairgate bench` runs.
 inline const std::vector<std::string> kWorkloads = {"W1", "W2", "W3", "W4"};
 
+/// The systems `fairgate bench --system` can drive: fairgate and the peers of bench/peers/.
+inline const std::vector<std::string> kSystems = {"fairgate", "seed", "bottleneck", "semaphore", "bullmq"};
+
 struct BenchOptions {
+  std::string system = "fairgate";
+  std::string peers_dir = "bench/peers";
   std::string redis_url;
   std::string workload = "W1";
   std::size_t instances = 0;              ///< 0: the workload's own (W1: 2, else 4)

@@ -13,45 +13,39 @@ namespace json = boost::json;
 using namespace std::chrono_literals;
 
 std::vector<std::string> worker_argv(const std::string& executable, const WorkerOptions& o) {
-  const auto ms = [](std::chrono::milliseconds d) { return std::to_string(d.count()); };
-  std::vector<std::string> argv = {
-      executable,
-      "bench-worker",
-      "--redis",
-      o.redis_url,
-      "--prefix",
-      o.key_prefix,
-      "--limiter",
-      o.limiter,
-      "--instance",
-      o.instance_id,
-      "--max-concurrent",
-      std::to_string(o.max_concurrent),
-      "--heartbeat-ms",
-      ms(o.heartbeat_interval),
-      "--ttl-ms",
-      ms(o.liveness_ttl),
-      "--command-timeout-ms",
-      ms(o.command_timeout),
-      "--hold-min-ms",
-      ms(o.hold_min),
-      "--hold-max-ms",
-      ms(o.hold_max),
-      "--max-wait-ms",
-      ms(o.max_wait),
-      "--seed",
-      std::to_string(o.seed),
-  };
-  if (o.closed_loop) {
-    argv.insert(argv.end(), {"--clients", std::to_string(o.clients), "--duration-ms", ms(o.duration)});
-  } else {
-    argv.insert(argv.end(), {"--requests", std::to_string(o.requests), "--spread-ms", ms(o.spread)});
+  std::vector<std::string> argv;
+  if (o.system == "fairgate") {
+    argv = {executable, "bench-worker"};
+  } else {  // a peer: the same protocol and flags, in Node
+    argv = {"/usr/bin/env", "node", o.peers_dir + "/worker.js", "--system", o.system};
   }
-  if (o.cancel_fraction > 0)
-    argv.insert(argv.end(), {"--cancel-fraction", fmt::format("{}", o.cancel_fraction)});
-  if (o.timeout_fraction > 0)
-    argv.insert(argv.end(), {"--timeout-fraction", fmt::format("{}", o.timeout_fraction)});
-  if (o.holders > 0) argv.insert(argv.end(), {"--holders", std::to_string(o.holders)});
+  const auto flag = [&](const char* name, std::string value) {
+    argv.emplace_back(name);
+    argv.push_back(std::move(value));
+  };
+  const auto ms = [](std::chrono::milliseconds d) { return std::to_string(d.count()); };
+  flag("--redis", o.redis_url);
+  flag("--prefix", o.key_prefix);
+  flag("--limiter", o.limiter);
+  flag("--instance", o.instance_id);
+  flag("--max-concurrent", std::to_string(o.max_concurrent));
+  flag("--heartbeat-ms", ms(o.heartbeat_interval));
+  flag("--ttl-ms", ms(o.liveness_ttl));
+  flag("--command-timeout-ms", ms(o.command_timeout));
+  flag("--hold-min-ms", ms(o.hold_min));
+  flag("--hold-max-ms", ms(o.hold_max));
+  flag("--max-wait-ms", ms(o.max_wait));
+  flag("--seed", std::to_string(o.seed));
+  if (o.closed_loop) {
+    flag("--clients", std::to_string(o.clients));
+    flag("--duration-ms", ms(o.duration));
+  } else {
+    flag("--requests", std::to_string(o.requests));
+    flag("--spread-ms", ms(o.spread));
+  }
+  if (o.cancel_fraction > 0) flag("--cancel-fraction", fmt::format("{}", o.cancel_fraction));
+  if (o.timeout_fraction > 0) flag("--timeout-fraction", fmt::format("{}", o.timeout_fraction));
+  if (o.holders > 0) flag("--holders", std::to_string(o.holders));
   return argv;
 }
 

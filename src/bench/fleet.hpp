@@ -16,7 +16,8 @@
 
 namespace fairgate::bench {
 
-/// The command line that starts `options` as `executable bench-worker ...`.
+/// The command line that starts `options`: `executable bench-worker ...` for
+/// fairgate, `node <peers_dir>/worker.js --system <peer> ...` for a peer.
 std::vector<std::string> worker_argv(const std::string& executable, const WorkerOptions& options);
 
 /// One event line of a worker ({"ev":"ready"|"holding"|"released"|"queued_all"|"mark"|"done",...}).

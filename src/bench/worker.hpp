@@ -24,6 +24,10 @@
 namespace fairgate::bench {
 
 struct WorkerOptions {
+  /// "fairgate" (this program's bench-worker) or a peer of bench/peers/worker.js.
+  std::string system = "fairgate";
+  /// Where bench/peers/worker.js is (peers only).
+  std::string peers_dir = "bench/peers";
   std::string redis_url;
   std::string key_prefix = "fairgate-bench";
   std::string limiter = "bench";

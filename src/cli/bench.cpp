@@ -10,7 +10,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +23,8 @@ namespace {
 using std::chrono::milliseconds;
 
 struct BenchFlags {
+  std::string system = "fairgate";
+  std::string peers = "bench/peers";
   std::string redis;
   std::string workload = "all";
   std::string instances;
@@ -56,6 +60,15 @@ bench::BenchOptions make_bench_options(const BenchFlags& f) {
   const auto url = redis::parse_url(f.redis);
   if (const auto* problem = std::get_if<std::string>(&url)) throw UsageError("--redis: " + *problem);
   o.redis_url = f.redis;
+  if (std::find(bench::kSystems.begin(), bench::kSystems.end(), f.system) == bench::kSystems.end()) {
+    throw UsageError("--system: " + cli::quoted(f.system) +
+                     " is not one of fairgate, seed, bottleneck, semaphore, bullmq");
+  }
+  o.system = f.system;
+  o.peers_dir = f.peers;
+  if (o.system != "fairgate" && !std::filesystem::exists(o.peers_dir + "/worker.js"))
+    throw UsageError("--peers: no worker.js in " + cli::quoted(o.peers_dir) +
+                     " (run from the repository root)");
   if (!f.instances.empty()) o.instances = checked("--instances", parse_count(f.instances, 1, 64));
   if (!f.waiters.empty()) o.waiters = checked("--waiters", parse_count(f.waiters, 1, 100000));
   o.duration = checked("--duration", parse_duration(f.duration));
@@ -107,6 +120,14 @@ Command add_bench_command(CLI::App& root) {
   app->add_option("--redis", flags->redis,
                   "Redis to measure, redis://[user:password@]host:port[/db] (required)")
       ->type_name("URL");
+  app->add_option("--system", flags->system,
+                  "fairgate, or a peer run through the same workloads: seed, bottleneck, semaphore, bullmq "
+                  "(Node; bench/run.sh installs their packages)")
+      ->type_name("NAME")
+      ->default_str("fairgate");
+  app->add_option("--peers", flags->peers, "Directory of the peer workers (worker.js)")
+      ->type_name("DIR")
+      ->default_str(flags->peers);
   app->add_option("--workload", flags->workload, "W1, W2, W3, W4 or all")->type_name("W")->default_str("all");
   app->add_option("--instances", flags->instances, "Instances (processes); default: the workload's")
       ->type_name("N");
