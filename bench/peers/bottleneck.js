@@ -109,7 +109,7 @@ module.exports.create = (opts, ctx) => {
       queuedWatch.set(id, req);
       const job = limiter.schedule({ id }, async () => {
         req.grant = nowNs();
-        if (req.holdMs > 0 && !ctx.exiting()) await sleep(req.holdMs);
+        await ctx.work(req.holdMs);
         req.release = nowNs();
       });
       const timer = setTimeout(() => {
@@ -166,6 +166,7 @@ module.exports.create = (opts, ctx) => {
     async close(live) {
       heldRelease.resolve();
       for (const req of live) if (req.id && req.grant === 0n) this.cancel(req);
+      await ctx.settled(live, 3000);
       try {
         await Promise.race([limiter.stop({ dropWaitingJobs: true }), sleep(3000)]);
       } catch (e) {

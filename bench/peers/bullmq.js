@@ -49,9 +49,9 @@ module.exports.create = (opts, ctx) => {
     if (job.data.holdGroup) {
       let d = holdGroups.get(job.data.holdGroup);
       if (!d) holdGroups.set(job.data.holdGroup, (d = deferred()));
-      await d.promise;
-    } else if (job.data.hold > 0) {
-      await sleep(job.data.hold);
+      await Promise.race([d.promise, ctx.work(2 ** 31 - 1)]); // released, or this process exits
+    } else {
+      await ctx.work(job.data.hold);
     }
     return { grant: grant.toString(), release: nowNs().toString() };
   }
@@ -175,7 +175,10 @@ module.exports.create = (opts, ctx) => {
       await Promise.all(
         live.filter((req) => req.grant === 0n && req.withdraw).map((req) => req.withdraw('cancelled').catch(() => {})),
       );
-      await Promise.race([worker.close(true), sleep(3000)]).catch(() => {});
+      // Jobs running here end at once (their hold is cut short by exit); wait
+      // for them so none is left active and locked.
+      await Promise.race([worker.close(), sleep(3000)]).catch(() => {});
+      await ctx.settled(live, 1000);
       await Promise.race([Promise.all([queue.close(), events.close()]), sleep(3000)]).catch(() => {});
       await sub.quit().catch(() => {});
       await pub.quit().catch(() => {});

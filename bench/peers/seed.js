@@ -25,7 +25,7 @@
 
 const crypto = require('node:crypto');
 const Redis = require('ioredis');
-const { nowNs, sleep, redisOptions } = require('./common');
+const { nowNs, redisOptions } = require('./common');
 
 const POLL_INTERVAL_MS = 200; // rag.rate-limit.global.poll-interval-ms
 const LEASE_MS = 30000; // rag.rate-limit.global.lease-seconds: 30
@@ -421,7 +421,7 @@ class SeedLimiter {
     }
     req.grant = nowNs();
     req.outcome = 'granted';
-    if (req.holdMs > 0 && !this.ctx.exiting()) await sleep(req.holdMs);
+    await this.ctx.work(req.holdMs);
     req.release = nowNs();
     await this.releaseHeldPermit(ticket);
   }
@@ -443,7 +443,7 @@ class SeedLimiter {
   async close(live) {
     await Promise.all([...this.tickets].filter((t) => t.state === PENDING).map((t) => this.cancel(t)));
     await this.releaseHeld();
-    await Promise.all(live.map((req) => (req.ticket ? req.ticket.done : null)));
+    await this.ctx.settled(live, 3000);
     await this.sub.quit().catch(() => {});
     await this.redis.quit().catch(() => {});
   }

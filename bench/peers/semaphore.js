@@ -96,7 +96,7 @@ module.exports.create = (opts, ctx) => {
       }
       req.grant = nowNs();
       req.outcome = 'granted';
-      if (req.holdMs > 0 && !ctx.exiting()) await sleep(req.holdMs);
+      await ctx.work(req.holdMs);
       req.release = nowNs();
       await sem.release();
     },
@@ -121,7 +121,7 @@ module.exports.create = (opts, ctx) => {
     async close(live) {
       for (const req of live) if (req.abort && req.grant === 0n) req.abort.abort();
       await this.releaseHeld();
-      await Promise.race([Promise.allSettled(live.map((r) => r.done)), sleep(100)]);
+      await ctx.settled(live, 3000);
       await client.quit().catch(() => {});
     },
   };

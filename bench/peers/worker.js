@@ -7,7 +7,7 @@
 // mark, error). See README.md.
 'use strict';
 
-const { commands, nowNs, line, rng, sleep } = require('./common');
+const { commands, nowNs, line, rng, sleep, deferred } = require('./common');
 
 const SYSTEMS = ['seed', 'bottleneck', 'semaphore', 'bullmq'];
 
@@ -96,9 +96,14 @@ class Worker {
     this.outstanding = 0;
     this.answeredCount = 0;
     this.live = new Set();
+    this.exitSignal = deferred();
     this.system = require(`./${opts.system}`).create(opts, {
       queued: (req) => this.queued(req),
       exiting: () => this.exiting,
+      // The work of a granted request: its hold time, cut short by `exit`.
+      work: (ms) => (ms > 0 && !this.exiting ? Promise.race([sleep(ms), this.exitSignal.promise]) : Promise.resolve()),
+      // Resolves once every given request has written its record (or after `ms`).
+      settled: (reqs, ms) => Promise.race([Promise.all(reqs.map((r) => r.finished.promise)), sleep(ms)]),
     });
   }
 
@@ -202,6 +207,7 @@ class Worker {
       this.record(req);
       return;
     }
+    req.finished = deferred();
     this.live.add(req);
     let cancelTimer;
     req.arrive = nowNs();
@@ -224,6 +230,7 @@ class Worker {
       this.live.delete(req);
     }
     this.record(req);
+    req.finished.resolve();
   }
 
   queued(req) {
@@ -281,6 +288,7 @@ class Worker {
   async exit() {
     if (this.exiting) return;
     this.exiting = true;
+    this.exitSignal.resolve();
     // Bounded: whatever is not closed after 10 s is left to the OS.
     setTimeout(() => process.exit(0), 10000).unref();
     try {
