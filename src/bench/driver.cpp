@@ -177,6 +177,16 @@ class JsonLine {
     }
     fields_.emplace_back(key, std::move(text));
   }
+  /// `json` as is (an array, say).
+  void set_raw(const std::string& key, std::string json_text) {
+    for (auto& [k, v] : fields_) {
+      if (k == key) {
+        v = std::move(json_text);
+        return;
+      }
+    }
+    fields_.emplace_back(key, std::move(json_text));
+  }
   bool contains(const std::string& key) const {
     return std::any_of(fields_.begin(), fields_.end(), [&](const auto& f) { return f.first == key; });
   }
@@ -349,6 +359,11 @@ std::string run_workload(const BenchOptions& o, const std::function<void(const s
   out.set("handoff_p99_ms", round3(f.handoff.p99));
   out.set("handoff_max_ms", round3(f.handoff.max));
   out.set("handoffs", f.handoff.count);
+  {
+    std::string cdf = "[";
+    for (const double v : f.handoff.cdf) cdf += (cdf.size() > 1 ? "," : "") + fmt::format("{}", round3(v));
+    out.set_raw("handoff_cdf_ms", cdf + "]");
+  }
   out.set("wait_p50_ms", round3(f.wait.p50));
   out.set("wait_p99_ms", round3(f.wait.p99));
   out.set("client_round_trips_per_grant", per_grant(client1 - client0));

@@ -68,6 +68,7 @@ Distribution distribution_ms(std::vector<std::int64_t> values) {
   d.p50 = static_cast<double>(rank(0.50)) / 1e6;
   d.p99 = static_cast<double>(rank(0.99)) / 1e6;
   d.max = static_cast<double>(values.back()) / 1e6;
+  for (const double p : kCdfPoints) d.cdf.push_back(static_cast<double>(rank(p)) / 1e6);
   return d;
 }
 

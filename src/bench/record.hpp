@@ -45,7 +45,11 @@ std::optional<RequestRecord> request_from_json(std::string_view json);
 struct Distribution {
   std::size_t count = 0;
   double p50 = 0, p99 = 0, max = 0;
+  /// The values at kCdfPoints (for plots); empty when count == 0.
+  std::vector<double> cdf;
 };
+/// Percentiles reported in Distribution::cdf.
+inline constexpr double kCdfPoints[] = {0.01, 0.05, 0.10, 0.25, 0.50, 0.75, 0.90, 0.95, 0.99, 0.999, 1.0};
 Distribution distribution_ms(std::vector<std::int64_t> values_ns);
 
 struct Figures {
