@@ -376,6 +376,62 @@ TEST(ServeRedis, SigtermReleasesHeldPermitsAndLeavesTheQueue) {
   EXPECT_EQ(b.terminate(), 0);
 }
 
+/// One HTTP exchange over a raw socket ("Connection: close"); the whole reply.
+std::string http_exchange(const std::string& url, const std::string& request) {
+  const int port = std::stoi(url.substr(url.rfind(':') + 1));
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string reply;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+    const auto deadline = Clock::now() + 10s;
+    while (Clock::now() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      char buf[4096];
+      const auto n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      reply.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  ::close(fd);
+  return reply;
+}
+
+TEST(ServeConfigFile, EveryKeyOfTheExampleIsReadAndRedisDownIsReported) {
+  // The example's Redis is a closed port: the server starts anyway, says so on
+  // /healthz, and answers acquires with 503 unavailable instead of hanging.
+  Child child({FAIRGATE_BIN, "serve", "--config", SERVE_CONFIGS "/example.toml"}, false);
+  std::string line, url, out;
+  const std::regex listening("listening on (http://127\\.0\\.0\\.1:[0-9]+)");
+  while (url.empty() && child.read_line(line, kSanitized ? 60s : 20s)) {
+    out += line + "\n";
+    std::smatch m;
+    if (std::regex_search(line, m, listening)) url = m[1];
+  }
+  ASSERT_FALSE(url.empty()) << out;
+  EXPECT_NE(line.find("instance example-1, limiters chat=3, document-upload=10"), std::string::npos) << line;
+  const auto limiters =
+      http_exchange(url, "GET /v1/limiters HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_NE(
+      limiters.find(
+          R"("name":"chat","max_concurrent":3,"in_use":0,"queued":0,"max_wait_ms":20000,"max_queue":1000,"enabled":true,"when_disabled":"reject","backend":"redis")"),
+      std::string::npos)
+      << limiters;
+  EXPECT_NE(limiters.find(R"("name":"document-upload","max_concurrent":10)"), std::string::npos) << limiters;
+  const auto health = http_exchange(url, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_NE(health.find(R"({"status":"ok","redis":"down")"), std::string::npos) << health;
+  const auto acquire = http_exchange(
+      url,
+      "POST /v1/limiters/chat/acquire?max_wait_ms=1000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(acquire.rfind("HTTP/1.1 503", 0), 0u) << acquire;
+  EXPECT_NE(acquire.find(R"("reason":"unavailable")"), std::string::npos) << acquire;
+  EXPECT_EQ(child.stop(SIGTERM, kSanitized ? 60s : 20s), 0);
+}
+
 // --- Memory backend: one instance -------------------------------------------
 
 std::unique_ptr<Serve> memory_server(const std::string& limiter, const std::string& extra_config = "") {
