@@ -333,7 +333,7 @@ async function main() {
   try {
     await worker.start();
   } catch (e) {
-    fail(e && e.message ? e.message : e);
+    fail(`${opts.system} at ${opts.redis.replace(/\/\/[^@/]*@/, '//***@')}: ${e && e.message ? e.message : e}`);
   }
   ready = true;
   for (const text of pending.splice(0)) worker.command(text);
