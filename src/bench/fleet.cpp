@@ -77,6 +77,10 @@ std::vector<WorkerEvent> Fleet::wait_for(const std::string& ev, std::size_t coun
                                          std::vector<RequestRecord>* records,
                                          const std::vector<std::size_t>& may_exit) {
   std::vector<WorkerEvent> got;
+  if (records) {  // records met by earlier calls that had nowhere to put them
+    for (auto& r : stash_) records->push_back(std::move(r));
+    stash_.clear();
+  }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (got.size() < count) {
     bool any = false;
@@ -84,7 +88,7 @@ std::vector<WorkerEvent> Fleet::wait_for(const std::string& ev, std::size_t coun
       while (auto line = children_[w]->next_line(0ms)) {
         any = true;
         if (auto r = request_from_json(*line)) {
-          if (records) records->push_back(std::move(*r));
+          (records ? *records : stash_).push_back(std::move(*r));
           continue;
         }
         boost::system::error_code ec;

@@ -44,8 +44,9 @@ class Fleet {
   void send(std::size_t w, const std::string& line) { children_.at(w)->send(line); }
   void send_all(const std::string& line);
 
-  /// Reads the workers' lines until `count` events named `ev` arrived (request
-  /// records met on the way go to `records`, if given). Throws
+  /// Reads the workers' lines until `count` events named `ev` arrived. Request
+  /// records met on the way go to `records`; without `records` they are kept
+  /// and handed to the next call that has one (none is ever dropped). Throws
   /// std::runtime_error after `timeout`, when a worker reports an error or
   /// when one exits (workers listed in `may_exit` excepted).
   std::vector<WorkerEvent> wait_for(const std::string& ev, std::size_t count,
@@ -60,6 +61,7 @@ class Fleet {
  private:
   Log log_;
   std::vector<std::unique_ptr<Child>> children_;
+  std::vector<RequestRecord> stash_;
 };
 
 }  // namespace fairgate::bench
