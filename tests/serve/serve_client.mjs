@@ -3,7 +3,7 @@
 //
 //   node serve_client.mjs SCENARIO --urls http://127.0.0.1:P1,http://127.0.0.1:P2 --limiter NAME [options]
 //
-// Scenarios: fifo, timeout, disconnect, hostile, longpoll, many.
+// Scenarios: fifo, timeout, disconnect, hostile, longpoll, many, clientcap.
 // Prints one JSON summary line ("summary: {...}") and "FAIL: ..." lines;
 // exits 1 when any check failed, 2 on a usage error. Every wait is bounded.
 import http from 'node:http';
@@ -630,7 +630,51 @@ async function many() {
   summary.after = after?.map(brief);
 }
 
-const scenarios = { fifo, timeout, disconnect, hostile, longpoll, many };
+/// The per-client cap on waiting requests (S7): with `--client_cap K`, the
+/// K+1st waiting request of one client gets 429 too_many_waiters; once one of
+/// the K leaves, a new one is accepted again.
+async function clientcap() {
+  const k = num('client_cap', 3);
+  const base = urls[0];
+  const open = (tag) => {
+    const c = { events: [], end: null };
+    c.req = sseAcquire(base, `?tenant=${tag}`, {
+      event(name, data) {
+        c.events.push([name, data]);
+      },
+      end(why) {
+        c.end = why;
+      },
+    });
+    return c;
+  };
+  const until = async (pred, ms) => {
+    const deadline = now() + ms;
+    while (now() < deadline && !pred()) await sleep(10);
+    return pred();
+  };
+  const holder = open('holder');
+  check(await until(() => holder.events.some(([n]) => n === 'granted'), 5000), 'holder not granted');
+  const waiters = [];
+  for (let i = 0; i < k; i++) {
+    const w = open(`w${i}`);
+    waiters.push(w);
+    check(await until(() => w.events.some(([n]) => n === 'queued'), 5000), `waiter ${i} not queued`);
+  }
+  const over = await request(base, 'POST', `/v1/limiters/${limiter}/acquire?max_wait_ms=5000`);
+  check(over.status === 429 && over.json?.error?.reason === 'too_many_waiters', `waiter ${k + 1}: ${over.status} ${over.text}`);
+  const sseOver = open('over');
+  check(await until(() => sseOver.end !== null, 5000) && /^status 429/.test(sseOver.end), `SSE waiter ${k + 1}: ${sseOver.end}`);
+  waiters[0].req.destroy();
+  await waitFor((ss) => ss[0].queued === k - 1, 5000, 'a waiter left');
+  const again = open('again');
+  check(await until(() => again.events.some(([n]) => n === 'queued'), 5000), 'a new waiter was not accepted after one left');
+  for (const c of [again, ...waiters, holder]) c.req.destroy();
+  const after = await waitFor((ss) => ss[0].queued === 0 && ss[0].in_use === 0, 5000, 'nothing left');
+  Object.assign(summary, { client_cap: k, refused_status: over.status, after: after?.map(brief) });
+}
+
+const scenarios = { fifo, timeout, disconnect, hostile, longpoll, many, clientcap };
 if (!scenarios[scenario] || urls.length === 0) {
   console.error(`usage: node serve_client.mjs (${Object.keys(scenarios).join('|')}) --urls URL[,URL] --limiter NAME`);
   process.exit(2);

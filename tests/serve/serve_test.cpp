@@ -475,6 +475,13 @@ TEST(ServeMemory, LongPollLeaseRenewDeleteEventsMetricsAdmin) {
   EXPECT_EQ(s->terminate(), 0);
 }
 
+TEST(ServeMemory, PerClientCapOnWaitingRequests) {
+  auto s = memory_server("chat=1", "max_waiters_per_client = 3\n");
+  const auto run = run_client("clientcap", {s.get()}, {"--limiter", "chat", "--client_cap", "3"});
+  EXPECT_CLIENT_OK(run);
+  EXPECT_EQ(s->terminate(), 0);
+}
+
 /// S3: thousands of queued SSE clients on one instance and two I/O threads.
 /// Reports RSS and threads while they wait (5,000; 1,000 under sanitizers).
 TEST(ServeMemory, ThousandsOfQueuedSseClientsOnOneInstance) {
