@@ -28,6 +28,7 @@
 #include <memory>
 #include <regex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -248,6 +249,10 @@ void expect_clean_exit(std::vector<std::unique_ptr<Serve>>& servers) {
   for (auto& s : servers) EXPECT_EQ(s->terminate(), 0) << "SIGTERM must end fairgate serve with exit code 0";
 }
 
+/// The HTTP clients are Node scripts: without node (see CMakeLists.txt) skip.
+#define SKIP_WITHOUT_NODE() \
+  if (std::string_view(NODE_BIN).empty()) GTEST_SKIP() << "node not found at configure time"
+
 #define EXPECT_CLIENT_OK(run)                      \
   do {                                             \
     EXPECT_EQ((run).exit_code, 0) << (run).output; \
@@ -257,6 +262,7 @@ void expect_clean_exit(std::vector<std::unique_ptr<Serve>>& servers) {
 // --- Redis: three instances, one limiter --------------------------------------
 
 TEST(ServeRedis, ThreeInstancesSixtySseClientsCapFifoAllGranted) {
+  SKIP_WITHOUT_NODE();
   auto servers = redis_cluster(3, "fifo-a=3", "fifo");
   const auto run = run_client("fifo", raw(servers),
                               {"--limiter", "fifo-a", "--cap", "3", "--clients", "60", "--gap", "5",
@@ -266,6 +272,7 @@ TEST(ServeRedis, ThreeInstancesSixtySseClientsCapFifoAllGranted) {
 }
 
 TEST(ServeRedis, MaxWaitShorterThanQueueRejectsLateOnesWithTimeout) {
+  SKIP_WITHOUT_NODE();
   auto servers = redis_cluster(3, "timeout-a=2", "timeout");
   const auto run = run_client("timeout", raw(servers),
                               {"--limiter", "timeout-a", "--clients", "24", "--max_wait_ms", "400", "--hold",
@@ -275,6 +282,7 @@ TEST(ServeRedis, MaxWaitShorterThanQueueRejectsLateOnesWithTimeout) {
 }
 
 TEST(ServeRedis, DisconnectsWhileQueuedAndWhileHoldingKeepQueueAndHoldersExact) {
+  SKIP_WITHOUT_NODE();
   auto servers = redis_cluster(3, "disconnect-a=2", "disconnect");
   const auto run =
       run_client("disconnect", raw(servers),
@@ -284,6 +292,7 @@ TEST(ServeRedis, DisconnectsWhileQueuedAndWhileHoldingKeepQueueAndHoldersExact) 
 }
 
 TEST(ServeRedis, LongPollLeaseRenewDeleteAndAdminOnEveryInstance) {
+  SKIP_WITHOUT_NODE();
   auto servers = redis_cluster(2, "longpoll-a=1", "longpoll");
   const auto run = run_client("longpoll", raw(servers), {"--limiter", "longpoll-a"});
   EXPECT_CLIENT_OK(run);
@@ -439,6 +448,7 @@ std::unique_ptr<Serve> memory_server(const std::string& limiter, const std::stri
 }
 
 TEST(ServeMemory, SixtySseClientsCapFifoAllGranted) {
+  SKIP_WITHOUT_NODE();
   auto s = memory_server("chat=3");
   const auto run = run_client("fifo", {s.get()}, {"--limiter", "chat", "--cap", "3", "--clients", "60"});
   EXPECT_CLIENT_OK(run);
@@ -446,6 +456,7 @@ TEST(ServeMemory, SixtySseClientsCapFifoAllGranted) {
 }
 
 TEST(ServeMemory, MaxWaitShorterThanQueueRejectsLateOnesWithTimeout) {
+  SKIP_WITHOUT_NODE();
   auto s = memory_server("chat=2");
   const auto run = run_client("timeout", {s.get()},
                               {"--limiter", "chat", "--clients", "20", "--max_wait_ms", "300", "--hold",
@@ -455,6 +466,7 @@ TEST(ServeMemory, MaxWaitShorterThanQueueRejectsLateOnesWithTimeout) {
 }
 
 TEST(ServeMemory, DisconnectsWhileQueuedAndWhileHoldingKeepQueueAndHoldersExact) {
+  SKIP_WITHOUT_NODE();
   auto s = memory_server("chat=2");
   const auto run = run_client("disconnect", {s.get()}, {"--limiter", "chat", "--cap", "2", "--waiters", "4"});
   EXPECT_CLIENT_OK(run);
@@ -462,6 +474,7 @@ TEST(ServeMemory, DisconnectsWhileQueuedAndWhileHoldingKeepQueueAndHoldersExact)
 }
 
 TEST(ServeMemory, GarbageOversizedSlowAndHostileRequestsGet4xxAndServerKeepsServing) {
+  SKIP_WITHOUT_NODE();
   auto s = memory_server("chat=2");
   const auto run = run_client("hostile", {s.get()}, {"--limiter", "chat"});
   EXPECT_CLIENT_OK(run);
@@ -469,6 +482,7 @@ TEST(ServeMemory, GarbageOversizedSlowAndHostileRequestsGet4xxAndServerKeepsServ
 }
 
 TEST(ServeMemory, LongPollLeaseRenewDeleteEventsMetricsAdmin) {
+  SKIP_WITHOUT_NODE();
   auto s = memory_server("chat=1");
   const auto run = run_client("longpoll", {s.get()}, {"--limiter", "chat"});
   EXPECT_CLIENT_OK(run);
@@ -476,6 +490,7 @@ TEST(ServeMemory, LongPollLeaseRenewDeleteEventsMetricsAdmin) {
 }
 
 TEST(ServeMemory, PerClientCapOnWaitingRequests) {
+  SKIP_WITHOUT_NODE();
   auto s = memory_server("chat=1", "max_waiters_per_client = 3\n");
   const auto run = run_client("clientcap", {s.get()}, {"--limiter", "chat", "--client_cap", "3"});
   EXPECT_CLIENT_OK(run);
@@ -485,6 +500,7 @@ TEST(ServeMemory, PerClientCapOnWaitingRequests) {
 /// S3: thousands of queued SSE clients on one instance and two I/O threads.
 /// Reports RSS and threads while they wait (5,000; 1,000 under sanitizers).
 TEST(ServeMemory, ThousandsOfQueuedSseClientsOnOneInstance) {
+  SKIP_WITHOUT_NODE();
   const int clients = kSanitized ? 1000 : 5000;
   // Not base_config: its connection cap (64) is for the hostile test.
   auto s = std::make_unique<Serve>(std::string("admin_token = \"t\"\n[server]\nmax_connections = 20000\n"
