@@ -57,16 +57,28 @@ fi
 
 # A fresh redis-server on a free loopback port, stopped (by pid) on exit.
 work=$(mktemp -d)
+redis_pid=""
+trap '[[ -n $redis_pid ]] && { kill "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null; }; rm -rf "$work"' EXIT
 port=""
 for candidate in $(shuf -i 20000-40000 -n 20); do
-  if ! (exec 3<>/dev/tcp/127.0.0.1/"$candidate") 2>/dev/null; then port=$candidate; break; fi
+  redis-server --port "$candidate" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
+    --logfile "$work/redis.log" &
+  redis_pid=$!
+  for _ in $(seq 100); do
+    kill -0 "$redis_pid" 2>/dev/null || break  # it exited: the port was taken
+    # Ours answers (not another server already on that port): its process_id is our pid.
+    if [[ $(redis-cli -p "$candidate" info server 2>/dev/null | tr -d '\r' | sed -n 's/^process_id://p') == "$redis_pid" ]]; then
+      port=$candidate
+      break
+    fi
+    sleep 0.05
+  done
+  [[ -n $port ]] && break
+  kill "$redis_pid" 2>/dev/null || true
+  wait "$redis_pid" 2>/dev/null || true
+  redis_pid=""
 done
-[[ -n $port ]] || { echo "bench/run.sh: no free port found" >&2; exit 1; }
-redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
-  --logfile "$work/redis.log" &
-redis_pid=$!
-trap 'kill "$redis_pid" 2>/dev/null || true; wait "$redis_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
-for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+[[ -n $port ]] || { echo "bench/run.sh: could not start redis-server on a free loopback port" >&2; exit 1; }
 url="redis://127.0.0.1:$port"
 results="$work/results.jsonl"
 

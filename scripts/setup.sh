@@ -17,6 +17,11 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node runs the HTTP/SSE test clients and the benchmark's peers. Any node/npm
+# on the PATH will do (e.g. NodeSource's, which bundles npm and conflicts with
+# Debian's npm package); else Debian's.
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 ((${#missing[@]} == 0)) && exit 0
 
 sudo=()
