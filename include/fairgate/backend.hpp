@@ -8,6 +8,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/system/result.hpp>
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -20,6 +21,16 @@ namespace fairgate {
 /// Thread-safety: all member functions may be called from any thread.
 /// Lifetime: destroy (or shutdown()) the backend before the io_context its
 /// executor belongs to. Limiter handles and Permits keep their limiter alive.
+/// How a backend reaches its shared state (Backend::health).
+struct BackendHealth {
+  /// False for the memory backend: there is nothing remote to reach.
+  bool remote = false;
+  /// The connections to Redis are up (always true without a remote).
+  bool connected = true;
+  /// Redis client errors so far: command timeouts, disconnects, error replies.
+  std::uint64_t errors = 0;
+};
+
 class Backend {
  public:
   Backend() = default;
@@ -41,6 +52,9 @@ class Backend {
 
   /// Every limiter, sorted by name.
   virtual std::vector<Limiter> limiters() const = 0;
+
+  /// Whether the shared state is reachable, for health checks and metrics.
+  virtual BackendHealth health() const { return {}; }
 
   /// Ends every waiting request with RejectReason::shutdown and rejects new
   /// ones. Held permits stay valid until their owners release them.

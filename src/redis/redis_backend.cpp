@@ -57,6 +57,14 @@ class RedisBackend final : public Backend, public std::enable_shared_from_this<R
 
   std::string_view kind() const noexcept override { return "redis"; }
 
+  BackendHealth health() const override {
+    BackendHealth h;
+    h.remote = true;
+    h.connected = context_->commands->connected() && context_->subscriber->connected();
+    h.errors = context_->redis_errors.load(std::memory_order_relaxed);
+    return h;
+  }
+
   boost::system::result<Limiter, SettingsError> open(std::string_view name,
                                                      const Settings& settings) override {
     auto opened = registry_.open(name, settings, [this](std::string n, const Settings& s) {

@@ -99,11 +99,13 @@ std::string render_metrics(const Backend& backend, const Metrics& metrics, std::
     out += fmt::format("{} {}\n", name, value);
   };
   const auto load = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  const int redis = metrics.redis_up.load(std::memory_order_relaxed);
-  if (redis >= 0) {
-    single("fairgate_redis_up", "gauge", "1 when this instance reaches Redis.", redis);
-    single("fairgate_redis_errors_total", "counter", "Failed Redis health probes.",
-           load(metrics.redis_errors));
+  const BackendHealth health = backend.health();
+  if (health.remote) {
+    single("fairgate_redis_up", "gauge", "1 when this instance's connections to Redis are up.",
+           health.connected ? 1 : 0);
+    single("fairgate_redis_errors_total", "counter",
+           "Redis client errors of this instance (command timeouts, disconnects, error replies).",
+           health.errors);
   }
   single("fairgate_http_requests_total", "counter", "HTTP requests read.", load(metrics.http_requests));
   single("fairgate_http_bad_requests_total", "counter", "Malformed or refused HTTP requests (4xx).",

@@ -48,8 +48,6 @@ struct Metrics {
   std::atomic<std::uint64_t> sse_streams{0};          ///< open acquire streams
   std::atomic<std::uint64_t> client_cap_refusals{0};  ///< per-client waiter cap hit
   std::atomic<std::uint64_t> leases_expired{0};
-  std::atomic<std::uint64_t> redis_errors{0};  ///< failed health probes of this server
-  std::atomic<int> redis_up{-1};               ///< -1 none, 0 down, 1 up
 
  private:
   std::map<std::string, std::unique_ptr<WaitHistogram>> histograms_;

@@ -117,7 +117,6 @@ struct Shared {
   ServeConfig config;
   net::io_context& io;
   std::shared_ptr<Backend> backend;
-  std::shared_ptr<redis::Connection> health;  // Redis probe (healthz, redis metrics)
   Metrics metrics;
   LeaseTable leases;
   net::strand<net::io_context::executor_type> acceptor_strand;
@@ -558,8 +557,8 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
     if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET");
     json::object o;
     o["status"] = "ok";
-    const int up = sh.metrics.redis_up.load();
-    o["redis"] = !sh.config.redis ? "none" : up == 1 ? "up" : "down";
+    const BackendHealth health = sh.backend->health();
+    o["redis"] = !health.remote ? "none" : health.connected ? "up" : "down";
     o["backend"] = sh.backend->kind();
     Response res = json_response(http::status::ok, req, o);
     co_return co_await send(s, std::move(res)) && req.keep_alive();
@@ -757,23 +756,6 @@ awaitable<void> lease_sweeper(std::shared_ptr<Shared> sh) {
   }
 }
 
-/// Pings Redis every second for /healthz and the redis metrics.
-awaitable<void> redis_probe(std::shared_ptr<Shared> sh) {
-  net::steady_timer timer(co_await net::this_coro::executor);
-  std::weak_ptr<Shared> weak = sh;
-  while (!sh->stopping.load()) {
-    std::vector<std::string> ping{"PING"};
-    sh->health->exec(std::move(ping), [weak](boost::system::error_code ec, redis::Reply) {
-      if (auto s = weak.lock()) {
-        s->metrics.redis_up.store(ec ? 0 : 1);
-        if (ec) s->metrics.redis_errors.fetch_add(1, std::memory_order_relaxed);
-      }
-    });
-    timer.expires_after(1s);
-    co_await timer.async_wait(nothrow);
-  }
-}
-
 /// SIGTERM/SIGINT: stop accepting, end waiters, release permits, close
 /// connections, let the last Redis commands go out, then stop the loop.
 awaitable<void> shutdown_on_signal(std::shared_ptr<Shared> sh, net::signal_set& signals, int& which) {
@@ -802,7 +784,6 @@ awaitable<void> shutdown_on_signal(std::shared_ptr<Shared> sh, net::signal_set& 
   if (sh->config.redis) {
     timer.expires_after(300ms);
     co_await timer.async_wait(nothrow);
-    sh->health->close();
   }
   sh->io.stop();
 }
@@ -827,15 +808,7 @@ int run_server(const ServeConfig& config, std::FILE* out) {
   std::string backend_text = "memory";
   if (config.redis) {
     sh->backend = make_redis_backend(io.get_executor(), *config.redis);
-    const auto endpoint = redis::parse_url(config.redis->url);
-    redis::ConnectionOptions copts;
-    copts.endpoint = std::get<redis::Endpoint>(endpoint);
-    copts.command_timeout = config.redis->command_timeout;
-    copts.client_name = "fairgate-serve-health";
-    sh->health = redis::Connection::create(io.get_executor(), copts);
-    sh->health->start();
-    sh->metrics.redis_up.store(0);
-    backend_text = "redis " + copts.endpoint.redacted();
+    backend_text = "redis " + std::get<redis::Endpoint>(redis::parse_url(config.redis->url)).redacted();
   } else {
     sh->backend = make_memory_backend(io.get_executor());
   }
@@ -864,7 +837,6 @@ int run_server(const ServeConfig& config, std::FILE* out) {
   net::co_spawn(io, shutdown_on_signal(sh, signals, which), net::detached);
   net::co_spawn(sh->acceptor_strand, accept_loop(sh), net::detached);
   net::co_spawn(io, lease_sweeper(sh), net::detached);
-  if (sh->health) net::co_spawn(io, redis_probe(sh), net::detached);
 
   const std::string host =
       bound.address().is_v6() ? "[" + bound.address().to_string() + "]" : bound.address().to_string();

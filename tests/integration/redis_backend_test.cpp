@@ -535,6 +535,27 @@ TEST(RedisBackendTest, UnreachableRedisRejectsAsUnavailable) {
   EXPECT_EQ(probe->reason(), RejectReason::unavailable);
   EXPECT_NE(probe->message().find("unavailable"), std::string::npos) << probe->message();
   EXPECT_LE(Clock::now() - t0, 2s);
+  const auto health = a.backend->health();
+  EXPECT_TRUE(health.remote);
+  EXPECT_FALSE(health.connected) << "nothing listens on port 1";
+  EXPECT_GT(health.errors, 0u) << "the failed acquire and heartbeats count as Redis errors";
+}
+
+// Backend::health() of a reachable Redis, and of the memory backend.
+TEST(RedisBackendTest, HealthOfAReachableRedis) {
+  Instance a(fast_options());
+  Limiter lim = a.open(test_name(), cap(1));
+  ASSERT_TRUE(wait_until([&] { return a.backend->health().connected; }, 5s));
+  auto probe = acquire(lim);
+  ASSERT_TRUE(wait_until([&] { return probe->done(); }));
+  EXPECT_EQ(probe->outcome(), Outcome::granted);
+  const auto health = a.backend->health();
+  EXPECT_TRUE(health.remote);
+  EXPECT_EQ(health.errors, 0u);
+  asio::io_context io;
+  const auto memory = fairgate::make_memory_backend(io.get_executor())->health();
+  EXPECT_FALSE(memory.remote);
+  EXPECT_TRUE(memory.connected);
 }
 
 }  // namespace
