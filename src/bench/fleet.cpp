@@ -65,7 +65,7 @@ Fleet::Fleet(const std::string& executable, const std::vector<WorkerOptions>& wo
              bool quiet_stderr)
     : log_(std::move(log)) {
   for (const auto& w : workers)
-    children_.push_back(std::make_unique<Child>(worker_argv(executable, w), quiet_stderr));
+    children_.push_back(std::make_unique<Child>(worker_argv(executable, w), quiet_stderr, output_));
 }
 
 void Fleet::send_all(const std::string& line) {
@@ -83,6 +83,7 @@ std::vector<WorkerEvent> Fleet::wait_for(const std::string& ev, std::size_t coun
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (got.size() < count) {
+    const std::uint64_t epoch = output_->epoch();  // before reading: no output can slip by unnoticed
     bool any = false;
     for (std::size_t w = 0; w < children_.size() && got.size() < count; ++w) {
       while (auto line = children_[w]->next_line(0ms)) {
@@ -118,7 +119,9 @@ std::vector<WorkerEvent> Fleet::wait_for(const std::string& ev, std::size_t coun
         if (children_[w]->wait(0ms) && children_[w]->drained())
           throw std::runtime_error(fmt::format("bench worker {} exited early", w));
       }
-      if (!any) std::this_thread::sleep_for(1ms);
+      // Sleep until a worker writes (or 50 ms pass, to notice one that died):
+      // no polling loop competing with the workers for the CPU.
+      if (!any) output_->wait(epoch, 50ms);
     }
   }
   return got;

@@ -62,6 +62,7 @@ class Fleet {
   Log log_;
   std::vector<std::unique_ptr<Child>> children_;
   std::vector<RequestRecord> stash_;
+  std::shared_ptr<OutputSignal> output_ = std::make_shared<OutputSignal>();
 };
 
 }  // namespace fairgate::bench

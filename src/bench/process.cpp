@@ -13,7 +13,8 @@
 
 namespace fairgate::bench {
 
-Child::Child(std::vector<std::string> argv, bool quiet_stderr) {
+Child::Child(std::vector<std::string> argv, bool quiet_stderr, std::shared_ptr<OutputSignal> signal)
+    : signal_(std::move(signal)) {
   if (argv.empty()) throw std::invalid_argument("Child: empty argv");
   // Writing to a child that died must fail with EPIPE, not kill the parent.
   ::signal(SIGPIPE, SIG_IGN);
@@ -72,16 +73,22 @@ void Child::read_loop(int fd) {
     }
     buffer.erase(0, start);
     if (!complete.empty()) {
-      std::lock_guard lock(mu_);
-      for (auto& line : complete) lines_.push_back(std::move(line));
+      {
+        std::lock_guard lock(mu_);
+        for (auto& line : complete) lines_.push_back(std::move(line));
+      }
       cv_.notify_all();
+      if (signal_) signal_->notify();
     }
   }
   ::close(fd);
-  std::lock_guard lock(mu_);
-  if (!buffer.empty()) lines_.push_back(std::move(buffer));
-  eof_ = true;
+  {
+    std::lock_guard lock(mu_);
+    if (!buffer.empty()) lines_.push_back(std::move(buffer));
+    eof_ = true;
+  }
   cv_.notify_all();
+  if (signal_) signal_->notify();
 }
 
 bool Child::send(const std::string& line) {

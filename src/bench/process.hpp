@@ -11,7 +11,9 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -20,10 +22,39 @@
 
 namespace fairgate::bench {
 
+/// Lets one thread sleep until any of several children has output.
+class OutputSignal {
+ public:
+  /// A number that changes whenever some child produced a line or closed its output.
+  std::uint64_t epoch() const {
+    std::lock_guard lock(mu_);
+    return epoch_;
+  }
+  /// Waits until epoch() != `seen` or `timeout` passed.
+  void wait(std::uint64_t seen, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return epoch_ != seen; });
+  }
+  void notify() {
+    {
+      std::lock_guard lock(mu_);
+      ++epoch_;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::uint64_t epoch_ = 0;
+};
+
 class Child {
  public:
   /// Starts `argv[0]` with `argv`; stderr is inherited unless `quiet_stderr`.
-  explicit Child(std::vector<std::string> argv, bool quiet_stderr = false);
+  /// `signal` (optional, must outlive the child) is notified on every output.
+  explicit Child(std::vector<std::string> argv, bool quiet_stderr = false,
+                 std::shared_ptr<OutputSignal> signal = nullptr);
   ~Child();  // kills (SIGKILL) and reaps the child if still running
   Child(const Child&) = delete;
   Child& operator=(const Child&) = delete;
@@ -54,6 +85,7 @@ class Child {
   std::condition_variable cv_;
   std::deque<std::string> lines_;
   bool eof_ = false;
+  std::shared_ptr<OutputSignal> signal_;
 };
 
 /// The path of the running executable (/proc/self/exe).
