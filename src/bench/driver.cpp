@@ -353,7 +353,7 @@ std::string run_workload(const BenchOptions& o, const std::function<void(const s
   out.set("rejections", f.rejections);
   out.set("overshoot", f.overshoot);
   out.set("max_holders", f.max_holders);
-  out.set("inversions", f.inversions);
+  if (f.sequenced > 0) out.set("inversions", f.inversions);  // else null: the system reports no sequence
   out.set("inversions_client_time", f.inversions_client_time);
   out.set("handoff_p50_ms", round3(f.handoff.p50));
   out.set("handoff_p99_ms", round3(f.handoff.p99));

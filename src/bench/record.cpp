@@ -169,6 +169,7 @@ Figures analyze(const std::vector<RequestRecord>& records, std::size_t cap, std:
     by_client_time.emplace_back(r.arrive_ns, r.grant_ns);
     if (r.sequence != 0) by_sequence.emplace_back(static_cast<std::int64_t>(r.sequence), r.grant_ns);
   }
+  f.sequenced = by_sequence.size();
   f.inversions = count_inversions(std::move(by_sequence), 0, margin_ns);
   f.inversions_client_time = count_inversions(std::move(by_client_time), margin_ns, margin_ns);
   return f;

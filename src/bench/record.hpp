@@ -65,6 +65,9 @@ struct Figures {
   /// granted requests with sequence_a < sequence_b where b was granted more
   /// than `margin` before a (records without a sequence are left out).
   std::uint64_t inversions = 0;
+  /// Granted records that carry a sequence: 0 means `inversions` could not
+  /// be measured (the system reports no arrival order of its own).
+  std::size_t sequenced = 0;
   /// The same in client time only: a arrived more than `margin` before b and
   /// b was granted more than `margin` before a. Noisier: a burst queues
   /// requests in the client before they reach the limiter.
