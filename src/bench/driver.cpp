@@ -169,13 +169,7 @@ class JsonLine {
     } else {
       text = fmt::format("{}", value);
     }
-    for (auto& [k, v] : fields_) {
-      if (k == key) {
-        v = std::move(text);
-        return;
-      }
-    }
-    fields_.emplace_back(key, std::move(text));
+    set_raw(key, std::move(text));
   }
   /// `json` as is (an array, say).
   void set_raw(const std::string& key, std::string json_text) {
@@ -186,9 +180,6 @@ class JsonLine {
       }
     }
     fields_.emplace_back(key, std::move(json_text));
-  }
-  bool contains(const std::string& key) const {
-    return std::any_of(fields_.begin(), fields_.end(), [&](const auto& f) { return f.first == key; });
   }
   std::string str() const {
     std::string out = "{";
@@ -266,6 +257,7 @@ std::string run_workload(const BenchOptions& o, const std::function<void(const s
                         "handoff_p99_ms",
                         "handoff_max_ms",
                         "handoffs",
+                        "handoff_cdf_ms",
                         "wait_p50_ms",
                         "wait_p99_ms",
                         "client_round_trips_per_grant",
