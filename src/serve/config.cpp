@@ -2,8 +2,10 @@
 //  * One pass per source (file, environment, flags), each writing into the
 //    same ServeConfig, so precedence is simply the order of the passes.
 //  * Unknown keys are errors (a typo like `max_concurent` must not silently
-//    fall back to a default), except the sections other issues will serve
-//    (`ratelimit`, `route`), which are recorded and reported as ignored.
+//    fall back to a default), except the section another issue will serve
+//    (`ratelimit`), which is recorded and reported as ignored.
+//  * Routes are checked against the limiters once every source is merged
+//    (a route may name a limiter given by a flag).
 //  * Limiter settings end in fairgate::validate(), the one judge of settings,
 //    so the messages match the library's and the admin API's.
 #include "serve/config.hpp"
@@ -186,6 +188,103 @@ void read_redis(const toml::table& t, RedisBackendOptions& r) {
   }
 }
 
+void check_route_path(const std::string& path, const std::string& field) {
+  if (path.empty() || path.front() != '/') fail(field, "must start with '/'");
+  if (path.size() > 256) fail(field, "longer than 256 characters");
+  for (const char c : path) {
+    if (c <= ' ' || c > '~' || c == '?' || c == '#' || c == '%' || c == '"' || c == '\\')
+      fail(field, "only printable ASCII without spaces, '?', '#', '%', '\"' or '\\' is allowed");
+  }
+  if (path.find("//") != std::string::npos || path.find("/./") != std::string::npos ||
+      path.find("/../") != std::string::npos)
+    fail(field, "must not contain empty, '.' or '..' segments");
+}
+
+void check_header_name(const std::string& name, const std::string& field) {
+  if (name.empty() || name.size() > 64) fail(field, "must be 1..64 characters");
+  for (const char c : name) {
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+    if (!ok) fail(field, fmt::format("\"{}\" is not an HTTP header name", name));
+  }
+}
+
+RouteConfig read_route(const toml::table& t, const std::string& prefix) {
+  RouteConfig r;
+  bool has_path = false, has_upstream = false, has_limiter = false;
+  for (auto&& [key, node] : t) {
+    const std::string k(key.str());
+    const std::string field = prefix + "." + k;
+    if (k == "path") {
+      r.path = get_string(node, field);
+      check_route_path(r.path, field);
+      if (r.path.size() > 1 && r.path.back() == '/') r.path.pop_back();
+      has_path = true;
+    } else if (k == "upstream") {
+      parse_upstream(get_string(node, field), field, r);
+      has_upstream = true;
+    } else if (k == "limiter") {
+      r.limiter = get_string(node, field);
+      if (auto e = validate_limiter_name(r.limiter)) fail(field, e->problem);
+      has_limiter = true;
+    } else if (k == "tenant_header") {
+      r.tenant_header = get_string(node, field);
+      check_header_name(r.tenant_header, field);
+    } else if (k == "queue_events") {
+      const auto mode = get_string(node, field);
+      if (mode == "comment")
+        r.queue_events = QueueEvents::comment;
+      else if (mode == "named")
+        r.queue_events = QueueEvents::named;
+      else if (mode == "seed")
+        r.queue_events = QueueEvents::seed;
+      else if (mode == "none")
+        r.queue_events = QueueEvents::none;
+      else
+        fail(field, fmt::format("\"{}\" is not one of comment, named, seed, none", mode));
+    } else if (k == "max_wait_ms") {
+      r.max_wait = get_ms(node, field, 0, kMaxWaitLimit.count());
+    } else if (k == "connect_timeout_ms") {
+      r.connect_timeout = get_ms(node, field, 10, 600'000);
+    } else if (k == "upstream_timeout_ms") {
+      r.upstream_timeout = get_ms(node, field, 10, 86'400'000);
+    } else if (k == "max_body_bytes") {
+      r.max_body_bytes = static_cast<std::size_t>(get_int(node, field, 0, 256 * 1024 * 1024));
+    } else if (k == "pool_size") {
+      r.pool_size = static_cast<std::size_t>(get_int(node, field, 0, 10'000));
+    } else {
+      fail(field, "unknown key");
+    }
+  }
+  if (!has_path) fail(prefix + ".path", "missing (the path prefix to route, e.g. \"/v1/chat/completions\")");
+  if (!has_upstream) fail(prefix + ".upstream", "missing (e.g. \"http://127.0.0.1:9000\")");
+  if (!has_limiter) fail(prefix + ".limiter", "missing (the name of a [limiters.NAME] table)");
+  return r;
+}
+
+void read_routes(const toml::node& node, ServeConfig& cfg) {
+  const auto* list = node.as_array();
+  if (list == nullptr) fail("route", fmt::format("expected [[route]] tables, got {}", type_name(node)));
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const std::string prefix = fmt::format("route[{}]", i);
+    cfg.routes.push_back(read_route(get_table(*list->get(i), prefix), prefix));
+  }
+}
+
+void check_routes(const ServeConfig& cfg) {
+  for (std::size_t i = 0; i < cfg.routes.size(); ++i) {
+    const auto& r = cfg.routes[i];
+    const std::string prefix = fmt::format("route[{}]", i);
+    const bool known = std::any_of(cfg.limiters.begin(), cfg.limiters.end(),
+                                   [&](const LimiterConfig& l) { return l.name == r.limiter; });
+    if (!known) fail(prefix + ".limiter", fmt::format("no limiter named \"{}\" is configured", r.limiter));
+    for (std::size_t j = 0; j < i; ++j) {
+      if (cfg.routes[j].path == r.path)
+        fail(prefix + ".path", fmt::format("\"{}\" is already the path of route[{}]", r.path, j));
+    }
+  }
+}
+
 void read_file(const std::string& path, ServeConfig& cfg) {
   toml::table root;
   try {
@@ -217,7 +316,9 @@ void read_file(const std::string& path, ServeConfig& cfg) {
       }
     } else if (k == "server") {
       read_server(get_table(node, k), cfg.server);
-    } else if (k == "ratelimit" || k == "route") {
+    } else if (k == "route") {
+      read_routes(node, cfg);
+    } else if (k == "ratelimit") {
       cfg.ignored_sections.push_back(k);
     } else {
       fail(k, "unknown key");
@@ -235,6 +336,74 @@ void set_limiter(ServeConfig& cfg, const LimiterConfig& l) {
 }
 
 }  // namespace
+
+std::string_view to_string(QueueEvents mode) noexcept {
+  switch (mode) {
+    case QueueEvents::comment: return "comment";
+    case QueueEvents::named: return "named";
+    case QueueEvents::seed: return "seed";
+    case QueueEvents::none: return "none";
+  }
+  return "comment";
+}
+
+void parse_upstream(std::string_view url, std::string_view field, RouteConfig& route) {
+  constexpr std::string_view kScheme = "http://";
+  if (url.substr(0, 8) == "https://")
+    fail(field,
+         "https upstreams are not supported; use http:// (TLS belongs to a sidecar or the upstream's proxy)");
+  if (url.substr(0, kScheme.size()) != kScheme)
+    fail(field, fmt::format("\"{}\" is not an http:// URL (e.g. http://127.0.0.1:9000)", url));
+  std::string_view rest = url.substr(kScheme.size());
+  const auto slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  std::string base(slash == std::string_view::npos ? std::string_view() : rest.substr(slash));
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  if (base.find_first_of("?#") != std::string::npos) fail(field, "must not have a query or fragment");
+  for (const char c : base) {
+    if (c <= ' ' || c > '~') fail(field, "the path must be printable ASCII without spaces");
+  }
+  if (authority.find('@') != std::string_view::npos) fail(field, "user:password@ is not supported");
+  std::string host;
+  std::string_view port_text;
+  bool has_port = false;
+  if (!authority.empty() && authority.front() == '[') {
+    const auto close = authority.find(']');
+    if (close == std::string_view::npos) fail(field, "unclosed '[' in the host");
+    host = std::string(authority.substr(1, close - 1));
+    const auto after = authority.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') fail(field, "expected ':PORT' after the IPv6 address");
+      port_text = after.substr(1);
+      has_port = true;
+    }
+  } else {
+    const auto colon = authority.rfind(':');
+    host = std::string(authority.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      port_text = authority.substr(colon + 1);
+      has_port = true;
+    }
+  }
+  if (host.empty()) fail(field, fmt::format("\"{}\" has no host", url));
+  for (const char c : host) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '-' || c == ':' || c == '_';
+    if (!ok) fail(field, fmt::format("\"{}\" is not a host name or IP address", host));
+  }
+  long port = 80;
+  if (has_port) {
+    if (port_text.empty() || port_text.size() > 5 ||
+        !std::all_of(port_text.begin(), port_text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      fail(field, fmt::format("port \"{}\" is not a number in 1..65535", port_text));
+    port = std::strtol(std::string(port_text).c_str(), nullptr, 10);
+    if (port < 1 || port > 65535) fail(field, fmt::format("port {} not in 1..65535", port));
+  }
+  route.upstream = std::string(url);
+  route.upstream_host = host;
+  route.upstream_port = static_cast<std::uint16_t>(port);
+  route.upstream_base = base;
+}
 
 void parse_listen(std::string_view text, std::string_view field, ServeConfig& out) {
   const auto colon = text.rfind(':');
@@ -310,6 +479,7 @@ ServeConfig load_config(const ServeFlags& flags, const EnvLookup& env) {
     set_limiter(cfg, l);
   }
 
+  check_routes(cfg);
   if (cfg.redis) {
     cfg.redis->instance_id = cfg.instance;
     if (auto e = validate(*cfg.redis)) fail("redis." + e->field, e->problem);

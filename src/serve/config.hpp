@@ -53,6 +53,35 @@ struct ServerLimits {
   std::chrono::milliseconds shutdown_grace{5'000};       ///< SIGTERM: wait this long for connections to end
 };
 
+/// What a gateway route sends while a streaming request waits (api.md).
+enum class QueueEvents : std::uint8_t {
+  comment,  ///< ": queued position=3 queued=10" SSE comments (every client ignores them)
+  named,    ///< "event: queue" with {"position","queued"}
+  seed,     ///< comments while waiting; the seeds' META / REJECT / FINISH / DONE on rejection
+  none,     ///< nothing: the response waits for admission, so a timeout is a real 429
+};
+
+std::string_view to_string(QueueEvents mode) noexcept;
+
+/// One `[[route]]`: a path prefix proxied to an upstream through a limiter.
+struct RouteConfig {
+  std::string path;      ///< prefix on segment boundaries: "/v1/chat/completions"
+  std::string upstream;  ///< as written: "http://127.0.0.1:9000[/base]"
+  std::string upstream_host;
+  std::uint16_t upstream_port = 80;
+  std::string upstream_base;  ///< path prepended to the request target ("" or "/base")
+  std::string limiter;
+  std::string tenant_header;  ///< empty = no tenant
+  QueueEvents queue_events = QueueEvents::comment;
+  std::optional<std::chrono::milliseconds> max_wait;  ///< unset: the limiter's max_wait
+  std::chrono::milliseconds connect_timeout{5'000};
+  /// Upstream response headers must arrive within this, and no gap between
+  /// body bytes may be longer.
+  std::chrono::milliseconds upstream_timeout{300'000};
+  std::size_t max_body_bytes = 4 * 1024 * 1024;  ///< request body
+  std::size_t pool_size = 64;                    ///< idle keep-alive connections kept to the upstream
+};
+
 struct ServeConfig {
   std::string listen_host = "127.0.0.1";
   std::uint16_t listen_port = 8080;  ///< 0 = any free port (printed at start)
@@ -62,7 +91,8 @@ struct ServeConfig {
   std::string admin_token;  ///< empty = admin routes always answer 401
   std::vector<LimiterConfig> limiters;
   ServerLimits server;
-  /// Config sections this build reads but does not serve yet (routes, rate limits).
+  std::vector<RouteConfig> routes;
+  /// Config sections this build reads but does not serve yet (rate limits).
   std::vector<std::string> ignored_sections;
 };
 
@@ -87,6 +117,9 @@ inline constexpr const char* kEnvHelp =
 /// Merges defaults, the file (flags.config_file, else $FAIRGATE_CONFIG), the
 /// environment and the flags, and validates the result. Throws ConfigError.
 ServeConfig load_config(const ServeFlags& flags, const EnvLookup& env);
+
+/// Reads an upstream URL "http://HOST[:PORT][/base]" into `route`. Throws ConfigError naming `field`.
+void parse_upstream(std::string_view url, std::string_view field, RouteConfig& route);
 
 /// Reads "HOST:PORT" ("[::1]:8080", "localhost:0", ":8080" = all interfaces).
 /// Throws ConfigError naming `field`.

@@ -20,9 +20,9 @@
 #include "serve/server.hpp"
 
 #include "redis/connection.hpp"
-#include "serve/leases.hpp"
-#include "serve/metrics.hpp"
+#include "serve/gateway.hpp"
 #include "serve/params.hpp"
+#include "serve/session.hpp"
 #include "serve/views.hpp"
 
 #include <fairgate/backend.hpp>
@@ -61,214 +61,14 @@
 namespace fairgate::serve {
 namespace {
 
-namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
 namespace json = boost::json;
-using tcp = net::ip::tcp;
 using net::awaitable;
 using net::use_awaitable;
 using namespace net::experimental::awaitable_operators;
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 
-constexpr auto nothrow = net::as_tuple(net::use_awaitable);
-constexpr std::string_view kServerName = "fairgate";
-
-using Request = http::request<http::string_body>;
-using Response = http::response<http::string_body>;
-
-struct Shared;
-
-/// One client connection.
-struct Session {
-  Session(tcp::socket socket, std::shared_ptr<Shared> s, std::uint64_t session_id, std::size_t buffer_limit)
-      : stream(std::move(socket)), buffer(buffer_limit), shared(std::move(s)), id(session_id) {
-    boost::system::error_code ec;
-    const auto ep = stream.socket().remote_endpoint(ec);
-    client = ec ? std::string("unknown") : ep.address().to_string();
-  }
-
-  /// On the strand: closes the socket; every pending operation ends.
-  void close() {
-    closing = true;
-    boost::system::error_code ec;
-    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream.close();
-  }
-
-  beast::tcp_stream stream;
-  beast::flat_buffer buffer;
-  std::shared_ptr<Shared> shared;
-  std::uint64_t id;
-  std::string client;
-  bool closing = false;
-};
-
-/// What every connection shares.
-struct Shared {
-  Shared(const ServeConfig& c, net::io_context& context, std::vector<std::string> limiter_names)
-      : config(c),
-        io(context),
-        metrics(limiter_names),
-        acceptor_strand(net::make_strand(context)),
-        acceptor(acceptor_strand) {}
-
-  ServeConfig config;
-  net::io_context& io;
-  std::shared_ptr<Backend> backend;
-  Metrics metrics;
-  LeaseTable leases;
-  net::strand<net::io_context::executor_type> acceptor_strand;
-  tcp::acceptor acceptor;
-  std::atomic<bool> stopping{false};
-  std::atomic<std::uint64_t> next_ticket{1};
-
-  std::mutex mu;
-  std::unordered_map<std::uint64_t, std::weak_ptr<Session>> sessions;
-  std::unordered_map<std::string, std::size_t> waiting_by_client;
-  std::uint64_t next_session = 1;
-
-  std::size_t session_count() {
-    std::lock_guard lock(mu);
-    return sessions.size();
-  }
-  /// Posts close() to every session's strand.
-  void close_sessions() {
-    std::vector<std::shared_ptr<Session>> all;
-    {
-      std::lock_guard lock(mu);
-      for (auto& [id, weak] : sessions)
-        if (auto s = weak.lock()) all.push_back(std::move(s));
-    }
-    for (auto& s : all) net::post(s->stream.get_executor(), [s] { s->close(); });
-  }
-};
-
-/// A place in the per-client cap of waiting requests; given back on destruction.
-class WaiterSlot {
- public:
-  WaiterSlot() = default;
-  WaiterSlot(const WaiterSlot&) = delete;
-  WaiterSlot& operator=(const WaiterSlot&) = delete;
-  WaiterSlot(WaiterSlot&& o) noexcept : shared_(std::move(o.shared_)), client_(std::move(o.client_)) {}
-  WaiterSlot& operator=(WaiterSlot&& o) noexcept {
-    if (this != &o) {
-      reset();
-      shared_ = std::move(o.shared_);
-      client_ = std::move(o.client_);
-    }
-    return *this;
-  }
-  ~WaiterSlot() { reset(); }
-
-  /// A slot for `client`, or an empty one (held() false) when it has too many.
-  static WaiterSlot take(const std::shared_ptr<Shared>& shared, const std::string& client) {
-    WaiterSlot slot;
-    std::lock_guard lock(shared->mu);
-    auto& n = shared->waiting_by_client[client];
-    if (n >= shared->config.server.max_waiters_per_client) {
-      if (n == 0) shared->waiting_by_client.erase(client);
-      return slot;
-    }
-    ++n;
-    slot.shared_ = shared;
-    slot.client_ = client;
-    return slot;
-  }
-  bool held() const noexcept { return shared_ != nullptr; }
-  void reset() noexcept {
-    const std::shared_ptr<Shared> shared = std::move(shared_);  // outlives the lock below
-    if (shared == nullptr) return;
-    std::lock_guard lock(shared->mu);
-    const auto it = shared->waiting_by_client.find(client_);
-    if (it != shared->waiting_by_client.end() && --it->second == 0) shared->waiting_by_client.erase(it);
-  }
-
- private:
-  // Owned, not referenced: a completion handler holding this slot may outlive
-  // every connection (at worst it is destroyed with the io_context).
-  std::shared_ptr<Shared> shared_;
-  std::string client_;
-};
-
 // --- responses --------------------------------------------------------------
-
-Response make_response(http::status status, const Request& req, std::string body, std::string_view type) {
-  Response res{status, req.version()};
-  res.set(http::field::server, kServerName);
-  res.set(http::field::content_type, type);
-  res.set(http::field::cache_control, "no-store");
-  res.keep_alive(req.keep_alive());
-  res.body() = std::move(body);
-  res.prepare_payload();
-  return res;
-}
-
-Response json_response(http::status status, const Request& req, const json::value& v) {
-  return make_response(status, req, json::serialize(v) + "\n", "application/json");
-}
-
-Response error_response(http::status status, const Request& req, std::string_view reason,
-                        std::string_view message) {
-  return json_response(status, req, error_json(reason, message));
-}
-
-/// Writes `res`; false when the client is gone (or too slow).
-awaitable<bool> send(Session& s, Response res) {
-  s.stream.expires_after(s.shared->config.server.write_timeout);
-  auto [ec, n] = co_await http::async_write(s.stream, res, nothrow);
-  s.stream.expires_never();
-  co_return !ec;
-}
-
-/// Answers a malformed or refused request (counted), keeping the connection when allowed.
-awaitable<bool> send_error(Session& s, const Request& req, http::status status, std::string_view reason,
-                           std::string_view message) {
-  s.shared->metrics.http_bad_requests.fetch_add(1, std::memory_order_relaxed);
-  Response res = error_response(status, req, reason, message);
-  co_return co_await send(s, std::move(res)) && req.keep_alive();
-}
-
-/// Writes raw bytes (SSE), with the write timeout.
-awaitable<bool> send_raw(Session& s, const std::string& bytes) {
-  s.stream.expires_after(s.shared->config.server.write_timeout);
-  auto [ec, n] = co_await net::async_write(s.stream, net::buffer(bytes), nothrow);
-  s.stream.expires_never();
-  co_return !ec;
-}
-
-/// The header of an event stream; the body runs until the connection closes.
-awaitable<bool> send_sse_header(Session& s, const Request& req) {
-  http::response<http::empty_body> res{http::status::ok, req.version()};
-  res.set(http::field::server, kServerName);
-  res.set(http::field::content_type, "text/event-stream");
-  res.set(http::field::cache_control, "no-store");
-  res.set("X-Accel-Buffering", "no");
-  res.keep_alive(false);
-  http::response_serializer<http::empty_body> sr{res};
-  s.stream.expires_after(s.shared->config.server.write_timeout);
-  auto [ec, n] = co_await http::async_write_header(s.stream, sr, nothrow);
-  s.stream.expires_never();
-  co_return !ec;
-}
-
-/// Completes when the client closes the connection (or it fails). Bytes the
-/// client sends meanwhile are read and dropped; `saw_data` tells.
-awaitable<void> watch_disconnect(Session& s, bool& saw_data) {
-  std::array<char, 512> scratch{};
-  for (;;) {
-    auto [ec, n] = co_await s.stream.socket().async_read_some(net::buffer(scratch), nothrow);
-    if (ec) co_return;
-    saw_data = true;
-  }
-}
-
-std::string retry_after_seconds(const Limiter& limiter) {
-  const auto est = limiter.snapshot().estimated_wait;
-  const auto ms = est ? est->count() : 1000;
-  return std::to_string(std::max<std::int64_t>(1, (ms + 999) / 1000));
-}
 
 http::status status_of(RejectReason reason) {
   switch (reason) {
@@ -565,9 +365,10 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
   }
   if (seg.size() == 1 && seg[0] == "metrics") {
     if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET");
+    std::string page = render_metrics(*sh.backend, sh.metrics, sh.leases.size());
+    if (sh.gateway) sh.gateway->render_metrics(page);
     Response res =
-        make_response(http::status::ok, req, render_metrics(*sh.backend, sh.metrics, sh.leases.size()),
-                      "text/plain; version=0.0.4; charset=utf-8");
+        make_response(http::status::ok, req, std::move(page), "text/plain; version=0.0.4; charset=utf-8");
     co_return co_await send(s, std::move(res)) && req.keep_alive();
   }
   if (seg.size() >= 2 && seg[0] == "v1" && seg[1] == "limiters") {
@@ -621,6 +422,11 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
     if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET");
     co_return co_await route_events(self, req);
   }
+  if (sh.gateway) {
+    if (auto* route =
+            sh.gateway->match(target_path(std::string_view(req.target().data(), req.target().size()))))
+      co_return co_await proxy(self, req, *route);
+  }
   co_return co_await send_error(
       s, req, http::status::not_found, "not_found",
       fmt::format("no route {} {}", req.method_string(),
@@ -655,7 +461,18 @@ awaitable<void> serve_connection(std::shared_ptr<Session> self) {
     parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
     parser.body_limit(limits.max_body_bytes);
     s.stream.expires_after(limits.header_timeout);
-    auto [ec, n] = co_await http::async_read(s.stream, s.buffer, parser, nothrow);
+    auto [ec, n] = co_await http::async_read_header(s.stream, s.buffer, parser, nothrow);
+    if (!ec && !parser.is_done()) {
+      // A gateway route takes bigger bodies (prompts with documents) than the admission API.
+      if (sh.gateway) {
+        const auto& target = parser.get().target();
+        if (const auto* route =
+                sh.gateway->match(target_path(std::string_view(target.data(), target.size()))))
+          parser.body_limit(route->config.max_body_bytes);
+      }
+      auto [bec, bn] = co_await http::async_read(s.stream, s.buffer, parser, nothrow);
+      ec = bec;
+    }
     s.stream.expires_never();
     if (ec) {
       Request dummy;
@@ -756,21 +573,17 @@ awaitable<void> lease_sweeper(std::shared_ptr<Shared> sh) {
   }
 }
 
-/// SIGTERM/SIGINT: stop accepting, end waiters, release permits, close
-/// connections, let the last Redis commands go out, then stop the loop.
-awaitable<void> shutdown_on_signal(std::shared_ptr<Shared> sh, net::signal_set& signals, int& which) {
-  auto [ec, sig] = co_await signals.async_wait(nothrow);
-  if (ec) co_return;
-  which = sig;
+/// Stops accepting, releases the JSON permits, and closes the connections
+/// (after letting them say goodbye), within the shutdown grace period.
+awaitable<void> drain(std::shared_ptr<Shared> sh) {
   sh->stopping.store(true);
   net::post(sh->acceptor_strand, [sh] {
     boost::system::error_code ignored;
     sh->acceptor.close(ignored);
   });
-  sh->backend->shutdown();
   sh->leases.clear();
   net::steady_timer timer(co_await net::this_coro::executor);
-  // Waiters were just ended (reason shutdown): let their streams say so
+  // Waiters that were just ended (reason shutdown) let their streams say so
   // before the connections close.
   timer.expires_after(100ms);
   co_await timer.async_wait(nothrow);
@@ -780,8 +593,18 @@ awaitable<void> shutdown_on_signal(std::shared_ptr<Shared> sh, net::signal_set& 
     timer.expires_after(20ms);
     co_await timer.async_wait(nothrow);
   }
+}
+
+/// SIGTERM/SIGINT: end waiters, drain, let the last Redis commands go out, then stop the loop.
+awaitable<void> shutdown_on_signal(std::shared_ptr<Shared> sh, net::signal_set& signals, int& which) {
+  auto [ec, sig] = co_await signals.async_wait(nothrow);
+  if (ec) co_return;
+  which = sig;
+  sh->backend->shutdown();
+  co_await drain(sh);
   // Releases and cancels are sent asynchronously: give them a moment on the wire.
   if (sh->config.redis) {
+    net::steady_timer timer(co_await net::this_coro::executor);
     timer.expires_after(300ms);
     co_await timer.async_wait(nothrow);
   }
@@ -799,51 +622,76 @@ std::string describe_limiters(const ServeConfig& cfg) {
 
 }  // namespace
 
-int run_server(const ServeConfig& config, std::FILE* out) {
-  net::io_context io(static_cast<int>(config.server.threads));
+Server::Server(net::io_context& io, const ServeConfig& config, std::shared_ptr<Backend> backend) {
   std::vector<std::string> names;
   for (const auto& l : config.limiters) names.push_back(l.name);
-  auto sh = std::make_shared<Shared>(config, io, names);
-
-  std::string backend_text = "memory";
-  if (config.redis) {
-    sh->backend = make_redis_backend(io.get_executor(), *config.redis);
-    backend_text = "redis " + std::get<redis::Endpoint>(redis::parse_url(config.redis->url)).redacted();
-  } else {
-    sh->backend = make_memory_backend(io.get_executor());
-  }
+  sh_ = std::make_shared<Shared>(config, io, names);
+  sh_->backend = std::move(backend);
   for (const auto& l : config.limiters) {
-    auto opened = sh->backend->open(l.name, l.settings);
+    auto opened = sh_->backend->open(l.name, l.settings);
     if (!opened)
       throw ConfigError(
           fmt::format("limiters.{}.{}: {}", l.name, opened.error().field, opened.error().problem));
   }
+  if (!config.routes.empty()) sh_->gateway = std::make_shared<Gateway>(config.routes);
 
   const auto address = net::ip::make_address(config.listen_host);
   const tcp::endpoint endpoint(address, config.listen_port);
   try {
-    sh->acceptor.open(endpoint.protocol());
-    sh->acceptor.set_option(net::socket_base::reuse_address(true));
-    sh->acceptor.bind(endpoint);
-    sh->acceptor.listen(net::socket_base::max_listen_connections);
+    sh_->acceptor.open(endpoint.protocol());
+    sh_->acceptor.set_option(net::socket_base::reuse_address(true));
+    sh_->acceptor.bind(endpoint);
+    sh_->acceptor.listen(net::socket_base::max_listen_connections);
   } catch (const boost::system::system_error& e) {
     throw std::runtime_error(fmt::format("cannot listen on {}:{}: {}", config.listen_host, config.listen_port,
                                          e.code().message()));
   }
-  const auto bound = sh->acceptor.local_endpoint();
+  endpoint_ = sh_->acceptor.local_endpoint();
+}
+
+Server::~Server() = default;
+
+void Server::start() {
+  net::co_spawn(sh_->acceptor_strand, accept_loop(sh_), net::detached);
+  net::co_spawn(sh_->io, lease_sweeper(sh_), net::detached);
+}
+
+void Server::stop(std::function<void()> done) {
+  net::co_spawn(sh_->io, drain(sh_), [done = std::move(done)](const std::exception_ptr&) {
+    if (done) done();
+  });
+}
+
+std::string Server::url() const {
+  const auto a = endpoint_.address();
+  return fmt::format("http://{}:{}", a.is_v6() ? "[" + a.to_string() + "]" : a.to_string(), endpoint_.port());
+}
+
+int run_server(const ServeConfig& config, std::FILE* out) {
+  net::io_context io(static_cast<int>(config.server.threads));
+  std::shared_ptr<Backend> backend;
+  std::string backend_text = "memory";
+  if (config.redis) {
+    backend = make_redis_backend(io.get_executor(), *config.redis);
+    backend_text = "redis " + std::get<redis::Endpoint>(redis::parse_url(config.redis->url)).redacted();
+  } else {
+    backend = make_memory_backend(io.get_executor());
+  }
+  Server server(io, config, backend);
+  auto sh = server.shared();
 
   net::signal_set signals(io, SIGINT, SIGTERM);
   int which = 0;
   net::co_spawn(io, shutdown_on_signal(sh, signals, which), net::detached);
-  net::co_spawn(sh->acceptor_strand, accept_loop(sh), net::detached);
-  net::co_spawn(io, lease_sweeper(sh), net::detached);
+  server.start();
 
-  const std::string host =
-      bound.address().is_v6() ? "[" + bound.address().to_string() + "]" : bound.address().to_string();
-  const std::string line = fmt::format(
-      "fairgate serve: listening on http://{}:{} (backend {}, instance {}, limiters {}, {} threads)\n", host,
-      bound.port(), backend_text, config.instance.empty() ? "auto" : config.instance,
-      describe_limiters(config), config.server.threads);
+  std::string routes;
+  for (const auto& r : config.routes)
+    routes += fmt::format(", route {} -> {} via {}", r.path, r.upstream, r.limiter);
+  const std::string line =
+      fmt::format("fairgate serve: listening on {} (backend {}, instance {}, limiters {}{}, {} threads)\n",
+                  server.url(), backend_text, config.instance.empty() ? "auto" : config.instance,
+                  describe_limiters(config), routes, config.server.threads);
   std::fputs(line.c_str(), out);
   for (const auto& section : config.ignored_sections) {
     const std::string note =
@@ -864,7 +712,7 @@ int run_server(const ServeConfig& config, std::FILE* out) {
   std::fflush(out);
   // The backend goes before the io_context (backend.hpp); connections that
   // outlived the grace period are destroyed with the io_context.
-  sh->backend->shutdown();
+  backend->shutdown();
   return 0;
 }
 

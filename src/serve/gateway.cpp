@@ -1,0 +1,721 @@
+// serve/gateway.cpp — why it is shaped this way:
+//  * One coroutine per request, on the client's strand, in two phases, each
+//    raced against the client's disconnect: wait for a permit, then call the
+//    upstream and relay its answer. Losing the race cancels the other side:
+//    a waiting request leaves the queue, an upstream call is aborted (its
+//    socket is closed, not pooled). The permit is a local, so every exit
+//    releases it.
+//  * A streaming request that has to wait gets its 200 and SSE header early,
+//    so it can see queue feedback; from then on failures are SSE error events
+//    (what OpenAI's SDKs read from a stream). A request that never waited
+//    gets the upstream's status and headers as they are.
+//  * The relay is Beast's buffer_body pass-through: body bytes are forwarded
+//    as they arrive (a token is never held back to fill a buffer), unchanged;
+//    only the framing (Content-Length or chunked) is re-done for the client.
+#include "serve/gateway.hpp"
+
+#include "serve/views.hpp"
+
+#include <fairgate/limiter.hpp>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/json.hpp>
+
+#include <fmt/format.h>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
+
+namespace fairgate::serve {
+
+namespace json = boost::json;
+using net::awaitable;
+using namespace net::experimental::awaitable_operators;
+using namespace std::chrono_literals;
+
+// --- UpstreamPool ------------------------------------------------------------
+
+UpstreamPool::~UpstreamPool() {
+  for (const auto& item : idle_) ::close(item.fd);
+}
+
+std::optional<tcp::socket> UpstreamPool::take(const net::any_io_executor& executor) {
+  for (;;) {
+    Idle item{};
+    {
+      std::lock_guard lock(mu_);
+      if (idle_.empty()) return std::nullopt;
+      item = idle_.back();  // the most recently used: the least likely to be closed by the upstream
+      idle_.pop_back();
+    }
+    if (Clock::now() - item.since > kMaxIdle) {
+      ::close(item.fd);
+      continue;
+    }
+    // Still open, with nothing unread? (EOF, an error or stray bytes: drop it.)
+    char probe = 0;
+    const auto n = ::recv(item.fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+      ::close(item.fd);
+      continue;
+    }
+    tcp::socket socket(executor);
+    boost::system::error_code ec;
+    socket.assign(item.v6 ? tcp::v6() : tcp::v4(), item.fd, ec);
+    if (ec) {
+      ::close(item.fd);
+      continue;
+    }
+    return socket;
+  }
+}
+
+void UpstreamPool::put(tcp::socket socket) {
+  boost::system::error_code ec;
+  const auto local = socket.local_endpoint(ec);
+  if (ec) return;  // closed with the socket
+  const int fd = socket.release(ec);
+  if (ec) return;
+  std::lock_guard lock(mu_);
+  if (capacity_ == 0) {
+    ::close(fd);
+    return;
+  }
+  if (idle_.size() >= capacity_) {
+    ::close(idle_.front().fd);
+    idle_.pop_front();
+  }
+  idle_.push_back(Idle{fd, local.address().is_v6(), Clock::now()});
+}
+
+std::size_t UpstreamPool::idle() const {
+  std::lock_guard lock(mu_);
+  return idle_.size();
+}
+
+// --- Gateway -------------------------------------------------------------------
+
+Gateway::Gateway(const std::vector<RouteConfig>& routes) {
+  for (const auto& r : routes) routes_.push_back(std::make_unique<Route>(r));
+}
+
+Gateway::Route* Gateway::match(std::string_view path) {
+  Route* best = nullptr;
+  for (const auto& r : routes_) {
+    const std::string& prefix = r->config.path;
+    const bool hit = prefix == "/" || path == prefix ||
+                     (path.size() > prefix.size() && path.substr(0, prefix.size()) == prefix &&
+                      path[prefix.size()] == '/');
+    if (hit && (best == nullptr || prefix.size() > best->config.path.size())) best = r.get();
+  }
+  return best;
+}
+
+void Gateway::render_metrics(std::string& out) const {
+  const auto series = [&](std::string_view name, std::string_view help, auto value_of) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} counter\n", name, help, name);
+    for (const auto& r : routes_)
+      out += fmt::format("{}{{route=\"{}\"}} {}\n", name, r->config.path,
+                         value_of(r->stats).load(std::memory_order_relaxed));
+  };
+  series(
+      "fairgate_gateway_requests_total", "Requests on a gateway route.",
+      [](const RouteStats& s) -> const auto& { return s.requests; });
+  series(
+      "fairgate_gateway_admitted_total", "Requests that got a permit and went upstream.",
+      [](const RouteStats& s) -> const auto& { return s.admitted; });
+  series(
+      "fairgate_gateway_rejected_total", "Requests that got no permit (timeout, queue full, ...).",
+      [](const RouteStats& s) -> const auto& { return s.rejected; });
+  series(
+      "fairgate_gateway_client_gone_total", "Clients that left while waiting or while streaming.",
+      [](const RouteStats& s) -> const auto& { return s.client_gone; });
+  series(
+      "fairgate_gateway_upstream_errors_total", "Upstream connect failures, timeouts and resets.",
+      [](const RouteStats& s) -> const auto& { return s.upstream_errors; });
+  series(
+      "fairgate_gateway_upstream_connections_opened_total", "New connections to the upstream.",
+      [](const RouteStats& s) -> const auto& { return s.connections_opened; });
+  series(
+      "fairgate_gateway_upstream_connections_reused_total", "Upstream calls on a pooled connection.",
+      [](const RouteStats& s) -> const auto& { return s.connections_reused; });
+  out +=
+      "# HELP fairgate_gateway_upstream_responses_total Upstream answers by status class.\n"
+      "# TYPE fairgate_gateway_upstream_responses_total counter\n";
+  for (const auto& r : routes_) {
+    const auto& s = r->stats;
+    for (const auto& [cls, v] : {std::pair{"2xx", &s.upstream_2xx}, std::pair{"4xx", &s.upstream_4xx},
+                                 std::pair{"5xx", &s.upstream_5xx}, std::pair{"other", &s.upstream_other}}) {
+      out += fmt::format("fairgate_gateway_upstream_responses_total{{route=\"{}\",class=\"{}\"}} {}\n",
+                         r->config.path, cls, v->load(std::memory_order_relaxed));
+    }
+  }
+}
+
+// --- pure helpers ----------------------------------------------------------------
+
+std::string_view target_path(std::string_view target) noexcept { return target.substr(0, target.find('?')); }
+
+bool wants_stream(std::string_view body) {
+  boost::system::error_code ec;
+  const json::value v = json::parse(body, ec);
+  if (ec || !v.is_object()) return false;
+  const auto* stream = v.as_object().if_contains("stream");
+  return stream != nullptr && stream->is_bool() && stream->as_bool();
+}
+
+namespace {
+
+bool iequals(std::string_view a, std::string_view b) noexcept {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+std::string_view trim(std::string_view s) noexcept {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+bool is_hop_by_hop(std::string_view name, std::string_view connection) noexcept {
+  static constexpr std::array<std::string_view, 9> kHop = {"connection",
+                                                           "keep-alive",
+                                                           "proxy-authenticate",
+                                                           "proxy-authorization",
+                                                           "proxy-connection",
+                                                           "te",
+                                                           "trailer",
+                                                           "transfer-encoding",
+                                                           "upgrade"};
+  for (const auto h : kHop)
+    if (iequals(name, h)) return true;
+  while (!connection.empty()) {
+    const auto comma = connection.find(',');
+    if (iequals(trim(connection.substr(0, comma)), name)) return true;
+    if (comma == std::string_view::npos) break;
+    connection.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
+std::string openai_error(std::string_view message, std::string_view type, std::string_view code) {
+  json::object e;
+  e["message"] = message;
+  e["type"] = type;
+  e["param"] = nullptr;
+  e["code"] = code;
+  json::object o;
+  o["error"] = std::move(e);
+  return json::serialize(o);
+}
+
+// --- the request -------------------------------------------------------------------
+
+namespace {
+
+constexpr std::string_view kBusyText = "The system is busy, please try again later";
+constexpr std::size_t kMaxUpstreamHeader = 64 * 1024;
+constexpr std::size_t kMaxErrorBody = 64 * 1024;
+
+/// How a rejection reads to an OpenAI client.
+struct OpenAiReject {
+  http::status status;
+  std::string_view type;
+  std::string_view code;
+};
+
+OpenAiReject openai_reject(RejectReason reason) {
+  switch (reason) {
+    case RejectReason::timeout: return {http::status::too_many_requests, "rate_limit_error", "queue_timeout"};
+    case RejectReason::queue_full: return {http::status::too_many_requests, "rate_limit_error", "queue_full"};
+    case RejectReason::invalid_argument:
+      return {http::status::bad_request, "invalid_request_error", "invalid_argument"};
+    case RejectReason::disabled: return {http::status::service_unavailable, "server_error", "disabled"};
+    default: return {http::status::service_unavailable, "server_error", "unavailable"};
+  }
+}
+
+/// A waiting request: shared by the coroutine, on_queued and the completion, all on the session strand.
+struct Wait {
+  explicit Wait(const net::any_io_executor& strand) : wake(strand) {}
+  net::steady_timer wake;  // cancelled when there is news
+  net::cancellation_signal cancel;
+  std::deque<std::string> out;  // queue events not yet written
+  std::optional<AcquireResult> result;
+  std::size_t told_position = 0;
+  bool closed = false;  // the coroutine left: a late grant is released at once
+};
+
+std::string queue_event(QueueEvents mode, const QueueStatus& q) {
+  if (mode == QueueEvents::named) {
+    json::object data;
+    data["position"] = q.position;
+    data["queued"] = q.queued;
+    if (q.estimated_wait) data["estimated_wait_ms"] = q.estimated_wait->count();
+    return sse_event("queue", data);
+  }
+  return fmt::format(": queued position={} queued={}\n\n", q.position, q.queued);
+}
+
+/// The seeds' rejection: META / REJECT / FINISH / DONE.
+std::string seed_rejection(const std::string& ticket, std::string_view body) {
+  json::object meta;
+  meta["conversationId"] = nullptr;
+  boost::system::error_code ec;
+  const json::value req = json::parse(body, ec);
+  if (!ec && req.is_object()) {
+    if (const auto* id = req.as_object().if_contains("conversation_id"); id != nullptr && id->is_string())
+      meta["conversationId"] = *id;
+  }
+  meta["taskId"] = ticket;
+  json::object reject;
+  reject["type"] = "response";
+  reject["delta"] = kBusyText;
+  json::object finish;
+  finish["messageId"] = ticket;
+  finish["title"] = nullptr;
+  std::string out = sse_event("META", meta);
+  out += sse_event("REJECT", reject);
+  out += sse_event("FINISH", finish);
+  out += "event: DONE\ndata: [DONE]\n\n";
+  return out;
+}
+
+/// An error inside an event stream: "data: {"error":{…}}" (what the OpenAI SDKs raise from a stream).
+std::string stream_error(std::string_view error_json) {
+  std::string out = "data: ";
+  out += error_json;
+  out += "\n\n";
+  return out;
+}
+
+Response openai_response(http::status status, const Request& req, std::string body) {
+  Response res = make_response(status, req, std::move(body), "application/json");
+  res.body() += "\n";
+  res.prepare_payload();
+  return res;
+}
+
+/// Waits until the acquire completed (st.result set) or a write to the client failed,
+/// writing queue events (and keep-alive comments) as they come.
+awaitable<void> wait_for_permit(Session& s, Wait& st, const Request& req, bool& header_sent,
+                                bool& write_failed) {
+  const auto keepalive = s.shared->config.server.keepalive_interval;
+  for (;;) {
+    if (st.result) co_return;
+    if (!st.out.empty()) {
+      if (!header_sent) {
+        if (!co_await send_sse_header(s, req)) {
+          write_failed = true;
+          co_return;
+        }
+        header_sent = true;
+      }
+      while (!st.out.empty()) {
+        const std::string bytes = std::move(st.out.front());
+        st.out.pop_front();
+        if (!co_await send_raw(s, bytes)) {
+          write_failed = true;
+          co_return;
+        }
+      }
+      continue;
+    }
+    st.wake.expires_after(header_sent ? keepalive : std::chrono::milliseconds(std::chrono::hours(24)));
+    auto [ec] = co_await st.wake.async_wait(nothrow);
+    if (!ec && header_sent && !st.result) st.out.push_back(": keepalive\n\n");
+  }
+}
+
+/// The upstream's request target: the route's base path + the client's target.
+std::string upstream_target(const RouteConfig& rc, const Request& req) {
+  std::string t = rc.upstream_base;
+  t.append(req.target().data(), req.target().size());
+  return t;
+}
+
+http::request<http::string_body> upstream_request(const Session& s, const RouteConfig& rc,
+                                                  const Request& req) {
+  http::request<http::string_body> up{req.method(), upstream_target(rc, req), 11};
+  const std::string connection(req[http::field::connection]);
+  std::string forwarded_for;
+  for (const auto& field : req) {
+    const std::string_view name(field.name_string().data(), field.name_string().size());
+    if (is_hop_by_hop(name, connection) || field.name() == http::field::host ||
+        field.name() == http::field::content_length)
+      continue;
+    if (iequals(name, "x-forwarded-for")) {
+      forwarded_for.assign(field.value().data(), field.value().size());
+      continue;
+    }
+    up.insert(field.name_string(), field.value());
+  }
+  if (!forwarded_for.empty()) forwarded_for += ", ";
+  forwarded_for += s.client;
+  up.set("X-Forwarded-For", forwarded_for);
+  const bool v6 = rc.upstream_host.find(':') != std::string::npos;
+  std::string host = v6 ? "[" + rc.upstream_host + "]" : rc.upstream_host;
+  if (rc.upstream_port != 80) {
+    host += ':';
+    host += std::to_string(rc.upstream_port);
+  }
+  up.set(http::field::host, host);
+  up.body() = req.body();
+  up.keep_alive(true);
+  up.prepare_payload();
+  return up;
+}
+
+/// What went wrong on the way to the upstream, for the client.
+struct UpstreamFailure {
+  http::status status;
+  std::string code;
+  std::string message;
+};
+
+/// Tells the client the upstream failed: an HTTP error, or an SSE error event once the stream started.
+awaitable<bool> send_upstream_failure(Session& s, const Request& req, bool header_sent,
+                                      const UpstreamFailure& f) {
+  const std::string body = openai_error(f.message, "upstream_error", f.code);
+  if (header_sent) {
+    co_await send_raw(s, stream_error(body));
+    co_return false;
+  }
+  Response res = openai_response(f.status, req, body);
+  co_return co_await send(s, std::move(res)) && req.keep_alive();
+}
+
+void count_status(RouteStats& stats, unsigned status) {
+  auto& counter = status >= 200 && status < 300   ? stats.upstream_2xx
+                  : status >= 400 && status < 500 ? stats.upstream_4xx
+                  : status >= 500 && status < 600 ? stats.upstream_5xx
+                                                  : stats.upstream_other;
+  counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+/// Calls the upstream and relays its answer; returns whether the client
+/// connection may carry another request.
+awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& route, bool header_sent) {
+  const RouteConfig& rc = route.config;
+  RouteStats& stats = route.stats;
+  const auto executor = s.stream.get_executor();
+  auto up = upstream_request(s, rc, req);
+
+  for (int attempt = 0;; ++attempt) {
+    std::optional<tcp::socket> pooled;
+    if (attempt == 0) pooled = route.pool.take(executor);
+    const bool reused = pooled.has_value();
+    beast::tcp_stream conn(reused ? std::move(*pooled) : tcp::socket(executor));
+    if (reused) {
+      stats.connections_reused.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      tcp::resolver resolver(executor);
+      conn.expires_after(rc.connect_timeout);
+      auto [rec, endpoints] =
+          co_await resolver.async_resolve(rc.upstream_host, std::to_string(rc.upstream_port), nothrow);
+      boost::system::error_code cec = rec;
+      if (!rec) {
+        auto [ec, ep] = co_await conn.async_connect(endpoints, nothrow);
+        cec = ec;
+      }
+      if (cec) {
+        stats.upstream_errors.fetch_add(1, std::memory_order_relaxed);
+        const bool timeout = cec == beast::error::timeout;
+        const UpstreamFailure f{timeout ? http::status::gateway_timeout : http::status::bad_gateway,
+                                timeout ? "upstream_timeout" : "upstream_unreachable",
+                                fmt::format("cannot connect to the upstream {}: {}", rc.upstream,
+                                            timeout ? std::string("timed out") : cec.message())};
+        co_return co_await send_upstream_failure(s, req, header_sent, f);
+      }
+      stats.connections_opened.fetch_add(1, std::memory_order_relaxed);
+      boost::system::error_code ignored;
+      conn.socket().set_option(tcp::no_delay(true), ignored);
+    }
+
+    conn.expires_after(rc.upstream_timeout);
+    auto [wec, wn] = co_await http::async_write(conn, up, nothrow);
+    beast::flat_buffer buffer;
+    http::response_parser<http::buffer_body> parser;
+    parser.header_limit(static_cast<std::uint32_t>(kMaxUpstreamHeader));
+    parser.body_limit(boost::none);
+    boost::system::error_code hec = wec;
+    if (!wec) {
+      auto [ec, n] = co_await http::async_read_header(conn, buffer, parser, nothrow);
+      hec = ec;
+    }
+    if (hec) {
+      // A pooled connection the upstream closed just before our request: once more on a new one.
+      const bool stale = reused && buffer.size() == 0 &&
+                         (wec || hec == http::error::end_of_stream || hec == net::error::connection_reset ||
+                          hec == net::error::eof);
+      if (stale) continue;
+      stats.upstream_errors.fetch_add(1, std::memory_order_relaxed);
+      const bool timeout = hec == beast::error::timeout;
+      const UpstreamFailure f{timeout ? http::status::gateway_timeout : http::status::bad_gateway,
+                              timeout ? "upstream_timeout" : "upstream_error",
+                              fmt::format("the upstream {} did not answer: {}", rc.upstream,
+                                          timeout ? std::string("timed out") : hec.message())};
+      co_return co_await send_upstream_failure(s, req, header_sent, f);
+    }
+
+    auto& res = parser.get();
+    const unsigned status = res.result_int();
+    count_status(stats, status);
+    std::array<char, 16 * 1024> chunk{};
+
+    if (header_sent) {
+      // Our own 200 and SSE header went out while the request waited.
+      if (status / 100 == 2) {
+        while (!parser.is_done()) {
+          res.body().data = chunk.data();
+          res.body().size = chunk.size();
+          conn.expires_after(rc.upstream_timeout);
+          auto [rec, rn] = co_await http::async_read_some(conn, buffer, parser, nothrow);
+          if (rec == http::error::need_buffer) rec = {};
+          if (rec) {
+            stats.upstream_errors.fetch_add(1, std::memory_order_relaxed);
+            co_return false;
+          }
+          const std::size_t got = chunk.size() - res.body().size;
+          if (got == 0) continue;
+          s.stream.expires_after(s.shared->config.server.write_timeout);
+          auto [ec, n] = co_await net::async_write(s.stream, net::buffer(chunk.data(), got), nothrow);
+          s.stream.expires_never();
+          if (ec) co_return false;
+        }
+        if (parser.keep_alive()) route.pool.put(conn.release_socket());
+        co_return false;  // the event stream ends with the connection
+      }
+      // An upstream error after our 200: read its body (bounded) and send it as a stream error.
+      std::string body;
+      while (!parser.is_done() && body.size() < kMaxErrorBody) {
+        res.body().data = chunk.data();
+        res.body().size = chunk.size();
+        conn.expires_after(rc.upstream_timeout);
+        auto [rec, rn] = co_await http::async_read_some(conn, buffer, parser, nothrow);
+        if (rec == http::error::need_buffer) rec = {};
+        if (rec) break;
+        body.append(chunk.data(), chunk.size() - res.body().size);
+      }
+      boost::system::error_code pec;
+      const json::value v = json::parse(body, pec);
+      std::string error;
+      if (!pec && v.is_object() && v.as_object().contains("error")) {
+        error = json::serialize(v);
+      } else {
+        error = openai_error(body.empty() ? fmt::format("the upstream answered {}", status) : body,
+                             "upstream_error", std::to_string(status));
+      }
+      co_await send_raw(s, stream_error(error));
+      co_return false;
+    }
+
+    // Pass the answer through: the upstream's status and end-to-end headers, the body as it comes.
+    const std::string connection(res[http::field::connection]);
+    std::vector<std::string> drop;
+    for (const auto& field : res) {
+      const std::string_view name(field.name_string().data(), field.name_string().size());
+      if (is_hop_by_hop(name, connection)) drop.emplace_back(name);
+    }
+    for (const auto& name : drop) res.erase(name);
+    const bool has_length = parser.content_length().has_value();
+    const bool no_body = parser.is_done();
+    res.version(req.version());
+    if (!has_length && !no_body && req.version() >= 11) res.chunked(true);
+    const bool client_keep = req.keep_alive() && (has_length || no_body || req.version() >= 11);
+    res.keep_alive(client_keep);
+
+    http::response_serializer<http::buffer_body> sr{res};
+    s.stream.expires_after(s.shared->config.server.write_timeout);
+    auto [hwec, hwn] = co_await http::async_write_header(s.stream, sr, nothrow);
+    s.stream.expires_never();
+    if (hwec) co_return false;
+    while (!parser.is_done()) {
+      res.body().data = chunk.data();
+      res.body().size = chunk.size();
+      conn.expires_after(rc.upstream_timeout);
+      auto [rec, rn] = co_await http::async_read_some(conn, buffer, parser, nothrow);
+      if (rec == http::error::need_buffer) rec = {};
+      if (rec) {
+        // Cut mid-answer: the client sees a truncated body and a closed connection.
+        stats.upstream_errors.fetch_add(1, std::memory_order_relaxed);
+        co_return false;
+      }
+      const std::size_t got = chunk.size() - res.body().size;
+      if (got == 0) continue;
+      res.body().data = chunk.data();
+      res.body().size = got;
+      res.body().more = true;
+      s.stream.expires_after(s.shared->config.server.write_timeout);
+      auto [ec, n] = co_await http::async_write(s.stream, sr, nothrow);
+      s.stream.expires_never();
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) co_return false;
+    }
+    if (!sr.is_done()) {
+      res.body().data = nullptr;
+      res.body().size = 0;
+      res.body().more = false;
+      s.stream.expires_after(s.shared->config.server.write_timeout);
+      auto [ec, n] = co_await http::async_write(s.stream, sr, nothrow);
+      s.stream.expires_never();
+      if (ec) co_return false;
+    }
+    if (parser.keep_alive()) route.pool.put(conn.release_socket());
+    co_return client_keep;
+  }
+}
+
+/// A tenant key from a header: 1..128 printable ASCII characters without spaces.
+std::optional<std::string> tenant_of(const Request& req, const RouteConfig& rc, std::string& problem) {
+  if (rc.tenant_header.empty()) return std::string();
+  const auto it = req.find(rc.tenant_header);
+  if (it == req.end()) return std::string();
+  const std::string_view v(it->value().data(), it->value().size());
+  if (v.size() > 128) {
+    problem = fmt::format("header {}: longer than 128 characters", rc.tenant_header);
+    return std::nullopt;
+  }
+  for (const char c : v) {
+    if (c <= ' ' || c > '~') {
+      problem = fmt::format("header {}: only printable ASCII without spaces is allowed", rc.tenant_header);
+      return std::nullopt;
+    }
+  }
+  return std::string(v);
+}
+
+}  // namespace
+
+awaitable<bool> proxy(std::shared_ptr<Session> self, const Request& req, Gateway::Route& route) {
+  Session& s = *self;
+  Shared& sh = *s.shared;
+  const RouteConfig& rc = route.config;
+  RouteStats& stats = route.stats;
+  stats.requests.fetch_add(1, std::memory_order_relaxed);
+
+  if (sh.stopping.load()) {
+    Response res =
+        openai_response(http::status::service_unavailable, req,
+                        openai_error("the gateway is shutting down", "server_error", "unavailable"));
+    res.set(http::field::retry_after, "1");
+    co_return co_await send(s, std::move(res)) && req.keep_alive();
+  }
+  auto limiter = sh.backend->find(rc.limiter);
+  if (!limiter) {
+    Response res = openai_response(
+        http::status::service_unavailable, req,
+        openai_error(fmt::format("limiter \"{}\" is not open", rc.limiter), "server_error", "unavailable"));
+    co_return co_await send(s, std::move(res)) && req.keep_alive();
+  }
+  std::string problem;
+  auto tenant = tenant_of(req, rc, problem);
+  if (!tenant) {
+    sh.metrics.http_bad_requests.fetch_add(1, std::memory_order_relaxed);
+    Response res = openai_response(http::status::bad_request, req,
+                                   openai_error(problem, "invalid_request_error", "invalid_tenant"));
+    co_return co_await send(s, std::move(res)) && req.keep_alive();
+  }
+  WaiterSlot slot = WaiterSlot::take(self->shared, s.client);
+  if (!slot.held()) {
+    sh.metrics.client_cap_refusals.fetch_add(1, std::memory_order_relaxed);
+    Response res = openai_response(http::status::too_many_requests, req,
+                                   openai_error(fmt::format("this client already has {} waiting requests",
+                                                            sh.config.server.max_waiters_per_client),
+                                                "rate_limit_error", "too_many_waiters"));
+    res.set(http::field::retry_after, "1");
+    co_return co_await send(s, std::move(res)) && req.keep_alive();
+  }
+
+  const bool stream = wants_stream(req.body());
+  const QueueEvents mode = rc.queue_events;
+  const std::string ticket = fmt::format("t-{}", sh.next_ticket.fetch_add(1, std::memory_order_relaxed));
+  const auto strand = s.stream.get_executor();
+  auto st = std::make_shared<Wait>(strand);
+
+  AcquireOptions options;
+  options.max_wait = rc.max_wait;
+  options.tenant = std::move(*tenant);
+  if (stream && mode != QueueEvents::none) {
+    options.on_queued = [st, strand, mode](const QueueStatus& q) {
+      net::post(strand, [st, q, mode] {
+        if (st->result || st->closed || q.position == st->told_position) return;
+        st->told_position = q.position;
+        st->out.push_back(queue_event(mode, q));
+        st->wake.cancel();
+      });
+    };
+  }
+  auto on_done = [st, slot = std::make_shared<WaiterSlot>(std::move(slot))](AcquireResult r) {
+    slot->reset();
+    if (st->closed) return;  // the client left while this was on its way: a permit is released here
+    st->result.emplace(std::move(r));
+    st->wake.cancel();
+  };
+  limiter->async_acquire(
+      std::move(options),
+      net::bind_cancellation_slot(st->cancel.slot(), net::bind_executor(strand, std::move(on_done))));
+
+  bool header_sent = false;
+  bool write_failed = false;
+  bool saw_data = false;
+  co_await (wait_for_permit(s, *st, req, header_sent, write_failed) || watch_disconnect(s, saw_data));
+  if (!st->result || write_failed) {
+    // The client is gone: leave the queue (a grant racing this is released by on_done).
+    st->closed = true;
+    if (!st->result) st->cancel.emit(net::cancellation_type::terminal);
+    st->result.reset();
+    stats.client_gone.fetch_add(1, std::memory_order_relaxed);
+    co_return false;
+  }
+  AcquireResult result = std::move(*st->result);
+  st->result.reset();
+  st->closed = true;
+  const bool keep = req.keep_alive() && !saw_data;
+
+  if (!result.granted()) {
+    stats.rejected.fetch_add(1, std::memory_order_relaxed);
+    const OpenAiReject r = openai_reject(result.reason());
+    std::string message = result.message();
+    if (result.reason() == RejectReason::timeout)
+      message = fmt::format("no capacity within {} ms; {}", result.waited().count(), kBusyText);
+    const std::string error = openai_error(message, r.type, r.code);
+    if (stream && (header_sent || mode == QueueEvents::seed)) {
+      if (!header_sent && !co_await send_sse_header(s, req)) co_return false;
+      co_await send_raw(s,
+                        mode == QueueEvents::seed ? seed_rejection(ticket, req.body()) : stream_error(error));
+      co_return false;
+    }
+    Response res = openai_response(r.status, req, error);
+    if (result.reason() != RejectReason::invalid_argument)
+      res.set(http::field::retry_after, retry_after_seconds(*limiter));
+    res.keep_alive(keep);
+    co_return co_await send(s, std::move(res)) && keep;
+  }
+
+  Permit permit = result.take_permit();
+  stats.admitted.fetch_add(1, std::memory_order_relaxed);
+  if (auto* h = sh.metrics.wait_histogram(rc.limiter)) h->observe(permit.waited());
+  auto relayed = co_await (call_upstream(s, req, route, header_sent) || watch_disconnect(s, saw_data));
+  if (relayed.index() != 0) {
+    // The client left mid-call: the upstream call was cancelled (its connection closed) above.
+    stats.client_gone.fetch_add(1, std::memory_order_relaxed);
+    co_return false;
+  }
+  co_return std::get<0>(relayed) && keep && !saw_data;
+}
+
+}  // namespace fairgate::serve

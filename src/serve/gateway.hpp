@@ -1,0 +1,120 @@
+// serve/gateway.hpp — gateway mode of `fairgate serve` (api.md "HTTP —
+// gateway"): `[[route]]`s send a path prefix to an upstream (an
+// OpenAI-compatible model server) through a limiter.
+//
+// A request on a route waits for a permit (with queue feedback that standard
+// clients ignore), then is proxied to the upstream with the response body
+// passed through byte for byte; the permit is held until the response has
+// been relayed, and released on every exit (RAII). A client that goes away
+// while waiting cancels its place; while streaming, it releases the permit
+// and aborts the upstream call.
+#pragma once
+
+#include "serve/config.hpp"
+#include "serve/session.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fairgate::serve {
+
+/// Idle keep-alive connections to one upstream, shared by every strand.
+///
+/// Connections are kept as bare file descriptors and re-wrapped on the
+/// caller's strand, so a connection never carries the executor of the
+/// session that opened it. Thread-safe.
+class UpstreamPool {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit UpstreamPool(std::size_t capacity) : capacity_(capacity) {}
+  ~UpstreamPool();
+  UpstreamPool(const UpstreamPool&) = delete;
+  UpstreamPool& operator=(const UpstreamPool&) = delete;
+
+  /// A live idle connection re-made on `executor`, or nullopt. Connections the
+  /// upstream closed meanwhile, or idle longer than kMaxIdle, are dropped.
+  std::optional<tcp::socket> take(const net::any_io_executor& executor);
+  /// Keeps `socket` for reuse (closes it when the pool is full).
+  void put(tcp::socket socket);
+  std::size_t idle() const;
+
+  static constexpr std::chrono::seconds kMaxIdle{30};
+
+ private:
+  struct Idle {
+    int fd;
+    bool v6;
+    Clock::time_point since;
+  };
+  mutable std::mutex mu_;
+  std::deque<Idle> idle_;
+  std::size_t capacity_;
+};
+
+/// Counters of one route (Prometheus: fairgate_gateway_*{route="…"}).
+struct RouteStats {
+  std::atomic<std::uint64_t> requests{0};
+  std::atomic<std::uint64_t> admitted{0};
+  std::atomic<std::uint64_t> rejected{0};     ///< no permit: timeout, queue full, disabled, unavailable
+  std::atomic<std::uint64_t> client_gone{0};  ///< client left while waiting or while streaming
+  std::atomic<std::uint64_t> upstream_2xx{0};
+  std::atomic<std::uint64_t> upstream_4xx{0};
+  std::atomic<std::uint64_t> upstream_5xx{0};
+  std::atomic<std::uint64_t> upstream_other{0};   ///< 1xx/3xx
+  std::atomic<std::uint64_t> upstream_errors{0};  ///< connect failures, timeouts, resets
+  std::atomic<std::uint64_t> connections_opened{0};
+  std::atomic<std::uint64_t> connections_reused{0};
+};
+
+/// The routes of one server, with their pools and counters.
+class Gateway {
+ public:
+  struct Route {
+    explicit Route(RouteConfig c) : config(std::move(c)), pool(config.pool_size) {}
+    RouteConfig config;
+    UpstreamPool pool;
+    RouteStats stats;
+  };
+
+  explicit Gateway(const std::vector<RouteConfig>& routes);
+
+  /// The route whose path is the longest prefix of `path` on a segment
+  /// boundary ("/v1/chat" matches "/v1/chat" and "/v1/chat/x", not "/v1/chats"), or null.
+  Route* match(std::string_view path);
+  const std::vector<std::unique_ptr<Route>>& routes() const { return routes_; }
+
+  /// Appends the fairgate_gateway_* series to a /metrics page.
+  void render_metrics(std::string& out) const;
+
+ private:
+  std::vector<std::unique_ptr<Route>> routes_;
+};
+
+/// Serves one request on `route`: admission, the upstream call, the relay.
+/// Returns whether the client connection may carry another request.
+net::awaitable<bool> proxy(std::shared_ptr<Session> self, const Request& req, Gateway::Route& route);
+
+/// The path of a request target ("/a/b?x=1" → "/a/b").
+std::string_view target_path(std::string_view target) noexcept;
+
+/// Whether a JSON request body asks for a stream ("stream": true). Bodies
+/// that are not JSON objects read as not streaming.
+bool wants_stream(std::string_view body);
+
+/// Whether `name` is a hop-by-hop header (RFC 9110 §7.6.1) that a proxy must
+/// not forward: Connection, Keep-Alive, Proxy-*, TE, Trailer,
+/// Transfer-Encoding, Upgrade, or any header `connection` lists.
+bool is_hop_by_hop(std::string_view name, std::string_view connection) noexcept;
+
+/// {"error":{"message","type","param":null,"code"}} — the OpenAI error shape.
+std::string openai_error(std::string_view message, std::string_view type, std::string_view code);
+
+}  // namespace fairgate::serve

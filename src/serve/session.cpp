@@ -1,0 +1,86 @@
+// serve/session.cpp — the write helpers of serve/session.hpp.
+#include "serve/session.hpp"
+
+#include "serve/views.hpp"
+
+#include <boost/asio/write.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <array>
+
+namespace fairgate::serve {
+
+namespace json = boost::json;
+using net::awaitable;
+
+Response make_response(http::status status, const Request& req, std::string body, std::string_view type) {
+  Response res{status, req.version()};
+  res.set(http::field::server, kServerName);
+  res.set(http::field::content_type, type);
+  res.set(http::field::cache_control, "no-store");
+  res.keep_alive(req.keep_alive());
+  res.body() = std::move(body);
+  res.prepare_payload();
+  return res;
+}
+
+Response json_response(http::status status, const Request& req, const json::value& v) {
+  return make_response(status, req, json::serialize(v) + "\n", "application/json");
+}
+
+Response error_response(http::status status, const Request& req, std::string_view reason,
+                        std::string_view message) {
+  return json_response(status, req, error_json(reason, message));
+}
+
+awaitable<bool> send(Session& s, Response res) {
+  s.stream.expires_after(s.shared->config.server.write_timeout);
+  auto [ec, n] = co_await http::async_write(s.stream, res, nothrow);
+  s.stream.expires_never();
+  co_return !ec;
+}
+
+awaitable<bool> send_error(Session& s, const Request& req, http::status status, std::string_view reason,
+                           std::string_view message) {
+  s.shared->metrics.http_bad_requests.fetch_add(1, std::memory_order_relaxed);
+  Response res = error_response(status, req, reason, message);
+  co_return co_await send(s, std::move(res)) && req.keep_alive();
+}
+
+awaitable<bool> send_raw(Session& s, const std::string& bytes) {
+  s.stream.expires_after(s.shared->config.server.write_timeout);
+  auto [ec, n] = co_await net::async_write(s.stream, net::buffer(bytes), nothrow);
+  s.stream.expires_never();
+  co_return !ec;
+}
+
+awaitable<bool> send_sse_header(Session& s, const Request& req) {
+  http::response<http::empty_body> res{http::status::ok, req.version()};
+  res.set(http::field::server, kServerName);
+  res.set(http::field::content_type, "text/event-stream");
+  res.set(http::field::cache_control, "no-store");
+  res.set("X-Accel-Buffering", "no");
+  res.keep_alive(false);
+  http::response_serializer<http::empty_body> sr{res};
+  s.stream.expires_after(s.shared->config.server.write_timeout);
+  auto [ec, n] = co_await http::async_write_header(s.stream, sr, nothrow);
+  s.stream.expires_never();
+  co_return !ec;
+}
+
+awaitable<void> watch_disconnect(Session& s, bool& saw_data) {
+  std::array<char, 512> scratch{};
+  for (;;) {
+    auto [ec, n] = co_await s.stream.socket().async_read_some(net::buffer(scratch), nothrow);
+    if (ec) co_return;
+    saw_data = true;
+  }
+}
+
+std::string retry_after_seconds(const Limiter& limiter) {
+  const auto est = limiter.snapshot().estimated_wait;
+  const auto ms = est ? est->count() : 1000;
+  return std::to_string(std::max<std::int64_t>(1, (ms + 999) / 1000));
+}
+
+}  // namespace fairgate::serve

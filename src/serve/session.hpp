@@ -1,0 +1,194 @@
+// serve/session.hpp — what the routes of `fairgate serve` share: one client
+// connection (Session), the server-wide state (Shared), the per-client cap on
+// waiting requests (WaiterSlot) and the write helpers with their timeouts.
+//
+// Invariants: everything that touches a Session runs on its strand; Shared's
+// members are thread-safe (atomics, the mutex, or read-only after start).
+#pragma once
+
+#include "serve/config.hpp"
+#include "serve/leases.hpp"
+#include "serve/metrics.hpp"
+
+#include <fairgate/backend.hpp>
+#include <fairgate/limiter.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json/value.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace fairgate::serve {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+inline constexpr auto nothrow = net::as_tuple(net::use_awaitable);
+inline constexpr std::string_view kServerName = "fairgate";
+
+class Gateway;
+
+using Request = http::request<http::string_body>;
+using Response = http::response<http::string_body>;
+
+struct Shared;
+
+/// One client connection.
+struct Session {
+  Session(tcp::socket socket, std::shared_ptr<Shared> s, std::uint64_t session_id, std::size_t buffer_limit)
+      : stream(std::move(socket)), buffer(buffer_limit), shared(std::move(s)), id(session_id) {
+    boost::system::error_code ec;
+    const auto ep = stream.socket().remote_endpoint(ec);
+    client = ec ? std::string("unknown") : ep.address().to_string();
+  }
+
+  /// On the strand: closes the socket; every pending operation ends.
+  void close() {
+    closing = true;
+    boost::system::error_code ec;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream.close();
+  }
+
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+  std::shared_ptr<Shared> shared;
+  std::uint64_t id;
+  std::string client;
+  bool closing = false;
+};
+
+/// What every connection shares.
+struct Shared {
+  Shared(const ServeConfig& c, net::io_context& context, std::vector<std::string> limiter_names)
+      : config(c),
+        io(context),
+        metrics(limiter_names),
+        acceptor_strand(net::make_strand(context)),
+        acceptor(acceptor_strand) {}
+
+  ServeConfig config;
+  net::io_context& io;
+  std::shared_ptr<Backend> backend;
+  /// The [[route]]s (gateway mode); null when there are none.
+  std::shared_ptr<Gateway> gateway;
+  Metrics metrics;
+  LeaseTable leases;
+  net::strand<net::io_context::executor_type> acceptor_strand;
+  tcp::acceptor acceptor;
+  std::atomic<bool> stopping{false};
+  std::atomic<std::uint64_t> next_ticket{1};
+
+  std::mutex mu;
+  std::unordered_map<std::uint64_t, std::weak_ptr<Session>> sessions;
+  std::unordered_map<std::string, std::size_t> waiting_by_client;
+  std::uint64_t next_session = 1;
+
+  std::size_t session_count() {
+    std::lock_guard lock(mu);
+    return sessions.size();
+  }
+  /// Posts close() to every session's strand.
+  void close_sessions() {
+    std::vector<std::shared_ptr<Session>> all;
+    {
+      std::lock_guard lock(mu);
+      for (auto& [id, weak] : sessions)
+        if (auto s = weak.lock()) all.push_back(std::move(s));
+    }
+    for (auto& s : all) net::post(s->stream.get_executor(), [s] { s->close(); });
+  }
+};
+
+/// A place in the per-client cap of waiting requests; given back on destruction.
+class WaiterSlot {
+ public:
+  WaiterSlot() = default;
+  WaiterSlot(const WaiterSlot&) = delete;
+  WaiterSlot& operator=(const WaiterSlot&) = delete;
+  WaiterSlot(WaiterSlot&& o) noexcept : shared_(std::move(o.shared_)), client_(std::move(o.client_)) {}
+  WaiterSlot& operator=(WaiterSlot&& o) noexcept {
+    if (this != &o) {
+      reset();
+      shared_ = std::move(o.shared_);
+      client_ = std::move(o.client_);
+    }
+    return *this;
+  }
+  ~WaiterSlot() { reset(); }
+
+  /// A slot for `client`, or an empty one (held() false) when it has too many.
+  static WaiterSlot take(const std::shared_ptr<Shared>& shared, const std::string& client) {
+    WaiterSlot slot;
+    std::lock_guard lock(shared->mu);
+    auto& n = shared->waiting_by_client[client];
+    if (n >= shared->config.server.max_waiters_per_client) {
+      if (n == 0) shared->waiting_by_client.erase(client);
+      return slot;
+    }
+    ++n;
+    slot.shared_ = shared;
+    slot.client_ = client;
+    return slot;
+  }
+  bool held() const noexcept { return shared_ != nullptr; }
+  void reset() noexcept {
+    const std::shared_ptr<Shared> shared = std::move(shared_);  // outlives the lock below
+    if (shared == nullptr) return;
+    std::lock_guard lock(shared->mu);
+    const auto it = shared->waiting_by_client.find(client_);
+    if (it != shared->waiting_by_client.end() && --it->second == 0) shared->waiting_by_client.erase(it);
+  }
+
+ private:
+  // Owned, not referenced: a completion handler holding this slot may outlive
+  // every connection (at worst it is destroyed with the io_context).
+  std::shared_ptr<Shared> shared_;
+  std::string client_;
+};
+
+// --- responses --------------------------------------------------------------
+
+Response make_response(http::status status, const Request& req, std::string body, std::string_view type);
+Response json_response(http::status status, const Request& req, const boost::json::value& v);
+Response error_response(http::status status, const Request& req, std::string_view reason,
+                        std::string_view message);
+
+/// Writes `res`; false when the client is gone (or too slow).
+net::awaitable<bool> send(Session& s, Response res);
+
+/// Answers a malformed or refused request (counted), keeping the connection when allowed.
+net::awaitable<bool> send_error(Session& s, const Request& req, http::status status, std::string_view reason,
+                                std::string_view message);
+
+/// Writes raw bytes (SSE), with the write timeout.
+net::awaitable<bool> send_raw(Session& s, const std::string& bytes);
+
+/// The header of an event stream; the body runs until the connection closes.
+net::awaitable<bool> send_sse_header(Session& s, const Request& req);
+
+/// Seconds a rejected client should wait before it tries again (Retry-After), at least 1.
+std::string retry_after_seconds(const Limiter& limiter);
+
+/// Completes when the client closes the connection (or it fails). Bytes the
+/// client sends meanwhile are read and dropped; `saw_data` tells.
+net::awaitable<void> watch_disconnect(Session& s, bool& saw_data);
+
+}  // namespace fairgate::serve
