@@ -663,6 +663,10 @@ awaitable<void> accept_loop(std::shared_ptr<State> st) {
       co_await pause.async_wait(nothrow);
       continue;
     }
+    // Tokens are small writes that must leave at once: without this, Nagle
+    // holds each one until the previous is acknowledged (up to a delayed ACK).
+    boost::system::error_code nodelay_ec;
+    socket.set_option(tcp::no_delay(true), nodelay_ec);
     std::shared_ptr<Session> session;
     {
       std::lock_guard lock(st->mu);
