@@ -23,7 +23,7 @@ namespace fairgate::cli {
 namespace {
 
 // Commands of api.md that this build does not have yet.
-constexpr std::string_view kPlanned[] = {"top", "mock-llm"};
+constexpr std::string_view kPlanned[] = {"top"};
 
 /// `s` on one line: newlines and tabs become spaces, trailing blanks go.
 std::string one_line(std::string_view s) {
@@ -115,6 +115,7 @@ int run(int argc, char** argv) {
   std::vector<Command> commands;
   commands.push_back(add_demo_command(app));
   commands.push_back(add_serve_command(app));
+  commands.push_back(add_mock_llm_command(app));
   commands.push_back(add_bench_command(app));
   commands.push_back(add_bench_worker_command(app));
   app.footer("Run 'fairgate <command> --help' for the options of a command.");
