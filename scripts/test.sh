@@ -12,6 +12,11 @@ if [[ "${1:-}" == "--sanitize" ]]; then
 fi
 
 scripts/setup.sh
+# The gateway tests drive fairgate with the official openai SDK, from the npm
+# registry into tests/gateway/node_modules (ignored by git); a missing SDK is
+# then a failure, not a skip.
+npm ci --prefix tests/gateway --no-audit --no-fund --loglevel=error >/dev/null
+export FAIRGATE_REQUIRE_SDK=1
 
 case "$sanitize" in
   "") dir=build/test; type=RelWithDebInfo ;;

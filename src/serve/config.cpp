@@ -403,6 +403,7 @@ void parse_upstream(std::string_view url, std::string_view field, RouteConfig& r
   route.upstream_host = host;
   route.upstream_port = static_cast<std::uint16_t>(port);
   route.upstream_base = base;
+  route.upstream_has_path = slash != std::string_view::npos;
 }
 
 void parse_listen(std::string_view text, std::string_view field, ServeConfig& out) {

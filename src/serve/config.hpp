@@ -69,7 +69,10 @@ struct RouteConfig {
   std::string upstream;  ///< as written: "http://127.0.0.1:9000[/base]"
   std::string upstream_host;
   std::uint16_t upstream_port = 80;
-  std::string upstream_base;  ///< path prepended to the request target ("" or "/base")
+  /// With a path in the upstream URL (even "/"), the matched route prefix is
+  /// replaced by it (nginx proxy_pass semantics); without one the target is sent unchanged.
+  bool upstream_has_path = false;
+  std::string upstream_base;  ///< that path without a trailing slash
   std::string limiter;
   std::string tenant_header;  ///< empty = no tenant
   QueueEvents queue_events = QueueEvents::comment;

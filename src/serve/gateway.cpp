@@ -340,10 +340,16 @@ awaitable<void> wait_for_permit(Session& s, Wait& st, const Request& req, bool& 
   }
 }
 
-/// The upstream's request target: the route's base path + the client's target.
+/// The upstream's request target: the client's, or with the route's prefix
+/// replaced by the upstream URL's path when it has one.
 std::string upstream_target(const RouteConfig& rc, const Request& req) {
+  const std::string_view target(req.target().data(), req.target().size());
+  if (!rc.upstream_has_path) return std::string(target);
   std::string t = rc.upstream_base;
-  t.append(req.target().data(), req.target().size());
+  const std::string_view rest =
+      rc.path == "/" ? target : target.substr(std::min(rc.path.size(), target.size()));
+  t.append(rest.data(), rest.size());
+  if (t.empty() || t.front() != '/') t.insert(0, 1, '/');
   return t;
 }
 
@@ -391,7 +397,8 @@ awaitable<bool> send_upstream_failure(Session& s, const Request& req, bool heade
                                       const UpstreamFailure& f) {
   const std::string body = openai_error(f.message, "upstream_error", f.code);
   if (header_sent) {
-    co_await send_raw(s, stream_error(body));
+    const std::string event = stream_error(body);  // g++ 12: no temporaries inside co_await
+    co_await send_raw(s, event);
     co_return false;
   }
   Response res = openai_response(f.status, req, body);
@@ -424,8 +431,8 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
     } else {
       tcp::resolver resolver(executor);
       conn.expires_after(rc.connect_timeout);
-      auto [rec, endpoints] =
-          co_await resolver.async_resolve(rc.upstream_host, std::to_string(rc.upstream_port), nothrow);
+      const std::string port = std::to_string(rc.upstream_port);
+      auto [rec, endpoints] = co_await resolver.async_resolve(rc.upstream_host, port, nothrow);
       boost::system::error_code cec = rec;
       if (!rec) {
         auto [ec, ep] = co_await conn.async_connect(endpoints, nothrow);
@@ -519,7 +526,8 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
         error = openai_error(body.empty() ? fmt::format("the upstream answered {}", status) : body,
                              "upstream_error", std::to_string(status));
       }
-      co_await send_raw(s, stream_error(error));
+      const std::string event = stream_error(error);
+      co_await send_raw(s, event);
       co_return false;
     }
 
@@ -695,8 +703,9 @@ awaitable<bool> proxy(std::shared_ptr<Session> self, const Request& req, Gateway
     const std::string error = openai_error(message, r.type, r.code);
     if (stream && (header_sent || mode == QueueEvents::seed)) {
       if (!header_sent && !co_await send_sse_header(s, req)) co_return false;
-      co_await send_raw(s,
-                        mode == QueueEvents::seed ? seed_rejection(ticket, req.body()) : stream_error(error));
+      const std::string events =
+          mode == QueueEvents::seed ? seed_rejection(ticket, req.body()) : stream_error(error);
+      co_await send_raw(s, events);
       co_return false;
     }
     Response res = openai_response(r.status, req, error);

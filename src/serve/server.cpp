@@ -548,6 +548,9 @@ awaitable<void> accept_loop(std::shared_ptr<Shared> sh) {
       continue;
     }
     sh->metrics.connections_open.fetch_add(1, std::memory_order_relaxed);
+    // Events and relayed tokens are small writes: do not let Nagle hold them back.
+    boost::system::error_code nodelay_ec;
+    socket.set_option(tcp::no_delay(true), nodelay_ec);
     const auto& limits = sh->config.server;
     std::shared_ptr<Session> session;
     {

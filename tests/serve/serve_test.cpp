@@ -6,6 +6,7 @@
 // (serve_client.mjs, which checks what the clients see and exits 1 on a
 // failure). Every process is stopped with SIGTERM and must exit 0 (graceful
 // shutdown); only pids this test started are signalled. Every wait is bounded.
+#include "harness.hpp"
 #include "support/redis_server.hpp"
 
 #include <gtest/gtest.h>
@@ -32,124 +33,9 @@
 #include <thread>
 #include <vector>
 
-extern char** environ;
-
 namespace {
 
-using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
-
-/// Sanitizer builds are several times slower: scale the bounds, not the checks.
-#ifdef FAIRGATE_SERVE_TEST_SANITIZED
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-
-/// A child process with its stdout on a pipe.
-class Child {
- public:
-  Child(const std::vector<std::string>& argv, bool merge_stderr) {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-    if (merge_stderr) posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    const int rc = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(fds[1]);
-    fd_ = fds[0];
-    if (rc != 0) {
-      pid_ = -1;
-      throw std::runtime_error("cannot start " + argv[0]);
-    }
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-  ~Child() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (fd_ >= 0) ::close(fd_);
-  }
-
-  pid_t pid() const { return pid_; }
-  bool eof() const { return fd_ < 0; }
-
-  /// Reads one line of the child's stdout within `limit`; false at EOF or
-  /// timeout (eof() tells which).
-  bool read_line(std::string& line, std::chrono::milliseconds limit) {
-    const auto deadline = Clock::now() + limit;
-    for (;;) {
-      const auto nl = pending_.find('\n');
-      if (nl != std::string::npos) {
-        line = pending_.substr(0, nl);
-        pending_.erase(0, nl + 1);
-        return true;
-      }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0 || fd_ < 0) return false;
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-      char buf[4096];
-      const auto n = ::read(fd_, buf, sizeof buf);
-      if (n <= 0) {
-        ::close(fd_);
-        fd_ = -1;
-        if (!pending_.empty()) {
-          line = std::exchange(pending_, {});
-          return true;
-        }
-        return false;
-      }
-      pending_.append(buf, static_cast<std::size_t>(n));
-    }
-  }
-
-  /// Sends `sig` and waits up to `limit` for the exit; returns the exit code,
-  /// 128 + signal when killed by a signal, or -1 when it did not end in time
-  /// (then it is killed).
-  int stop(int sig, std::chrono::milliseconds limit) {
-    if (pid_ <= 0) return -1;
-    if (sig != 0) ::kill(pid_, sig);
-    return wait(limit);
-  }
-  int wait(std::chrono::milliseconds limit) {
-    const auto deadline = Clock::now() + limit;
-    int status = 0;
-    while (Clock::now() < deadline) {
-      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-    return -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int fd_ = -1;
-  std::string pending_;
-};
-
-std::string temp_config(const std::string& text) {
-  char path[] = "/tmp/fairgate-serve-test-XXXXXX.toml";
-  const int fd = ::mkstemps(path, 5);
-  if (fd < 0) throw std::runtime_error("mkstemps failed");
-  ::close(fd);
-  std::ofstream(path) << text;
-  return path;
-}
+using namespace fairgate::test;
 
 constexpr const char* kToken = "test-token";
 
@@ -165,62 +51,15 @@ std::string base_config(const std::string& extra = "") {
          extra;
 }
 
-/// One `fairgate serve` process on a free port.
-class Serve {
- public:
-  Serve(const std::string& config_text, std::vector<std::string> args) : config_(temp_config(config_text)) {
-    std::vector<std::string> argv{FAIRGATE_BIN, "serve", "--config", config_, "--listen", "127.0.0.1:0"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    child_ = std::make_unique<Child>(argv, false);
-    std::string line;
-    const std::regex listening("listening on (http://127\\.0\\.0\\.1:[0-9]+)");
-    while (child_->read_line(line, kSanitized ? 60s : 20s)) {
-      std::smatch m;
-      if (std::regex_search(line, m, listening)) {
-        url_ = m[1];
-        break;
-      }
-    }
-    if (url_.empty()) throw std::runtime_error("fairgate serve did not start (no 'listening on' line)");
-  }
-  ~Serve() { std::remove(config_.c_str()); }
-
-  const std::string& url() const { return url_; }
-  pid_t pid() const { return child_->pid(); }
-  /// SIGTERM; the exit code (0 = clean shutdown).
-  int terminate() { return child_->stop(SIGTERM, kSanitized ? 60s : 20s); }
-
- private:
-  std::string config_;
-  std::unique_ptr<Child> child_;
-  std::string url_;
-};
-
-struct ClientRun {
-  int exit_code = -1;
-  std::string output;
-};
-
-/// Runs serve_client.mjs; `on_line` sees each output line as it comes.
+/// Runs serve_client.mjs against `servers`; `on_line` sees each output line as it comes.
 ClientRun run_client(const std::string& scenario, const std::vector<Serve*>& servers,
                      const std::vector<std::string>& args,
                      const std::function<void(const std::string&)>& on_line = {}) {
   std::string urls;
   for (const auto* s : servers) urls += (urls.empty() ? "" : ",") + s->url();
-  std::vector<std::string> argv{NODE_BIN, SERVE_CLIENT, scenario, "--urls", urls, "--token", kToken};
+  std::vector<std::string> argv{SERVE_CLIENT, scenario, "--urls", urls, "--token", kToken};
   argv.insert(argv.end(), args.begin(), args.end());
-  Child node(argv, true);
-  ClientRun run;
-  std::string line;
-  const auto deadline = Clock::now() + (kSanitized ? 240s : 150s);
-  while (Clock::now() < deadline && !node.eof()) {
-    if (!node.read_line(line, 1s)) continue;
-    run.output += line + "\n";
-    if (on_line) on_line(line);
-  }
-  if (!node.eof()) run.output += "(the client did not finish in time)\n";
-  run.exit_code = node.wait(5s);
-  return run;
+  return run_node(argv, on_line);
 }
 
 std::vector<std::string> redis_args(const std::string& instance) {
@@ -248,16 +87,6 @@ std::vector<Serve*> raw(const std::vector<std::unique_ptr<Serve>>& v) {
 void expect_clean_exit(std::vector<std::unique_ptr<Serve>>& servers) {
   for (auto& s : servers) EXPECT_EQ(s->terminate(), 0) << "SIGTERM must end fairgate serve with exit code 0";
 }
-
-/// The HTTP clients are Node scripts: without node (see CMakeLists.txt) skip.
-#define SKIP_WITHOUT_NODE() \
-  if (std::string_view(NODE_BIN).empty()) GTEST_SKIP() << "node not found at configure time"
-
-#define EXPECT_CLIENT_OK(run)                      \
-  do {                                             \
-    EXPECT_EQ((run).exit_code, 0) << (run).output; \
-    std::printf("%s", (run).output.c_str());       \
-  } while (0)
 
 // --- Redis: three instances, one limiter --------------------------------------
 
