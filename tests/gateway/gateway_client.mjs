@@ -204,8 +204,9 @@ async function timeouts() {
   const none = sdkFor('/none');
   const before = await stats();
 
-  // A holder of the only permit of limiter "one" (max_wait 300 ms) for about 500 ms.
-  const holder = openStream(gateway, '/one/v1/chat/completions', chatBody({ stream: true, max_tokens: 100 }));
+  // A holder of the only permit of limiter "one" (max_wait 300 ms) for about 2 s,
+  // so the three below time out in the queue even on a slow (sanitized, loaded) machine.
+  const holder = openStream(gateway, '/one/v1/chat/completions', chatBody({ stream: true, max_tokens: 400 }));
   check(await holder.waitFor('"t0 "', 5000), 'the holder got no first token');
 
   const plain = comment.chat.completions
@@ -300,7 +301,7 @@ async function proxy() {
   check(await idleLimiter('chat'), 'permit not released after a disconnect while streaming');
 
   // 7. Disconnect while queued (limiter "one"): the queue empties and the mock never sees it.
-  const holder = openStream(gateway, '/named/v1/chat/completions', chatBody({ stream: true, max_tokens: 60 }));
+  const holder = openStream(gateway, '/named/v1/chat/completions', chatBody({ stream: true, max_tokens: 200 }));
   check(await holder.waitFor('"t0 "'), 'holder on limiter one got no token');
   s0 = await stats();
   const waiter = openStream(gateway, '/named/v1/chat/completions', chatBody({ stream: true, max_tokens: 2 }));
@@ -313,7 +314,7 @@ async function proxy() {
   check((await stats()).requests - s0.requests === 0, 'a cancelled waiter reached the upstream');
 
   // 8. The seed's rejection sequence (limiter "one", max_wait 300 ms).
-  const h2 = openStream(gateway, '/named/v1/chat/completions', chatBody({ stream: true, max_tokens: 100 }));
+  const h2 = openStream(gateway, '/named/v1/chat/completions', chatBody({ stream: true, max_tokens: 400 }));
   check(await h2.waitFor('"t0 "'), 'holder 2 got no token');
   const seed = openStream(gateway, '/seed/v1/chat/completions', chatBody({ stream: true, conversation_id: 'c-7' }));
   await seed.done;
