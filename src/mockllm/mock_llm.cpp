@@ -370,8 +370,12 @@ std::string framed(const Completion& c, std::string_view data) {
 
 /// Streams the answer: role and first token at first_token_delay, a token per
 /// 1/tokens_per_second after that, the finish chunk, the usage chunk when
-/// asked, [DONE], and the last chunk. False when a write failed or it was cancelled.
-awaitable<bool> stream_tokens(Session& s, const Completion& c, std::chrono::steady_clock::time_point start) {
+/// asked, [DONE], and the last chunk. Sets `all_sent` once the last byte is
+/// written (the watcher may see the satisfied client hang up before this
+/// coroutine resumes, so "who finished first" cannot tell). False when a write
+/// failed or it was cancelled.
+awaitable<bool> stream_tokens(Session& s, const Completion& c, std::chrono::steady_clock::time_point start,
+                              bool& all_sent) {
   const State& st = *s.state;
   net::steady_timer timer(s.stream.get_executor());
   for (std::uint32_t i = 0; i < c.tokens; ++i) {
@@ -402,7 +406,8 @@ awaitable<bool> stream_tokens(Session& s, const Completion& c, std::chrono::stea
   tail += "data: [DONE]\n\n";
   std::string bytes = framed(c, tail);
   if (c.chunked) bytes += "0\r\n\r\n";
-  co_return co_await send_raw(s, bytes);
+  all_sent = co_await send_raw(s, bytes);
+  co_return all_sent;
 }
 
 /// Waits as long as generating the whole answer takes (non-streaming).
@@ -487,10 +492,11 @@ awaitable<bool> route_chat(std::shared_ptr<Session> self, const Request& req) {
     auto [ec, n] = co_await http::async_write_header(s.stream, sr, nothrow);
     s.stream.expires_never();
     if (ec) co_return false;
-    auto outcome = co_await (stream_tokens(s, c, start) || watch_disconnect(s));
-    if (outcome.index() != 0 || !std::get<0>(outcome)) co_return false;
+    bool all_sent = false;
+    auto outcome = co_await (stream_tokens(s, c, start, all_sent) || watch_disconnect(s));
+    if (!all_sent) co_return false;
     generation.done();
-    co_return keep;
+    co_return keep&& outcome.index() == 0;  // the watcher ending first means the client left
   }
 
   auto outcome = co_await (generate_silently(s, c, start) || watch_disconnect(s));
