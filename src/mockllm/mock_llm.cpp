@@ -370,8 +370,12 @@ std::string framed(const Completion& c, std::string_view data) {
 
 /// Streams the answer: role and first token at first_token_delay, a token per
 /// 1/tokens_per_second after that, the finish chunk, the usage chunk when
-/// asked, [DONE], and the last chunk. False when a write failed or it was cancelled.
-awaitable<bool> stream_tokens(Session& s, const Completion& c, std::chrono::steady_clock::time_point start) {
+/// asked, [DONE], and the last chunk. Sets `all_sent` once the last byte is
+/// written (the watcher may see the satisfied client hang up before this
+/// coroutine resumes, so "who finished first" cannot tell). False when a write
+/// failed or it was cancelled.
+awaitable<bool> stream_tokens(Session& s, const Completion& c, std::chrono::steady_clock::time_point start,
+                              bool& all_sent) {
   const State& st = *s.state;
   net::steady_timer timer(s.stream.get_executor());
   for (std::uint32_t i = 0; i < c.tokens; ++i) {
@@ -402,7 +406,8 @@ awaitable<bool> stream_tokens(Session& s, const Completion& c, std::chrono::stea
   tail += "data: [DONE]\n\n";
   std::string bytes = framed(c, tail);
   if (c.chunked) bytes += "0\r\n\r\n";
-  co_return co_await send_raw(s, bytes);
+  all_sent = co_await send_raw(s, bytes);
+  co_return all_sent;
 }
 
 /// Waits as long as generating the whole answer takes (non-streaming).
@@ -452,8 +457,8 @@ class Generation {
 awaitable<bool> route_chat(std::shared_ptr<Session> self, const Request& req) {
   Session& s = *self;
   State& st = *s.state;
-  st.update([](Stats& x) { ++x.requests; });
   if (req.method() != http::verb::post) co_return co_await method_not_allowed(s, req, "POST");
+  st.update([](Stats& x) { ++x.requests; });
 
   Completion c;
   if (auto bad = parse_completion(req.body(), st.options, c))
@@ -487,10 +492,11 @@ awaitable<bool> route_chat(std::shared_ptr<Session> self, const Request& req) {
     auto [ec, n] = co_await http::async_write_header(s.stream, sr, nothrow);
     s.stream.expires_never();
     if (ec) co_return false;
-    auto outcome = co_await (stream_tokens(s, c, start) || watch_disconnect(s));
-    if (outcome.index() != 0 || !std::get<0>(outcome)) co_return false;
+    bool all_sent = false;
+    auto outcome = co_await (stream_tokens(s, c, start, all_sent) || watch_disconnect(s));
+    if (!all_sent) co_return false;
     generation.done();
-    co_return keep;
+    co_return keep&& outcome.index() == 0;  // the watcher ending first means the client left
   }
 
   auto outcome = co_await (generate_silently(s, c, start) || watch_disconnect(s));
@@ -589,6 +595,21 @@ bool is_http_error(const boost::system::error_code& ec) {
   return ec.category() == make_error_code(http::error::bad_target).category();
 }
 
+awaitable<boost::system::error_code> read_request(Session& s,
+                                                  http::request_parser<http::string_body>& parser) {
+  auto [ec, n] = co_await http::async_read(s.stream, s.buffer, parser, nothrow);
+  co_return ec;
+}
+
+/// Completes after `timeout`, having cancelled the connection's pending read.
+awaitable<void> request_deadline(Session& s, std::chrono::milliseconds timeout) {
+  net::steady_timer timer(s.stream.get_executor(), timeout);
+  auto [ec] = co_await timer.async_wait(nothrow);
+  if (ec) co_return;  // cancelled: the request arrived first
+  boost::system::error_code ignored;
+  s.stream.socket().cancel(ignored);
+}
+
 /// Reads requests off one connection and answers them, until either side ends it.
 awaitable<void> serve_connection(std::shared_ptr<Session> self) {
   Session& s = *self;
@@ -599,6 +620,7 @@ awaitable<void> serve_connection(std::shared_ptr<Session> self) {
       // Idle between requests: a connection may sit here for idle_timeout.
       s.stream.expires_after(st.options.idle_timeout);
       auto [ec, n] = co_await s.stream.async_read_some(s.buffer.prepare(4096), nothrow);
+      s.stream.expires_never();
       if (ec) co_return;
       s.buffer.commit(n);
     }
@@ -606,9 +628,11 @@ awaitable<void> serve_connection(std::shared_ptr<Session> self) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(kMaxHeaderBytes));
     parser.body_limit(kMaxBodyBytes);
-    s.stream.expires_after(st.options.request_timeout);
-    auto [ec, n] = co_await http::async_read(s.stream, s.buffer, parser, nothrow);
-    s.stream.expires_never();
+    // Not the stream's own timeout: that closes the socket, and the client
+    // would get no 408. The deadline cancels the read and leaves the socket open.
+    auto outcome = co_await (read_request(s, parser) || request_deadline(s, st.options.request_timeout));
+    const boost::system::error_code ec =
+        outcome.index() == 0 ? std::get<0>(outcome) : make_error_code(beast::error::timeout);
     if (ec) {
       Request dummy;
       dummy.version(11);

@@ -438,7 +438,7 @@ TEST_F(MockLlmTest, RoutesMethodsAndKeepAlive) {
   res = exchange(stream, make_request(http::verb::get, "/stats"));
   ASSERT_EQ(res.result(), http::status::ok);
   const json::value st = json::parse(res.body());
-  EXPECT_EQ(st.at("requests"), 2);  // the POST and the GET on the chat route
+  EXPECT_EQ(st.at("requests"), 1);  // the POST; the GET on the chat route is a bad request
   EXPECT_EQ(st.at("completed"), 1);
   EXPECT_EQ(st.at("bad_requests"), 2);
   EXPECT_EQ(st.at("rejected_429"), 0);
@@ -492,6 +492,30 @@ TEST_F(MockLlmTest, ATooLargeBodyIs413) {
   await(http::async_read(stream, buffer_, res, net::use_awaitable));
   EXPECT_EQ(res.result(), http::status::payload_too_large);
   EXPECT_EQ(json::parse(res.body()).at("error").at("type"), "invalid_request_error");
+}
+
+TEST_F(MockLlmTest, SlowRequestsAre408AndIdleConnectionsClose) {
+  Options o = fast();
+  o.request_timeout = 200ms;
+  o.idle_timeout = 200ms;
+  start(o);
+
+  auto slow = connect();  // starts a request and never finishes it
+  const std::string head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n";
+  await(net::async_write(slow, net::buffer(head), net::use_awaitable));
+  Response res;
+  await(http::async_read(slow, buffer_, res, net::use_awaitable));
+  EXPECT_EQ(res.result(), http::status::request_timeout);
+  EXPECT_EQ(json::parse(res.body()).at("error").at("code"), "request_timeout");
+
+  auto idle = connect();  // says nothing: closed after idle_timeout, before the client's own timeout
+  const auto ec = await([&]() -> net::awaitable<boost::system::error_code> {
+    std::array<char, 16> byte{};
+    auto [read_ec, n] = co_await idle.async_read_some(net::buffer(byte), net::as_tuple(net::use_awaitable));
+    co_return read_ec;
+  }());
+  EXPECT_EQ(ec, net::error::eof) << ec.message();
+  EXPECT_EQ(stats().bad_requests, 1u);  // the 408
 }
 
 TEST(MockLlmOptions, BadOptionsAndBusyPortThrow) {
