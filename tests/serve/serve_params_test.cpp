@@ -1,6 +1,7 @@
 // tests/serve/serve_params_test.cpp — the strict reading of requests (S7) and
 // the config loader, without a network.
 #include "serve/config.hpp"
+#include "serve/gateway.hpp"
 #include "serve/params.hpp"
 
 #include <gtest/gtest.h>
@@ -170,6 +171,86 @@ TEST(ServeConfig, ListenForms) {
   EXPECT_THROW(parse_listen("example.com:80", "x", c), ConfigError);
   EXPECT_THROW(parse_listen("127.0.0.1:", "x", c), ConfigError);
   EXPECT_THROW(parse_listen("127.0.0.1:-1", "x", c), ConfigError);
+}
+
+// --- gateway ------------------------------------------------------------------
+
+RouteConfig route_for(std::string_view path, std::string_view upstream) {
+  RouteConfig r;
+  r.path = std::string(path);
+  parse_upstream(upstream, "upstream", r);
+  r.limiter = "chat";
+  return r;
+}
+
+TEST(GatewayRules, UpstreamUrlForms) {
+  const auto plain = route_for("/v1", "http://127.0.0.1:9000");
+  EXPECT_EQ(plain.upstream_host, "127.0.0.1");
+  EXPECT_EQ(plain.upstream_port, 9000);
+  EXPECT_FALSE(plain.upstream_has_path);
+  const auto named = route_for("/v1", "http://model.internal/openai/");
+  EXPECT_EQ(named.upstream_host, "model.internal");
+  EXPECT_EQ(named.upstream_port, 80);
+  EXPECT_TRUE(named.upstream_has_path);
+  EXPECT_EQ(named.upstream_base, "/openai");
+  const auto v6 = route_for("/v1", "http://[::1]:8000");
+  EXPECT_EQ(v6.upstream_host, "::1");
+  EXPECT_EQ(v6.upstream_port, 8000);
+  const auto v6_default = route_for("/v1", "http://[::1]");
+  EXPECT_EQ(v6_default.upstream_port, 80);
+  for (const char* bad : {"https://api.openai.com", "ftp://x", "http://", "http://:9000", "http://h:0",
+                          "http://h:99999", "http://h:x", "http://u:p@h", "http://h/a?b", "http://h o"}) {
+    RouteConfig r;
+    EXPECT_THROW(parse_upstream(bad, "upstream", r), ConfigError) << bad;
+  }
+}
+
+TEST(GatewayRules, LongestPrefixOnSegmentBoundaries) {
+  Gateway gw({route_for("/v1/chat", "http://127.0.0.1:1"),
+              route_for("/v1/chat/completions", "http://127.0.0.1:2"),
+              route_for("/raw", "http://127.0.0.1:3/")});
+  const auto port_of = [&](std::string_view path) -> int {
+    const auto* r = gw.match(path);
+    return r == nullptr ? 0 : r->config.upstream_port;
+  };
+  EXPECT_EQ(port_of("/v1/chat/completions"), 2);
+  EXPECT_EQ(port_of("/v1/chat/completions/x"), 2);
+  EXPECT_EQ(port_of("/v1/chat"), 1);
+  EXPECT_EQ(port_of("/v1/chat/other"), 1);
+  EXPECT_EQ(port_of("/v1/chats"), 0);
+  EXPECT_EQ(port_of("/v1"), 0);
+  EXPECT_EQ(port_of("/rawness"), 0);
+  EXPECT_EQ(port_of("/raw/v1/models"), 3);
+  EXPECT_EQ(target_path("/raw/v1/models?x=/raw"), "/raw/v1/models");
+}
+
+TEST(GatewayRules, HopByHopHeadersAreNotForwarded) {
+  for (const char* h : {"Connection", "keep-alive", "Proxy-Authorization", "TE", "Trailer",
+                        "Transfer-Encoding", "Upgrade", "proxy-connection"})
+    EXPECT_TRUE(is_hop_by_hop(h, "")) << h;
+  for (const char* h : {"Content-Type", "Authorization", "Content-Length", "X-Request-Id", "Accept"})
+    EXPECT_FALSE(is_hop_by_hop(h, "")) << h;
+  // Whatever Connection lists is hop-by-hop too, case-insensitively, with spaces.
+  EXPECT_TRUE(is_hop_by_hop("X-Secret", "keep-alive, x-secret"));
+  EXPECT_TRUE(is_hop_by_hop("x-other", "X-Secret ,\tX-Other"));
+  EXPECT_FALSE(is_hop_by_hop("X-Secret2", "keep-alive, x-secret"));
+}
+
+TEST(GatewayRules, StreamingIsReadFromTheJsonBody) {
+  EXPECT_TRUE(wants_stream(R"({"model":"m","stream":true})"));
+  EXPECT_FALSE(wants_stream(R"({"model":"m","stream":false})"));
+  EXPECT_FALSE(wants_stream(R"({"model":"m"})"));
+  EXPECT_FALSE(wants_stream(R"({"stream":"true"})"));
+  EXPECT_FALSE(wants_stream(R"([{"stream":true}])"));
+  EXPECT_FALSE(wants_stream("not json"));
+  EXPECT_FALSE(wants_stream(""));
+}
+
+TEST(GatewayRules, OpenAiErrorShape) {
+  const auto e = openai_error("busy \"now\"", "rate_limit_error", "queue_timeout");
+  EXPECT_EQ(
+      e,
+      R"({"error":{"message":"busy \"now\"","type":"rate_limit_error","param":null,"code":"queue_timeout"}})");
 }
 
 }  // namespace
