@@ -460,9 +460,11 @@ awaitable<void> serve_connection(std::shared_ptr<Session> self) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
     parser.body_limit(limits.max_body_bytes);
-    s.stream.expires_after(limits.header_timeout);
-    auto [ec, n] = co_await http::async_read_header(s.stream, s.buffer, parser, nothrow);
-    if (!ec && !parser.is_done()) {
+    // A deadline that cancels the read (instead of the stream's timeout,
+    // which would close the socket) so a slow client still gets its 408.
+    auto read_request = [&]() -> awaitable<boost::system::error_code> {
+      auto [hec, hn] = co_await http::async_read_header(s.stream, s.buffer, parser, nothrow);
+      if (hec || parser.is_done()) co_return hec;
       // A gateway route takes bigger bodies (prompts with documents) than the admission API.
       if (sh.gateway) {
         const auto& target = parser.get().target();
@@ -471,9 +473,13 @@ awaitable<void> serve_connection(std::shared_ptr<Session> self) {
           parser.body_limit(route->config.max_body_bytes);
       }
       auto [bec, bn] = co_await http::async_read(s.stream, s.buffer, parser, nothrow);
-      ec = bec;
-    }
-    s.stream.expires_never();
+      co_return bec;
+    };
+    net::steady_timer deadline(s.stream.get_executor());
+    deadline.expires_after(limits.header_timeout);
+    auto raced = co_await (read_request() || deadline.async_wait(nothrow));
+    const boost::system::error_code ec =
+        raced.index() == 0 ? std::get<0>(raced) : boost::system::error_code(beast::error::timeout);
     if (ec) {
       Request dummy;
       dummy.version(11);

@@ -475,6 +475,7 @@ async function hostile() {
   const slow = await raw(base, ['GET /healthz HTTP/1.1\r\n', ...Array.from({ length: 60 }, () => 'X')], { delay: 100, timeout: 8000 });
   results.slowloris = `${slow.status || slow.how} after ${Math.round(slow.ms)} ms`;
   check(slow.how !== 'timeout' && slow.ms < 5000, `slowloris: not cut off (${results.slowloris})`);
+  check(slow.status === 408, `slowloris: want a 408 before the close, got ${results.slowloris}`);
   // Idle connection with nothing sent: closed after idle_timeout_ms (2000 in the test config).
   const idle = await raw(base, [], { timeout: 8000 });
   results.idle = `${idle.how} after ${Math.round(idle.ms)} ms`;
