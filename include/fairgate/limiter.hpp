@@ -46,8 +46,16 @@ struct QueueStatus {
 struct AcquireOptions {
   /// Deadline, relative to the call. nullopt = the limiter's max_wait.
   std::optional<std::chrono::milliseconds> max_wait;
-  /// Tenant key, reported in snapshots (and used by tenant fairness, F12).
+  /// Tenant key, reported in snapshots and used by tenant fairness and the
+  /// per-tenant cap (F12). Requests with an empty tenant form the tenant "".
   std::string tenant;
+  /// Share weight under tenant fairness (F12), 1 .. kMaxTenantWeight (else the
+  /// acquire is rejected with invalid_argument). When a tenant's turn in the
+  /// round robin starts, it may take as many consecutive grants as the weight
+  /// of its oldest waiter (the request served next), so a tenant whose
+  /// requests all carry weight w gets w grants per round. Ignored without
+  /// tenant_fairness.
+  std::uint32_t weight = 1;
   /// Called when the request is first queued and whenever its position
   /// changes (coalesced), on the limiter's executor, while the request waits.
   /// The check "still waiting" and the call are not atomic: in rare races one
