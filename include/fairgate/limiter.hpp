@@ -31,8 +31,11 @@ namespace fairgate {
 
 /// Where a waiter stands (F7).
 struct QueueStatus {
-  std::size_t position = 0;  ///< 1 = next to be served
-  std::size_t queued = 0;    ///< waiters in the queue, this one included
+  /// 1 = next to be served. Under tenant fairness an estimate: the grants up
+  /// to this one if every waiting tenant takes one grant per turn (see
+  /// docs/design.md, "Tenant fairness").
+  std::size_t position = 0;
+  std::size_t queued = 0;  ///< waiters in the queue, this one included
   /// Estimated time until grant, from the recent service rate; nullopt when
   /// there is not enough history yet.
   std::optional<std::chrono::milliseconds> estimated_wait;
