@@ -182,11 +182,15 @@ local function dispatch_tenants(cfg, now, holders)
     local t = redis.call('ZRANGE', K_TREADY, 0, 0)[1]
     if not t then break end
     local held = cfg.cap and held_by(t) or 0
-    if cfg.cap and held >= cfg.cap then
+    local key = tq(t)
+    local head = redis.call('ZRANGE', key, 0, 0)[1]
+    if not head then
+      -- Cannot happen while the keys are whole; never loop on it.
+      redis.call('ZREM', K_TREADY, t)
+      redis.call('HDEL', K_TCREDIT, t)
+    elseif cfg.cap and held >= cfg.cap then
       park(t)  -- its cap was lowered: skip it until one of its permits returns
     else
-      local key = tq(t)
-      local head = redis.call('ZRANGE', key, 0, 0)[1]
       redis.call('ZREM', key, head)
       redis.call('ZREM', K_QUEUE, head)
       local inst, id, deadline, weight = split_waiter(head)
