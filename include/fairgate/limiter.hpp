@@ -31,8 +31,11 @@ namespace fairgate {
 
 /// Where a waiter stands (F7).
 struct QueueStatus {
-  std::size_t position = 0;  ///< 1 = next to be served
-  std::size_t queued = 0;    ///< waiters in the queue, this one included
+  /// 1 = next to be served. Under tenant fairness an estimate: the grants up
+  /// to this one if every waiting tenant takes one grant per turn (see
+  /// docs/design.md, "Tenant fairness").
+  std::size_t position = 0;
+  std::size_t queued = 0;  ///< waiters in the queue, this one included
   /// Estimated time until grant, from the recent service rate; nullopt when
   /// there is not enough history yet.
   std::optional<std::chrono::milliseconds> estimated_wait;
@@ -46,8 +49,16 @@ struct QueueStatus {
 struct AcquireOptions {
   /// Deadline, relative to the call. nullopt = the limiter's max_wait.
   std::optional<std::chrono::milliseconds> max_wait;
-  /// Tenant key, reported in snapshots (and used by tenant fairness, F12).
+  /// Tenant key, reported in snapshots and used by tenant fairness and the
+  /// per-tenant cap (F12). Requests with an empty tenant form the tenant "".
   std::string tenant;
+  /// Share weight under tenant fairness (F12), 1 .. kMaxTenantWeight (else the
+  /// acquire is rejected with invalid_argument). When a tenant's turn in the
+  /// round robin starts, it may take as many consecutive grants as the weight
+  /// of its oldest waiter (the request served next), so a tenant whose
+  /// requests all carry weight w gets w grants per round. Ignored without
+  /// tenant_fairness.
+  std::uint32_t weight = 1;
   /// Called when the request is first queued and whenever its position
   /// changes (coalesced), on the limiter's executor, while the request waits.
   /// The check "still waiting" and the call are not atomic: in rare races one

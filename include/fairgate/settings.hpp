@@ -29,6 +29,8 @@ inline constexpr std::uint32_t kMaxConcurrentLimit = 1'000'000;
 inline constexpr std::uint32_t kMaxQueueLimit = 10'000'000;
 inline constexpr std::chrono::milliseconds kMaxWaitLimit = std::chrono::hours(24);
 inline constexpr std::size_t kMaxNameLength = 64;
+/// Largest share weight of one acquire (AcquireOptions::weight), F12.
+inline constexpr std::uint32_t kMaxTenantWeight = 1'000;
 
 /// The settings of one limiter.
 struct Settings {
@@ -45,6 +47,21 @@ struct Settings {
   /// Reject at once (reason timeout) when the estimated wait already exceeds
   /// the waiter's max_wait (F7). Off by default: estimates can be wrong.
   bool early_reject = false;
+  /// Tenant fairness (F12): one FIFO queue per tenant (AcquireOptions::tenant)
+  /// and a weighted round robin over the tenants that wait, instead of one
+  /// global FIFO. Within a tenant, arrival order stays strict. Off = global FIFO.
+  bool tenant_fairness = false;
+  /// Permits one tenant may hold at once (F12); waiters of a tenant at its cap
+  /// are skipped (they keep their place) until one of its permits returns.
+  /// Applies with or without tenant_fairness, and only while enabled.
+  /// std::nullopt = no per-tenant cap. 1 .. kMaxConcurrentLimit; a value above
+  /// max_concurrent is allowed (it never binds), so lowering max_concurrent at
+  /// run time never makes the settings invalid.
+  std::optional<std::uint32_t> max_per_tenant;
+
+  /// True when requests are tracked per tenant (tenant_fairness or a
+  /// per-tenant cap): dispatch then works on per-tenant queues.
+  bool tenant_aware() const noexcept { return tenant_fairness || max_per_tenant.has_value(); }
 
   friend bool operator==(const Settings&, const Settings&) = default;
 };
@@ -75,6 +92,9 @@ struct SettingsUpdate {
   std::optional<bool> enabled;
   std::optional<DisabledMode> when_disabled;
   std::optional<bool> early_reject;
+  std::optional<bool> tenant_fairness;
+  /// Outer optional: change it or not; inner: the new value (nullopt = no cap).
+  std::optional<std::optional<std::uint32_t>> max_per_tenant;
 };
 
 /// `base` with the fields of `update` applied (not validated).

@@ -111,7 +111,16 @@ struct Plan {
   milliseconds max_wait{30000};
   std::size_t holders = 0;  // W4: instance 0 holds the cap
   std::size_t waiters = 0;
+  bool tenants = false;          // W5: worker 0 is tenant "heavy", the others "light<w>"
+  bool tenant_fairness = false;  // W5, fairgate: the limiter's tenant_fairness
 };
+
+// W5: what each tenant sends.
+constexpr std::size_t kHeavyRequests = 200;
+constexpr std::size_t kLightRequests = 10;
+constexpr std::size_t kLightTenants = 5;
+
+std::string tenant_of_worker(std::size_t w) { return w == 0 ? "heavy" : fmt::format("light{}", w); }
 
 Plan plan_for(const BenchOptions& o) {
   Plan p;
@@ -141,12 +150,20 @@ Plan plan_for(const BenchOptions& o) {
     p.holders = p.cap;
     p.duration = o.duration.count() ? o.duration : milliseconds(10000);
     p.max_wait = p.duration + 120s;
+  } else if (o.workload == "W5") {    // many tenants: one floods, five send a little
+    p.instances = 1 + kLightTenants;  // one instance (process) per tenant
+    p.tenants = true;
+    p.hold_min = 20ms;
+    p.hold_max = 80ms;
+    p.max_wait = 60s;
   } else {
-    throw std::invalid_argument("--workload: " + o.workload + ": not one of W1, W2, W3, W4");
+    throw std::invalid_argument("--workload: " + o.workload + ": not one of W1, W2, W3, W4, W5");
   }
   if (p.closed_loop) {
     p.waiters = p.clients_per_instance * p.instances -
                 std::min<std::size_t>(p.cap, p.clients_per_instance * p.instances);
+  } else if (p.tenants) {
+    p.waiters = kHeavyRequests + kLightRequests * kLightTenants;
   } else if (p.workload != "W4") {
     p.waiters = p.requests_per_instance * p.instances;
   }
@@ -197,10 +214,52 @@ class JsonLine {
 double per(double a, double b) { return b > 0 ? a / b : 0; }
 double round3(double v) { return std::round(v * 1000) / 1000; }
 
-}  // namespace
+// W5's figures per tenant: waits of the heavy and the light tenants, the most
+// permits one tenant held at once, FIFO inversions within each tenant.
+void tenant_figures(const std::vector<RequestRecord>& records, const std::vector<WorkerOptions>& workers,
+                    const Plan& p, JsonLine& out) {
+  std::map<std::string, std::string> tenant_of;  // instance id -> tenant
+  for (const auto& w : workers) tenant_of[w.instance_id] = w.tenant;
+  std::map<std::string, std::vector<RequestRecord>> by_tenant;
+  for (const auto& r : records) by_tenant[tenant_of[r.instance]].push_back(r);
+  std::vector<std::int64_t> heavy, light;
+  std::size_t max_per_tenant = 0;
+  std::uint64_t inversions = 0;
+  double light_p99_max = 0;
+  for (const auto& [tenant, recs] : by_tenant) {
+    const Figures f = analyze(recs, p.cap);
+    max_per_tenant = std::max(max_per_tenant, f.max_holders);
+    inversions += f.inversions;
+    std::vector<std::int64_t> waits;
+    for (const auto& r : recs)
+      if (r.granted()) waits.push_back(r.grant_ns - r.arrive_ns);
+    if (tenant == "heavy") {
+      heavy = waits;
+    } else {
+      light.insert(light.end(), waits.begin(), waits.end());
+      light_p99_max = std::max(light_p99_max, distribution_ms(waits).p99);
+    }
+  }
+  const Distribution h = distribution_ms(heavy);
+  const Distribution l = distribution_ms(light);
+  out.set("fairness", p.tenant_fairness ? "on" : "off");
+  out.set("tenants", 1 + kLightTenants);
+  out.set("heavy_wait_p50_ms", round3(h.p50));
+  out.set("heavy_wait_p99_ms", round3(h.p99));
+  out.set("light_wait_p50_ms", round3(l.p50));
+  out.set("light_wait_p99_ms", round3(l.p99));
+  out.set("light_wait_p99_worst_tenant_ms", round3(light_p99_max));
+  // One full rotation: every tenant served once at the mean hold time. A light
+  // request that finds its tenant's queue empty waits about this long under
+  // fairness (its fair share of the N permits is N / tenants).
+  const double mean_hold = static_cast<double>((p.hold_min + p.hold_max).count()) / 2.0;
+  out.set("fair_share_turn_ms", round3(mean_hold * static_cast<double>(1 + kLightTenants) / p.cap));
+  out.set("max_holders_per_tenant", max_per_tenant);
+  out.set("inversions_within_tenant", inversions);
+}
 
-std::string run_workload(const BenchOptions& o, const std::function<void(const std::string&)>& log) {
-  const Plan p = plan_for(o);
+std::string run_plan(const BenchOptions& o, const Plan& p,
+                     const std::function<void(const std::string&)>& log) {
   const auto say = [&](const std::string& s) {
     if (log) log(s);
   };
@@ -232,6 +291,13 @@ std::string run_workload(const BenchOptions& o, const std::function<void(const s
     wo.max_wait = p.max_wait;
     wo.holders = w == 0 ? p.holders : 0;
     wo.seed = o.seed * 1000 + w;
+    if (p.tenants) {
+      wo.tenant = tenant_of_worker(w);
+      wo.tenant_fairness = p.tenant_fairness;
+      // The heavy tenant floods at once; the light ones arrive over a second.
+      wo.requests = w == 0 ? kHeavyRequests : kLightRequests;
+      wo.spread = w == 0 ? 0ms : 1000ms;
+    }
     workers.push_back(wo);
   }
   Fleet fleet(o.worker_executable, workers, log);
@@ -324,7 +390,12 @@ std::string run_workload(const BenchOptions& o, const std::function<void(const s
   // Whatever is still in Redis now was leaked.
   out.set("leftover_holders", std::stoull(admin.command({"ZCARD", key + "holders"})));
   out.set("leftover_waiters", std::stoull(admin.command({"ZCARD", key + "queue"})));
-  admin.command({"DEL", key + "cfg", key + "holders", key + "queue", key + "seq", key + "instances"});
+  admin.command({"DEL", key + "cfg", key + "holders", key + "queue", key + "seq", key + "instances",
+                 key + "ptenant", key + "tready", key + "tparked", key + "tholders", key + "tcredit",
+                 key + "trot"});
+  for (const auto& w : workers) {
+    if (!w.tenant.empty()) admin.command({"DEL", key + "tq:" + w.tenant});
+  }
 
   if (!o.records_path.empty()) {
     std::ofstream file(o.records_path, std::ios::app);
@@ -362,7 +433,21 @@ std::string run_workload(const BenchOptions& o, const std::function<void(const s
   out.set("redis_cmds_per_grant", per_grant(redis1 - redis0));
   out.set("grants_per_s", round3(per(static_cast<double>(grants), span)));
   out.set("duration_s", round3(span));
+  if (p.tenants) tenant_figures(records, workers, p, out);
   return out.str();
+}
+
+}  // namespace
+
+std::string run_workload(const BenchOptions& o, const std::function<void(const std::string&)>& log) {
+  Plan p = plan_for(o);
+  if (!p.tenants || o.system != "fairgate") return run_plan(o, p, log);
+  // W5 on fairgate: the same run with tenant fairness on, then off.
+  p.tenant_fairness = true;
+  std::string lines = run_plan(o, p, log);
+  p.tenant_fairness = false;
+  lines.append("\n").append(run_plan(o, p, log));
+  return lines;
 }
 
 }  // namespace fairgate::bench

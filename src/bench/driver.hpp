@@ -11,7 +11,7 @@
 namespace fairgate::bench {
 
 /// The workloads of bench.md that `fairgate bench` runs.
-inline const std::vector<std::string> kWorkloads = {"W1", "W2", "W3", "W4"};
+inline const std::vector<std::string> kWorkloads = {"W1", "W2", "W3", "W4", "W5"};
 
 /// The systems `fairgate bench --system` can drive: fairgate and the peers of bench/peers/.
 inline const std::vector<std::string> kSystems = {"fairgate", "seed", "bottleneck", "semaphore", "bullmq"};
@@ -33,7 +33,8 @@ struct BenchOptions {
   std::string records_path;
 };
 
-/// Runs one workload and returns its JSON line (no newline). Progress goes
+/// Runs one workload and returns its JSON line (no newline; W5 on fairgate:
+/// two lines, tenant fairness on then off, separated by a newline). Progress goes
 /// to `log` (may be empty). Throws std::runtime_error on failure (Redis
 /// unreachable, a worker died or stalled).
 std::string run_workload(const BenchOptions& options, const std::function<void(const std::string&)>& log);

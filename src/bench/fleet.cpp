@@ -46,6 +46,12 @@ std::vector<std::string> worker_argv(const std::string& executable, const Worker
   if (o.cancel_fraction > 0) flag("--cancel-fraction", fmt::format("{}", o.cancel_fraction));
   if (o.timeout_fraction > 0) flag("--timeout-fraction", fmt::format("{}", o.timeout_fraction));
   if (o.holders > 0) flag("--holders", std::to_string(o.holders));
+  // Tenants (W5) only for fairgate: the peers have no tenant fairness, and
+  // their worker.js does not know these flags.
+  if (o.system == "fairgate") {
+    if (!o.tenant.empty()) flag("--tenant", o.tenant);
+    if (o.tenant_fairness) flag("--tenant-fairness", "1");
+  }
   return argv;
 }
 

@@ -47,6 +47,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
     Settings settings;
     settings.max_concurrent = options_.max_concurrent;
     settings.max_wait = std::chrono::minutes(10);
+    settings.tenant_fairness = options_.tenant_fairness;
     auto opened = backend_->open(options_.limiter, settings);
     if (!opened) throw std::runtime_error(opened.error().message());
     limiter_ = *opened;
@@ -163,6 +164,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
   void acquire(const RequestPtr& request) {
     AcquireOptions o;
     o.max_wait = options_.max_wait;
+    o.tenant = options_.tenant;
     const bool short_wait = !options_.closed_loop && chance(options_.timeout_fraction);
     if (short_wait) o.max_wait = random_between(milliseconds(10), milliseconds(100));
     const bool cancel = !options_.closed_loop && !short_wait && chance(options_.cancel_fraction);
@@ -245,6 +247,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
     for (std::size_t i = 0; i < options_.holders; ++i) {
       AcquireOptions o;
       o.max_wait = std::chrono::minutes(1);
+      o.tenant = options_.tenant;
       limiter_.async_acquire(o, [self = shared_from_this()](AcquireResult r) {
         if (!r.granted()) {
           self->event(fmt::format(R"({{"ev":"error","message":"hold: {}"}})", r.message()));

@@ -48,6 +48,11 @@ struct WorkerOptions {
   double timeout_fraction = 0;  ///< open loop: given a short max_wait (10..100 ms)
   std::size_t holders = 0;      ///< permits the `hold` command takes
   std::uint64_t seed = 1;
+  /// fairgate only: the tenant of every request of this worker (F12, W5)...
+  std::string tenant;
+  /// ...and whether the limiter runs with tenant fairness (its first heartbeat
+  /// creates the limiter's config, so every worker of a run passes the same).
+  bool tenant_fairness = false;
 };
 
 /// Runs the worker on this thread until `exit` or EOF on stdin. Returns the exit code.

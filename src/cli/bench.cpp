@@ -47,6 +47,9 @@ constexpr std::string_view kBenchDescription =
     "      --waiters K keeps about K requests queued (the scaling runs)\n"
     "  W4  idle: N = 3 held for --duration while --waiters (1000) wait over 4 instances,\n"
     "      then all are served\n"
+    "  W5  many tenants: N = 3, 6 instances, tenant 'heavy' floods 200 requests at once,\n"
+    "      light1..light5 send 10 each over 1 s, 20-80 ms each; fairgate runs it twice,\n"
+    "      with tenant fairness on and off (two lines), peers once (no fairness)\n"
     "Figures: overshoot (holders above the cap, from the clients' own timestamps), FIFO\n"
     "inversions (pairs arriving and granted > 2 ms apart in opposite order), hand-off latency\n"
     "(release -> next waiter granted, any instance), client round trips and Redis-side\n"
@@ -96,7 +99,8 @@ int run_bench(const BenchFlags& flags) {
     for (const auto& w : bench::kWorkloads)
       if (w == flags.workload) workloads.push_back(w);
     if (workloads.empty())
-      throw UsageError("--workload: " + cli::quoted(flags.workload) + " is not one of W1, W2, W3, W4, all");
+      throw UsageError("--workload: " + cli::quoted(flags.workload) +
+                       " is not one of W1, W2, W3, W4, W5, all");
   }
   const auto log = [&](const std::string& line) {
     if (flags.quiet) return;
@@ -128,7 +132,9 @@ Command add_bench_command(CLI::App& root) {
   app->add_option("--peers", flags->peers, "Directory of the peer workers (worker.js)")
       ->type_name("DIR")
       ->default_str(flags->peers);
-  app->add_option("--workload", flags->workload, "W1, W2, W3, W4 or all")->type_name("W")->default_str("all");
+  app->add_option("--workload", flags->workload, "W1, W2, W3, W4, W5 or all")
+      ->type_name("W")
+      ->default_str("all");
   app->add_option("--instances", flags->instances, "Instances (processes); default: the workload's")
       ->type_name("N");
   app->add_option("--waiters", flags->waiters,
@@ -184,6 +190,8 @@ Command add_bench_worker_command(CLI::App& root) {
   app->add_option("--timeout-fraction", f->o.timeout_fraction);
   app->add_option("--holders", f->o.holders);
   app->add_option("--seed", f->o.seed);
+  app->add_option("--tenant", f->o.tenant);
+  app->add_option("--tenant-fairness", f->o.tenant_fairness);
   return Command{app, [f]() {
                    bench::WorkerOptions o = f->o;
                    o.heartbeat_interval = milliseconds(f->heartbeat_ms);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace fairgate::core {
 
@@ -32,17 +33,46 @@ bool LimiterState::has_room() const noexcept {
   return holders_.size() < settings_.max_concurrent;
 }
 
+bool LimiterState::at_cap(const Tenant& t) const noexcept {
+  // A disabled limiter in pass-through mode limits nothing, per tenant neither.
+  return settings_.enabled && settings_.max_per_tenant && t.holders >= *settings_.max_per_tenant;
+}
+
 void LimiterState::grant(RequestId id, Time now, std::string tenant) {
+  ++tenants_[tenant].holders;
   holders_.emplace(id, Holder{next_grant_seq_++, now, std::move(tenant)});
 }
 
-Admission LimiterState::admit(RequestId id, Time now, Time deadline, std::string tenant) {
+std::size_t LimiterState::fair_position(std::size_t rank_in_tenant, std::size_t turn) const noexcept {
+  return std::min((rank_in_tenant - 1) * waiting_tenants_ + turn, queue_.size());
+}
+
+std::size_t LimiterState::turn_of(const std::string& tenant) const {
+  auto t = tenants_.find(tenant);
+  if (t == tenants_.end() || !t->second.ready_score) return waiting_tenants_;
+  return static_cast<std::size_t>(
+             std::distance(ready_.begin(), ready_.find({*t->second.ready_score, tenant}))) +
+         1;
+}
+
+Admission LimiterState::admit(RequestId id, Time now, Time deadline, std::string tenant,
+                              std::uint32_t weight) {
   Admission a;
   if (!settings_.enabled && settings_.when_disabled == DisabledMode::reject) {
     a.reason = RejectReason::disabled;
     return a;
   }
-  if (queue_.empty() && has_room()) {
+  auto t = tenants_.find(tenant);
+  bool grant_now = false;
+  if (settings_.tenant_aware()) {
+    // I3': ready_ is empty unless there is no room, so an empty ready_ means
+    // every waiter (if any) belongs to a parked tenant: a newcomer below its
+    // own cap passes nobody who could be served.
+    grant_now = ready_.empty() && has_room() && (t == tenants_.end() || !at_cap(t->second));
+  } else {
+    grant_now = queue_.empty() && has_room();
+  }
+  if (grant_now) {
     grant(id, now, std::move(tenant));
     a.kind = Admission::Kind::granted;
     return a;
@@ -55,7 +85,14 @@ Admission LimiterState::admit(RequestId id, Time now, Time deadline, std::string
     a.reason = RejectReason::queue_full;
     return a;
   }
-  const std::size_t position = queue_.size() + 1;
+  std::size_t position = queue_.size() + 1;
+  if (settings_.tenant_fairness) {
+    // As position() will say once it is queued: a new tenant joins the back.
+    const std::size_t rank = (t == tenants_.end() ? 0 : t->second.queue.size()) + 1;
+    const std::size_t tenants = waiting_tenants_ + (rank == 1 ? 1 : 0);
+    const std::size_t turn = rank == 1 ? tenants : turn_of(tenant);
+    position = std::min((rank - 1) * tenants + turn, position);
+  }
   const auto estimate = rate_.estimate(position, now);
   if (settings_.early_reject && estimate && now + *estimate > deadline) {
     a.reason = RejectReason::timeout;
@@ -64,24 +101,76 @@ Admission LimiterState::admit(RequestId id, Time now, Time deadline, std::string
   const std::uint64_t seq = next_seq_++;
   queue_.emplace(seq, id);
   deadlines_.emplace(deadline, id);
-  waiters_.emplace(id, Waiter{seq, now, deadline, std::move(tenant)});
+  if (t == tenants_.end()) t = tenants_.try_emplace(tenant).first;
+  const bool first = t->second.queue.empty();
+  t->second.queue.emplace(seq, id);
+  if (first) {
+    ++waiting_tenants_;
+    if (settings_.tenant_aware()) place(t);
+  }
+  waiters_.emplace(id, Waiter{seq, now, deadline, std::move(tenant), weight});
   a.kind = Admission::Kind::queued;
   a.position = position;
   a.estimated_wait = estimate;
   return a;
 }
 
+void LimiterState::place(TenantMap::iterator t) {
+  Tenant& ts = t->second;
+  if (ts.queue.empty() || ts.ready_score) return;
+  if (at_cap(ts)) {
+    ts.parked = true;
+    return;
+  }
+  ts.parked = false;
+  ts.credit = 0;
+  ts.ready_score = settings_.tenant_fairness ? next_turn_++ : ts.queue.begin()->first;
+  ready_.emplace(*ts.ready_score, t->first);
+}
+
+void LimiterState::unplace(const std::string& name, Tenant& ts) {
+  if (ts.ready_score) {
+    ready_.erase({*ts.ready_score, name});
+    ts.ready_score.reset();
+  }
+  ts.parked = false;
+  ts.credit = 0;
+}
+
+void LimiterState::forget_if_idle(TenantMap::iterator t) {
+  if (t->second.queue.empty() && t->second.holders == 0) tenants_.erase(t);
+}
+
 void LimiterState::remove_waiter(std::unordered_map<RequestId, Waiter>::iterator it) {
-  queue_.erase(it->second.seq);
-  deadlines_.erase({it->second.deadline, it->first});
+  const Waiter& w = it->second;
+  queue_.erase(w.seq);
+  deadlines_.erase({w.deadline, it->first});
+  auto t = tenants_.find(w.tenant);
+  Tenant& ts = t->second;
+  const bool was_head = ts.queue.begin()->first == w.seq;
+  ts.queue.erase(w.seq);
+  if (ts.queue.empty()) {
+    --waiting_tenants_;
+    unplace(t->first, ts);
+  } else if (was_head && ts.ready_score && !settings_.tenant_fairness) {
+    // FIFO across tenants: a tenant is ordered by its oldest waiter.
+    ready_.erase({*ts.ready_score, t->first});
+    ts.ready_score = ts.queue.begin()->first;
+    ready_.emplace(*ts.ready_score, t->first);
+  }
   waiters_.erase(it);
+  forget_if_idle(t);
 }
 
 void LimiterState::dispatch(Time now, DispatchSink& sink) {
+  if (settings_.tenant_aware()) {
+    dispatch_tenants(now, sink);
+    return;
+  }
   while (!queue_.empty() && has_room()) {
     const RequestId id = queue_.begin()->second;
     auto it = waiters_.find(id);
-    Waiter w = std::move(it->second);
+    Waiter w = it->second;
     remove_waiter(it);
     if (w.deadline <= now) {
       sink.drop(id, RejectReason::timeout);
@@ -91,8 +180,71 @@ void LimiterState::dispatch(Time now, DispatchSink& sink) {
   }
 }
 
+void LimiterState::dispatch_tenants(Time now, DispatchSink& sink) {
+  while (!ready_.empty() && has_room()) {
+    auto t = tenants_.find(ready_.begin()->second);
+    if (at_cap(t->second)) {  // its cap was lowered: skip it until a permit returns
+      unplace(t->first, t->second);
+      t->second.parked = true;
+      continue;
+    }
+    const RequestId id = t->second.queue.begin()->second;
+    auto it = waiters_.find(id);
+    Waiter w = it->second;
+    // A turn starts with the weight of the waiter served first in it.
+    const std::uint32_t credit = t->second.credit != 0 ? t->second.credit : w.weight;
+    remove_waiter(it);  // may forget the tenant (t is not used below)
+    if (w.deadline <= now) {
+      sink.drop(id, RejectReason::timeout);
+      continue;
+    }
+    if (!sink.try_grant(id)) continue;
+    grant(id, now, w.tenant);
+    Tenant& ts = tenants_.at(w.tenant);
+    if (!ts.ready_score) continue;  // its queue is empty: it left the rotation
+    if (at_cap(ts)) {
+      unplace(w.tenant, ts);
+      ts.parked = true;
+      continue;
+    }
+    if (!settings_.tenant_fairness) continue;  // ordered by its head, already re-keyed
+    if (credit <= 1) {
+      // Turn over: to the back of the rotation.
+      ready_.erase({*ts.ready_score, w.tenant});
+      ts.ready_score = next_turn_++;
+      ready_.emplace(*ts.ready_score, w.tenant);
+      ts.credit = 0;
+    } else {
+      ts.credit = credit - 1;
+    }
+  }
+}
+
+void LimiterState::rebuild_tenants() {
+  ready_.clear();
+  std::vector<std::pair<std::uint64_t, TenantMap::iterator>> waiting;
+  for (auto t = tenants_.begin(); t != tenants_.end(); ++t) {
+    t->second.ready_score.reset();
+    t->second.parked = false;
+    t->second.credit = 0;
+    if (!t->second.queue.empty()) waiting.emplace_back(t->second.queue.begin()->first, t);
+  }
+  if (!settings_.tenant_aware()) return;
+  std::sort(waiting.begin(), waiting.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [seq, t] : waiting) place(t);
+}
+
 bool LimiterState::release(RequestId id, Time now, DispatchSink& sink) {
-  if (holders_.erase(id) == 0) return false;
+  auto h = holders_.find(id);
+  if (h == holders_.end()) return false;
+  auto t = tenants_.find(h->second.tenant);
+  holders_.erase(h);
+  --t->second.holders;
+  if (t->second.parked && !at_cap(t->second)) {
+    t->second.parked = false;
+    place(t);  // back of the rotation
+  }
+  forget_if_idle(t);
   rate_.record(now);  // a freed seat is what moves the queue: the service rate
   dispatch(now, sink);
   return true;
@@ -114,7 +266,13 @@ void LimiterState::expire(Time now, DispatchSink& sink) {
 }
 
 void LimiterState::configure(Settings settings, Time now, DispatchSink& sink) {
+  const bool retenant = settings.tenant_fairness != settings_.tenant_fairness ||
+                        settings.max_per_tenant != settings_.max_per_tenant ||
+                        settings.enabled != settings_.enabled;
   settings_ = std::move(settings);
+  // Waiters keep their sequence and their place in their tenant's queue; the
+  // rotation restarts in order of each tenant's oldest waiter.
+  if (retenant) rebuild_tenants();
   if (!settings_.enabled && settings_.when_disabled == DisabledMode::reject) {
     drop_all(RejectReason::disabled, sink);
     return;
@@ -149,7 +307,27 @@ const LimiterState::Holder* LimiterState::holder(RequestId id) const {
 std::optional<std::size_t> LimiterState::position(RequestId id) const {
   auto it = waiters_.find(id);
   if (it == waiters_.end()) return std::nullopt;
+  if (settings_.tenant_fairness) {
+    const auto& q = tenants_.at(it->second.tenant).queue;
+    return fair_position(static_cast<std::size_t>(std::distance(q.begin(), q.find(it->second.seq))) + 1,
+                         turn_of(it->second.tenant));
+  }
   return static_cast<std::size_t>(std::distance(queue_.begin(), queue_.find(it->second.seq))) + 1;
+}
+
+std::size_t LimiterState::tenant_holders(const std::string& tenant) const {
+  auto t = tenants_.find(tenant);
+  return t == tenants_.end() ? 0 : t->second.holders;
+}
+
+std::size_t LimiterState::tenant_queued(const std::string& tenant) const {
+  auto t = tenants_.find(tenant);
+  return t == tenants_.end() ? 0 : t->second.queue.size();
+}
+
+bool LimiterState::tenant_parked(const std::string& tenant) const {
+  auto t = tenants_.find(tenant);
+  return t != tenants_.end() && t->second.parked;
 }
 
 }  // namespace fairgate::core

@@ -16,6 +16,27 @@
 //     expire() drop it with reason timeout.
 //  I5 Each id is at most once a waiter and at most once a holder, never both.
 //
+// Tenants (F12). Every waiter and holder belongs to a tenant (the empty tenant
+// "" included); per-tenant queues and holder counts are always kept. While the
+// settings are tenant-aware (tenant_fairness or max_per_tenant), dispatch works
+// on tenants instead of the global queue:
+//  * `ready_` orders the tenants that wait and are below their cap: by
+//    rotation turn (tenant_fairness: a tenant joins at the back, and goes to
+//    the back after its turn of `weight` grants) or by the sequence of its
+//    oldest waiter (fairness off: global FIFO that skips capped tenants).
+//  * A tenant that waits but is at max_per_tenant is parked (not in ready_);
+//    it rejoins ready_ (at the back of the rotation) when one of its permits
+//    returns or the cap is raised. So each grant costs O(log tenants), never a
+//    scan over tenants.
+//  Restated invariants in tenant-aware mode:
+//  I2' FIFO within a tenant: a tenant's waiters are granted in arrival order.
+//      Under fairness, a tenant that waits is granted within one rotation of
+//      the tenants ahead of it (no starvation).
+//  I3' Work-conserving except for tenant caps: after every call, either no
+//      room, or every waiter belongs to a parked tenant (ready_ is empty).
+//  I6  No tenant holds more than max_per_tenant permits through a grant made
+//      while enabled (lowering the cap never revokes, as for max_concurrent).
+//
 // Pure: no I/O, no clock reads (time is a parameter), no locking (the caller
 // serialises access).
 #pragma once
@@ -31,6 +52,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -82,6 +104,7 @@ class LimiterState {
     Time enqueued{};
     Time deadline{};
     std::string tenant;
+    std::uint32_t weight = 1;  ///< share weight (fairness), see AcquireOptions::weight
   };
   struct Holder {
     std::uint64_t grant_seq = 0;  ///< grant order
@@ -96,7 +119,7 @@ class LimiterState {
   /// A new request `id` (unused so far) arriving at `now` that may wait until
   /// `deadline`: granted at once, queued, or rejected (queue_full, disabled,
   /// timeout when it cannot wait or would surely wait too long).
-  Admission admit(RequestId id, Time now, Time deadline, std::string tenant);
+  Admission admit(RequestId id, Time now, Time deadline, std::string tenant, std::uint32_t weight = 1);
 
   /// Returns holder `id`'s permit and dispatches. False (and no effect) when
   /// `id` holds no permit — so a double release is harmless.
@@ -124,15 +147,42 @@ class LimiterState {
   const Waiter* waiter(RequestId id) const;
   const Holder* holder(RequestId id) const;
 
-  /// 1-based position of waiter `id`; O(queue length).
+  /// 1-based position of waiter `id`; O(queue length). Without fairness:
+  /// its rank in arrival order. With tenant_fairness: min((k-1) x T + r,
+  /// queued), k = its rank in its tenant's queue, T = tenants that wait, r =
+  /// its tenant's place in the rotation (T when parked) — the grants up to
+  /// and including its own when every tenant takes one grant per turn (an
+  /// upper bound with weights 1 and no cap binding; weights > 1 of others
+  /// can make it later, its own weight earlier).
   std::optional<std::size_t> position(RequestId id) const;
 
-  /// Calls f(id, position, waiter) for each waiter, head first.
+  /// Calls f(id, position, waiter) for each waiter in arrival order (positions
+  /// as position() gives them).
   template <typename F>
   void for_each_waiter(F&& f) const {
-    std::size_t position = 0;
-    for (const auto& [seq, id] : queue_) f(id, ++position, waiters_.at(id));
+    std::size_t rank = 0;
+    if (!settings_.tenant_fairness) {
+      for (const auto& [seq, id] : queue_) f(id, ++rank, waiters_.at(id));
+      return;
+    }
+    std::unordered_map<std::string_view, std::size_t> turns;  // tenant → place in the rotation
+    for (const auto& [score, name] : ready_) turns.emplace(name, turns.size() + 1);
+    std::unordered_map<std::string_view, std::size_t> ranks;
+    for (const auto& [seq, id] : queue_) {
+      const Waiter& w = waiters_.at(id);
+      auto turn = turns.find(w.tenant);
+      f(id, fair_position(++ranks[w.tenant], turn == turns.end() ? waiting_tenants_ : turn->second), w);
+    }
   }
+
+  /// Tenants that wait (ready or parked).
+  std::size_t waiting_tenants() const noexcept { return waiting_tenants_; }
+  /// Permits `tenant` holds.
+  std::size_t tenant_holders(const std::string& tenant) const;
+  /// Waiters of `tenant`.
+  std::size_t tenant_queued(const std::string& tenant) const;
+  /// True when `tenant` waits but is at its cap (skipped by dispatch).
+  bool tenant_parked(const std::string& tenant) const;
   /// Calls f(id, holder) for each holder, in no particular order.
   template <typename F>
   void for_each_holder(F&& f) const {
@@ -144,10 +194,33 @@ class LimiterState {
   }
 
  private:
+  struct Tenant {
+    std::map<std::uint64_t, RequestId> queue;  // seq → id: FIFO within the tenant
+    std::size_t holders = 0;
+    std::uint32_t credit = 0;                  // grants left in its current turn; 0 = a turn starts anew
+    std::optional<std::uint64_t> ready_score;  // its key in ready_ while ready
+    bool parked = false;                       // waits, but at its cap
+  };
+  using TenantMap = std::unordered_map<std::string, Tenant>;
+
   bool has_room() const noexcept;
+  bool at_cap(const Tenant& t) const noexcept;
   void grant(RequestId id, Time now, std::string tenant);
   void remove_waiter(std::unordered_map<RequestId, Waiter>::iterator it);
   void dispatch(Time now, DispatchSink& sink);
+  void dispatch_tenants(Time now, DispatchSink& sink);
+  /// Puts a tenant that waits into ready_ (back of the rotation / by its head)
+  /// or parks it when at its cap. Tenant-aware mode only.
+  void place(TenantMap::iterator t);
+  /// Takes a tenant out of ready_ and the parked state.
+  void unplace(const std::string& name, Tenant& t);
+  /// Forgets a tenant with no waiter and no holder.
+  void forget_if_idle(TenantMap::iterator t);
+  /// Rebuilds ready_ and the parked states from the tenants' queues (after a
+  /// settings change), the rotation in order of each tenant's oldest waiter.
+  void rebuild_tenants();
+  std::size_t fair_position(std::size_t rank_in_tenant, std::size_t turn) const noexcept;
+  std::size_t turn_of(const std::string& tenant) const;
 
   Settings settings_;
   std::uint64_t next_seq_ = 0;
@@ -156,6 +229,10 @@ class LimiterState {
   std::set<std::pair<Time, RequestId>> deadlines_;  // earliest first
   std::unordered_map<RequestId, Waiter> waiters_;
   std::unordered_map<RequestId, Holder> holders_;
+  TenantMap tenants_;
+  std::set<std::pair<std::uint64_t, std::string>> ready_;  // tenant-aware mode: dispatch order
+  std::uint64_t next_turn_ = 0;                            // rotation ticket (fairness)
+  std::size_t waiting_tenants_ = 0;
   GrantRate rate_;
 };
 

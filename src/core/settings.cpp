@@ -30,6 +30,13 @@ std::optional<SettingsError> validate(const Settings& s) {
     return SettingsError{"max_queue", "must be at most " + std::to_string(kMaxQueueLimit) + ", got " +
                                           std::to_string(*s.max_queue)};
   }
+  if (s.max_per_tenant && (*s.max_per_tenant < 1 || *s.max_per_tenant > kMaxConcurrentLimit)) {
+    std::string problem = "must be between 1 and ";
+    problem.append(std::to_string(kMaxConcurrentLimit))
+        .append(" (or unset for no per-tenant cap), got ")
+        .append(std::to_string(*s.max_per_tenant));
+    return SettingsError{"max_per_tenant", std::move(problem)};
+  }
   return std::nullopt;
 }
 
@@ -57,6 +64,8 @@ Settings apply(Settings base, const SettingsUpdate& u) {
   if (u.enabled) base.enabled = *u.enabled;
   if (u.when_disabled) base.when_disabled = *u.when_disabled;
   if (u.early_reject) base.early_reject = *u.early_reject;
+  if (u.tenant_fairness) base.tenant_fairness = *u.tenant_fairness;
+  if (u.max_per_tenant) base.max_per_tenant = *u.max_per_tenant;
   return base;
 }
 

@@ -51,7 +51,8 @@ void MemoryLimiter::start_acquire(AcquireOptions options, std::unique_ptr<detail
     deliver_ended(*request, RejectReason::shutdown, t);
     return;
   }
-  const auto checked = core::effective_max_wait(options.max_wait, state_.settings(), options.tenant.size());
+  const auto checked =
+      core::effective_max_wait(options.max_wait, state_.settings(), options.tenant.size(), options.weight);
   if (!checked) {
     request->ticket.resume(core::TicketEvent::reject);
     deliver_ended(*request, RejectReason::invalid_argument, t);
@@ -59,7 +60,8 @@ void MemoryLimiter::start_acquire(AcquireOptions options, std::unique_ptr<detail
   }
   const milliseconds max_wait = *checked;
   request->id = next_id_++;
-  const core::Admission admission = state_.admit(request->id, t, t + max_wait, std::move(options.tenant));
+  const core::Admission admission =
+      state_.admit(request->id, t, t + max_wait, std::move(options.tenant), options.weight);
   switch (admission.kind) {
     case core::Admission::Kind::granted:
       request->ticket.resume(core::TicketEvent::grant);

@@ -91,6 +91,7 @@ void RedisLimiter::start_acquire(AcquireOptions options, std::unique_ptr<detail:
   request->completion = std::move(completion);
   request->on_queued = std::move(options.on_queued);
   request->tenant = std::move(options.tenant);
+  request->weight = options.weight;
   request->arrived = t;
   {
     std::lock_guard lock(mu_);
@@ -100,7 +101,8 @@ void RedisLimiter::start_acquire(AcquireOptions options, std::unique_ptr<detail:
       deliver_ended(*request, RejectReason::shutdown, t);
       return;
     }
-    const auto checked = core::effective_max_wait(options.max_wait, settings_, request->tenant.size());
+    const auto checked =
+        core::effective_max_wait(options.max_wait, settings_, request->tenant.size(), request->weight);
     if (!checked) {
       request->ticket.resume(core::TicketEvent::reject);
       deliver_ended(*request, RejectReason::invalid_argument, t);
@@ -136,7 +138,9 @@ void RedisLimiter::start_acquire(AcquireOptions options, std::unique_ptr<detail:
 }
 
 void RedisLimiter::send_acquire(const RequestPtr& request) {
-  call(scripts::kAcquire, {instance_, std::to_string(request->n), std::to_string(request->max_wait.count())},
+  call(scripts::kAcquire,
+       {instance_, std::to_string(request->n), std::to_string(request->max_wait.count()), request->tenant,
+        std::to_string(request->weight)},
        [request, self = std::weak_ptr<LimiterImpl>(weak_from_this())](boost::system::error_code ec,
                                                                       Reply reply) {
          if (auto s = self.lock()) static_cast<RedisLimiter&>(*s).on_acquire_reply(request, ec, reply);
@@ -309,8 +313,10 @@ void RedisLimiter::forget_locked(const RequestPtr& request) {
   if (request->timer) request->timer->cancel();
 }
 
-void RedisLimiter::send_release(const std::string& id, const char* why) {
-  call(scripts::kRelease, {id},
+void RedisLimiter::send_release(const std::string& id, const char* why, const std::string* tenant) {
+  std::vector<std::string> args{id};
+  if (tenant) args.push_back(*tenant);
+  call(scripts::kRelease, std::move(args),
        [ctx = std::weak_ptr<BackendContext>(context_), name = name_, id, why](boost::system::error_code ec,
                                                                               Reply reply) {
          if (!ec && !reply.is_error()) return;
@@ -337,12 +343,16 @@ void RedisLimiter::release(const std::string& id) noexcept {
   try {
     const auto n = parse_own(id);
     if (!n) return;
+    std::string tenant;
     {
       std::lock_guard lock(mu_);
-      if (holders_.erase(*n) == 0) return;
+      auto it = holders_.find(*n);
+      if (it == holders_.end()) return;
+      tenant = std::move(it->second.tenant);
+      holders_.erase(it);
       ++stats_.releases;
     }
-    send_release(id, "release failed");
+    send_release(id, "release failed", &tenant);
   } catch (...) {
     // Out of memory while formatting the command: the permit is reaped with
     // this instance at worst. Nothing else can throw here.
@@ -440,7 +450,8 @@ void RedisLimiter::heartbeat(std::function<void()> then) {
         std::to_string(defaults_.max_concurrent),
         defaults_.max_queue ? std::to_string(*defaults_.max_queue) : std::string(),
         defaults_.enabled ? "1" : "0", defaults_.when_disabled == DisabledMode::reject ? "reject" : "pass",
-        std::to_string(defaults_.max_wait.count())},
+        std::to_string(defaults_.max_wait.count()), defaults_.tenant_fairness ? "1" : "0",
+        defaults_.max_per_tenant ? std::to_string(*defaults_.max_per_tenant) : std::string()},
        [self = std::weak_ptr<LimiterImpl>(weak_from_this()), generation, then = std::move(then)](
            boost::system::error_code ec, Reply reply) {
          auto s = self.lock();
@@ -490,6 +501,13 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, std::uint64_t generati
           settings_.when_disabled = value == "reject" ? DisabledMode::reject : DisabledMode::pass_through;
         } else if (field == "max_wait_ms") {
           if (auto v = parse_number<std::int64_t>(value)) settings_.max_wait = milliseconds(*v);
+        } else if (field == "tenant_fairness") {
+          settings_.tenant_fairness = value == "1";
+        } else if (field == "max_per_tenant") {
+          if (value.empty())
+            settings_.max_per_tenant.reset();
+          else if (auto v = parse_number<std::uint32_t>(value))
+            settings_.max_per_tenant = *v;
         }
       }
     }
@@ -502,8 +520,11 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, std::uint64_t generati
         orphans.push_back(e.str);
     }
     // Positions: our waiters' distance from the head (an upper bound: waiters
-    // that left ahead of us leave gaps in the sequence).
+    // that left ahead of us leave gaps in the sequence). Under tenant fairness
+    // the sequence says nothing about the rotation: the position the acquire
+    // reply gave stays (an estimate, see acquire.lua).
     for (auto& [n, request] : requests_) {
+      if (settings_.tenant_fairness) break;
       if (!request->on_queued || request->member.empty() || head_seq_ <= 0) continue;
       auto position = static_cast<std::size_t>(std::max<std::int64_t>(1, request->seq - head_seq_ + 1));
       position = std::min(position, std::max<std::size_t>(queued_, 1));
@@ -527,7 +548,11 @@ void RedisLimiter::send_restore() {
   {
     std::lock_guard lock(mu_);
     args.push_back(std::to_string(holders_.size()));
-    for (const auto& [n, holder] : holders_) args.push_back(permit_id(n));
+    for (const auto& [n, holder] : holders_) {
+      std::string permit = permit_id(n);
+      if (!holder.tenant.empty()) permit.append("|").append(holder.tenant);
+      args.push_back(std::move(permit));
+    }
     std::vector<std::pair<std::int64_t, std::string>> waiting;
     for (const auto& [n, request] : requests_) {
       if (!request->member.empty()) waiting.emplace_back(request->seq, request->member);
@@ -604,6 +629,11 @@ boost::system::result<Settings, SettingsError> RedisLimiter::configure(const Set
                 {"when_disabled", next.when_disabled == DisabledMode::reject ? "reject" : "pass"});
   }
   if (update.max_wait) args.insert(args.end(), {"max_wait_ms", std::to_string(next.max_wait.count())});
+  if (update.tenant_fairness) args.insert(args.end(), {"tenant_fairness", next.tenant_fairness ? "1" : "0"});
+  if (update.max_per_tenant) {
+    args.insert(args.end(), {"max_per_tenant",
+                             next.max_per_tenant ? std::to_string(*next.max_per_tenant) : std::string()});
+  }
   if (!args.empty()) {
     call(scripts::kConfigure, std::move(args),
          [ctx = std::weak_ptr<BackendContext>(context_), name = name_](boost::system::error_code ec,

@@ -106,6 +106,7 @@ class RedisLimiter final : public detail::LimiterImpl {
     std::unique_ptr<detail::Completion> completion;  // used once, by the ticket's winner
     std::function<void(const QueueStatus&)> on_queued;
     std::string tenant;
+    std::uint32_t weight = 1;
     Clock::time_point arrived{};
     std::chrono::milliseconds max_wait{0};
     std::string member;    // queue member once Redis queued it (under mu_)
@@ -131,7 +132,8 @@ class RedisLimiter final : public detail::LimiterImpl {
   void on_cancel(const RequestPtr& request);
   /// Removes `request` from requests_ and stops its timer (mu_ held).
   void forget_locked(const RequestPtr& request);
-  void send_release(const std::string& id, const char* why);
+  /// `tenant`: the permit's tenant when known (saves Redis a lookup).
+  void send_release(const std::string& id, const char* why, const std::string* tenant = nullptr);
   void send_cancel(const std::string& member);
 
   void schedule_heartbeat(std::chrono::milliseconds after);

@@ -165,6 +165,48 @@ TEST(RedisMultiProcessTest, KilledHolderPermitsReturnWithinTtlPlusInterval) {
               static_cast<double>(last) / 1e6, static_cast<long long>(bound.count()));
 }
 
+// F5 + F12: kill -9 of a process whose tenant holds every permit under tenant
+// fairness: its permits and its tenant's count in Redis come back, and the
+// other tenant's waiters are served.
+TEST(RedisMultiProcessTest, KilledTenantHolderReturnsItsTenantCount) {
+  const std::string name = test_name();
+  auto holder = worker(name, 0);
+  holder.holders = kCap;
+  holder.tenant = "heavy";
+  holder.tenant_fairness = true;
+  auto waiter = worker(name, 1);
+  waiter.requests = kCap;
+  waiter.max_wait = 30s;
+  waiter.tenant = "light";
+  waiter.tenant_fairness = true;
+  Fleet fleet = start({holder, waiter});
+  fleet.send(0, "hold");
+  fleet.wait_for("holding", 1, 10s);
+  EXPECT_EQ(server().command({"HGET", key(name, "tholders"), "heavy"}), std::to_string(kCap));
+  std::vector<RequestRecord> records;
+  fleet.send(1, "go");
+  fleet.wait_for("queued_all", 1, 10s, &records);
+  EXPECT_EQ(server().command({"ZCARD", key(name, "tq:light")}), std::to_string(kCap));
+
+  fleet.child(0).kill(SIGKILL);
+  ASSERT_TRUE(fleet.child(0).wait(5s));
+  fleet.wait_for("done", 1, 20s, &records, {0});
+  ASSERT_EQ(records.size(), kCap);
+  for (const auto& r : records) EXPECT_EQ(r.outcome, "granted") << r.reason;
+  EXPECT_EQ(server().command({"HGET", key(name, "tholders"), "heavy"}), "(nil)")
+      << "the dead tenant's count went back to 0";
+  // The light requests held their permits for 0 ms: everything is back.
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return server().command({"HLEN", key(name, "ptenant")}) == "0";
+      },
+      5s))
+      << "no permit tenant left behind";
+  fleet.exit_all();
+  EXPECT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 5s));
+  EXPECT_TRUE(wait_until([&] { return server().command({"HLEN", key(name, "tholders")}) == "0"; }, 5s));
+}
+
 // Pub/Sub loss: CLIENT KILL TYPE pubsub mid-run drops both processes' wake
 // connections; they reconnect after at least 50 ms, and grants published in
 // that gap are lost. The heartbeat's held list must find them: a waiter whose

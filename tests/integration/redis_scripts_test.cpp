@@ -288,4 +288,54 @@ TEST_F(RedisScriptsTest, CommandsPerGrantStayFlatFrom10To1000Waiters) {
   EXPECT_NEAR(large, small, small * 0.10) << "flat within 10 %";
 }
 
+// The same under tenant fairness (F12): per-tenant queues, the rotation and the
+// tenant counts cost more per grant, but still nothing that grows with the
+// number of waiters or of tenants: 10 waiters of 2 tenants against 1,000
+// waiters of 200 tenants.
+TEST_F(RedisScriptsTest, CommandsPerGrantUnderTenantFairnessStayFlatInWaitersAndTenants) {
+  auto total_calls = [&] {
+    std::string info = server().command({"INFO", "commandstats"});
+    std::int64_t sum = 0;
+    for (std::size_t at = info.find("calls="); at != std::string::npos; at = info.find("calls=", at + 1)) {
+      sum += std::stoll(info.substr(at + 6));
+    }
+    return sum;
+  };
+  auto cost = [&](int waiters, int tenants, const std::string& inst) {
+    call(scripts::kHeartbeat, {inst, "60000", "0", "1", "", "1", "pass", "20000", "1", ""});
+    std::map<int, std::string> tenant_of;
+    int n = 0;
+    auto arrive = [&] {
+      ++n;
+      tenant_of[n] = "t" + std::to_string(n % tenants);
+      call(scripts::kAcquire, {inst, std::to_string(n), "100000", tenant_of[n], "1"});
+    };
+    arrive();
+    for (int i = 0; i < waiters; ++i) arrive();
+    constexpr int kCycles = 200;
+    const auto before = total_calls();
+    for (int i = 0; i < kCycles; ++i) {
+      // Who holds the one permit (one client command per cycle, subtracted below).
+      const std::string holder = server().command({"ZRANGE", keys_[1], "0", "0"});
+      const int h = std::stoi(holder.substr(inst.size() + 1));
+      call(scripts::kRelease, {holder, tenant_of.at(h)});
+      arrive();
+    }
+    const auto after = total_calls();
+    return static_cast<double>(after - before - 1 - kCycles) / kCycles;
+  };
+  const double small = cost(10, 2, "small");
+  // Start the second measurement from an empty limiter (this test's keys only).
+  server().command({"EVAL", "for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end",
+                    "0", "t:" + name_ + ":*"});
+  const double large = cost(1000, 200, "large");
+  std::printf(
+      "Redis-side commands per grant under tenant fairness: %.2f (10 waiters, 2 tenants), %.2f (1000 "
+      "waiters, 200 tenants)\n",
+      small, large);
+  EXPECT_LE(small, 40.0);
+  EXPECT_NEAR(large, small, small * 0.10) << "flat within 10 %";
+  EXPECT_EQ(server().command({"ZCARD", keys_[1]}), "1") << "never more than the one permit";
+}
+
 }  // namespace

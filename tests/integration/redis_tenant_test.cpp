@@ -1,0 +1,287 @@
+// Tenant fairness (F12) on the Redis backend against a real redis-server:
+// the rotation across two instances, the per-tenant cap seen from the clients
+// and from Redis, global FIFO when fairness is off, and switching fairness on
+// at run time. (kill -9 of a tenant's holder: redis_multiprocess_test.)
+#include "support/redis_server.hpp"
+#include "support/wait.hpp"
+
+#include <fairgate/redis_backend.hpp>
+
+#include <gtest/gtest.h>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace asio = boost::asio;
+using fairgate::AcquireOptions;
+using fairgate::AcquireResult;
+using fairgate::Limiter;
+using fairgate::Permit;
+using fairgate::RedisBackendOptions;
+using fairgate::Settings;
+using fairgate::SettingsUpdate;
+using fairgate::test::RedisServer;
+using fairgate::test::wait_until;
+using namespace std::chrono_literals;
+
+RedisServer& server() { return RedisServer::shared(); }
+
+std::string test_name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
+
+std::string key(const std::string& limiter, const std::string& what) {
+  return "fairgate:{" + limiter + "}:" + what;
+}
+
+long number(const std::string& reply) { return reply == "(nil)" || reply.empty() ? 0 : std::stol(reply); }
+
+class Instance {
+ public:
+  Instance() {
+    RedisBackendOptions o;
+    o.url = server().url();
+    o.heartbeat_interval = 250ms;
+    o.liveness_ttl = 1000ms;
+    o.command_timeout = 900ms;
+    o.key_expiry = 0ms;
+    backend = fairgate::make_redis_backend(io.get_executor(), o);
+    thread_ = std::thread([this] { io.run(); });
+  }
+  ~Instance() {
+    backend.reset();
+    work_.reset();
+    wait_until([&] { return io.stopped(); }, 3s);
+    io.stop();
+    thread_.join();
+  }
+  Limiter open(const std::string& name, const Settings& s) { return backend->open(name, s).value(); }
+
+  asio::io_context io;
+  std::shared_ptr<fairgate::Backend> backend;
+
+ private:
+  asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(io);
+  std::thread thread_;
+};
+
+Settings settings(std::uint32_t cap, bool fairness, std::optional<std::uint32_t> per_tenant = std::nullopt) {
+  Settings s;
+  s.max_concurrent = cap;
+  s.max_wait = 20s;
+  s.tenant_fairness = fairness;
+  s.max_per_tenant = per_tenant;
+  return s;
+}
+
+/// Grants in the order they arrive, each request named.
+class Order {
+ public:
+  /// Acquires for `name` (tenant `tenant`) and waits until it is queued.
+  void queue(Limiter& limiter, const std::string& name, const std::string& tenant) {
+    auto queued = std::make_shared<std::atomic<bool>>(false);
+    AcquireOptions o;
+    o.tenant = tenant;
+    o.on_queued = [queued](const fairgate::QueueStatus&) { queued->store(true); };
+    limiter.async_acquire(o, [this, name](AcquireResult r) {
+      std::lock_guard lock(mu_);
+      ASSERT_TRUE(r.granted()) << name << ": " << r.message();
+      granted_.push_back(name);
+      permits_[name] = r.take_permit();
+    });
+    ASSERT_TRUE(wait_until([&] { return queued->load(); }, 5s)) << name << " should wait";
+  }
+  void hold(Limiter& limiter, const std::string& name, const std::string& tenant) {
+    AcquireOptions o;
+    o.tenant = tenant;
+    limiter.async_acquire(o, [this, name](AcquireResult r) {
+      std::lock_guard lock(mu_);
+      granted_.push_back(name);
+      permits_[name] = r.take_permit();
+    });
+    ASSERT_TRUE(wait_until([&] { return count() == 1; }, 5s));
+  }
+  std::size_t count() {
+    std::lock_guard lock(mu_);
+    return granted_.size();
+  }
+  /// One seat: releases the latest grant, waits for the next, `n` times.
+  std::vector<std::string> drain(std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t before = count();
+      Permit p;
+      {
+        std::lock_guard lock(mu_);
+        p = std::move(permits_[granted_.back()]);
+      }
+      p.release();
+      EXPECT_TRUE(wait_until([&] { return count() == before + 1; }, 5s)) << "grant " << i;
+    }
+    std::lock_guard lock(mu_);
+    return std::vector<std::string>(granted_.begin() + 1, granted_.end());
+  }
+  void release_all() {
+    std::lock_guard lock(mu_);
+    for (auto& [name, p] : permits_) p.release();
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> granted_;
+  std::map<std::string, Permit> permits_;
+};
+
+TEST(RedisTenantTest, RotationAcrossTwoInstancesServesOneRequestPerTenantPerTurn) {
+  const std::string name = test_name();
+  Instance a, b;
+  Limiter la = a.open(name, settings(1, true));
+  Limiter lb = b.open(name, settings(1, true));
+  Order order;
+  order.hold(la, "h", "h");
+  order.queue(la, "A1", "A");
+  order.queue(lb, "A2", "A");
+  order.queue(la, "A3", "A");
+  order.queue(lb, "B1", "B");
+  order.queue(lb, "B2", "B");
+  order.queue(la, "C1", "C");
+  EXPECT_EQ(server().command({"ZCARD", key(name, "tready")}), "3") << "three tenants in the rotation";
+  EXPECT_EQ(order.drain(6), (std::vector<std::string>{"A1", "B1", "C1", "A2", "B2", "A3"}));
+  order.release_all();
+  EXPECT_TRUE(wait_until([&] { return number(server().command({"ZCARD", key(name, "holders")})) == 0; }, 5s));
+  EXPECT_EQ(server().command({"ZCARD", key(name, "tready")}), "0");
+  EXPECT_EQ(server().command({"HLEN", key(name, "tholders")}), "0") << "every tenant count back to 0";
+  EXPECT_EQ(server().command({"EXISTS", key(name, "tq:A")}), "0") << "empty tenant queues are gone";
+}
+
+TEST(RedisTenantTest, FairnessOffIsGlobalFifoAndKeepsNoTenantState) {
+  const std::string name = test_name();
+  Instance a, b;
+  Limiter la = a.open(name, settings(1, false));
+  Limiter lb = b.open(name, settings(1, false));
+  Order order;
+  order.hold(la, "h", "h");
+  order.queue(la, "A1", "A");
+  order.queue(lb, "A2", "A");
+  order.queue(lb, "B1", "B");
+  order.queue(la, "A3", "A");
+  order.queue(lb, "C1", "C");
+  EXPECT_EQ(server().command({"EXISTS", key(name, "tready")}), "0");
+  EXPECT_EQ(server().command({"EXISTS", key(name, "tholders")}), "0");
+  EXPECT_EQ(order.drain(5), (std::vector<std::string>{"A1", "A2", "B1", "A3", "C1"}));
+  order.release_all();
+  EXPECT_TRUE(wait_until([&] { return number(server().command({"ZCARD", key(name, "holders")})) == 0; }, 5s));
+  EXPECT_EQ(server().command({"HLEN", key(name, "ptenant")}), "0") << "permit tenants forgotten on release";
+}
+
+TEST(RedisTenantTest, SwitchingFairnessOnAtRunTimeRotatesTheWaitersAlreadyQueued) {
+  const std::string name = test_name();
+  Instance a, b;
+  Limiter la = a.open(name, settings(1, false));
+  Limiter lb = b.open(name, settings(1, false));
+  Order order;
+  order.hold(la, "h", "h");
+  order.queue(la, "A1", "A");
+  order.queue(la, "A2", "A");
+  order.queue(lb, "A3", "A");
+  order.queue(lb, "B1", "B");
+  order.queue(la, "B2", "B");
+  SettingsUpdate u;
+  u.tenant_fairness = true;
+  ASSERT_TRUE(la.configure(u));
+  // Applied in Redis before the first release (a script sent by EVAL after
+  // NOSCRIPT may run after a later, cached one).
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return server().command({"HGET", key(name, "cfg"), "tenant_fairness"}) == "1";
+      },
+      5s));
+  EXPECT_EQ(order.drain(5), (std::vector<std::string>{"A1", "B1", "A2", "B2", "A3"}));
+  EXPECT_TRUE(wait_until([&] { return lb.settings().tenant_fairness; }, 5s)) << "b learns it by heartbeat";
+  order.release_all();
+}
+
+// max_per_tenant with and without fairness: 3 tenants x 12 requests over two
+// instances, N = 4, at most 2 per tenant — checked in the clients (grant to
+// release, which can only under-count) and in Redis while it runs.
+class RedisTenantCapTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(RedisTenantCapTest, NoTenantEverHoldsMoreThanItsCap) {
+  const std::string name = test_name().substr(0, test_name().find('/')) + (GetParam() ? "On" : "Off");
+  constexpr std::uint32_t kCap = 4, kPerTenant = 2;
+  Instance a, b;
+  std::vector<Limiter> limiters{a.open(name, settings(kCap, GetParam(), kPerTenant)),
+                                b.open(name, settings(kCap, GetParam(), kPerTenant))};
+  std::mutex mu;
+  std::map<std::string, int> held;
+  int total = 0, max_total = 0, granted = 0, ends = 0;
+  std::map<std::string, int> max_held;
+  std::mt19937 rng(7);
+  std::vector<std::shared_ptr<asio::steady_timer>> timers;
+  const std::vector<std::string> tenants{"x", "y", "z"};
+  for (int i = 0; i < 36; ++i) {
+    Instance& inst = i % 2 ? b : a;
+    Limiter& lim = limiters[i % 2];
+    const std::string tenant = tenants[(i * 7) % 3];
+    auto timer = std::make_shared<asio::steady_timer>(inst.io);
+    timers.push_back(timer);
+    const auto hold = std::chrono::milliseconds(5 + rng() % 20);
+    AcquireOptions o;
+    o.tenant = tenant;
+    lim.async_acquire(o, [&, tenant, timer, hold](AcquireResult r) {
+      std::lock_guard lock(mu);
+      ++ends;
+      if (!r.granted()) return;
+      ++granted;
+      max_held[tenant] = std::max(max_held[tenant], ++held[tenant]);
+      max_total = std::max(max_total, ++total);
+      auto permit = std::make_shared<Permit>(r.take_permit());
+      timer->expires_after(hold);
+      timer->async_wait([&, tenant, permit](boost::system::error_code) {
+        {
+          std::lock_guard lock2(mu);
+          --held[tenant];
+          --total;
+        }
+        permit->release();
+      });
+    });
+  }
+  // Redis' own view while it runs.
+  long redis_max_tenant = 0, redis_max_total = 0;
+  const auto done = [&] {
+    std::lock_guard lock(mu);
+    return ends == 36;
+  };
+  while (!done()) {
+    for (const auto& t : tenants)
+      redis_max_tenant =
+          std::max(redis_max_tenant, number(server().command({"HGET", key(name, "tholders"), t})));
+    redis_max_total = std::max(redis_max_total, number(server().command({"ZCARD", key(name, "holders")})));
+    std::this_thread::sleep_for(2ms);
+  }
+  EXPECT_TRUE(wait_until([&] { return number(server().command({"ZCARD", key(name, "holders")})) == 0; }, 5s));
+  std::lock_guard lock(mu);
+  EXPECT_EQ(granted, 36) << "everyone served: the cap skips, never starves";
+  for (const auto& [t, m] : max_held) EXPECT_LE(m, static_cast<int>(kPerTenant)) << "tenant " << t;
+  EXPECT_LE(max_total, static_cast<int>(kCap));
+  EXPECT_LE(redis_max_tenant, static_cast<long>(kPerTenant)) << "tholders in Redis";
+  EXPECT_LE(redis_max_total, static_cast<long>(kCap));
+  int most = 0;
+  for (const auto& [t, m] : max_held) most = std::max(most, m);
+  EXPECT_EQ(most, static_cast<int>(kPerTenant)) << "the per-tenant cap was reached (the test exercised it)";
+  EXPECT_EQ(server().command({"HLEN", key(name, "tholders")}), "0");
+  EXPECT_EQ(server().command({"SCARD", key(name, "tparked")}), "0");
+}
+
+INSTANTIATE_TEST_SUITE_P(Fairness, RedisTenantCapTest, ::testing::Bool());
+
+}  // namespace
