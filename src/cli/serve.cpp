@@ -31,8 +31,9 @@ struct ServeArgs {
 };
 
 constexpr std::string_view kLimiterHelp =
-    "A limiter: NAME=MAX[,max_wait=20s][,max_queue=K][,enabled=false]; repeat for more (replaces a config "
-    "file limiter of the same name)";
+    "A limiter: "
+    "NAME=MAX[,max_wait=20s][,max_queue=K][,enabled=false][,tenant_fairness=true][,max_per_tenant=K]; "
+    "repeat for more (replaces a config file limiter of the same name)";
 
 /// "chat=3,max_wait=20s,max_queue=100,enabled=false" → LimiterConfig. Throws UsageError.
 serve::LimiterConfig parse_limiter_spec(const std::string& spec) {
@@ -70,12 +71,17 @@ serve::LimiterConfig parse_limiter_spec(const std::string& spec) {
       const auto q = parse_count(value, 0, kMaxQueueLimit);
       if (!q) return fail(fmt::format("max_queue: {}", q.error));
       l.settings.max_queue = static_cast<std::uint32_t>(*q.value);
-    } else if (key == "enabled") {
+    } else if (key == "enabled" || key == "tenant_fairness") {
       if (value != "true" && value != "false")
-        return fail(fmt::format("enabled: \"{}\" is not true or false", value));
-      l.settings.enabled = value == "true";
+        return fail(fmt::format("{}: \"{}\" is not true or false", key, value));
+      (key == "enabled" ? l.settings.enabled : l.settings.tenant_fairness) = value == "true";
+    } else if (key == "max_per_tenant") {
+      const auto q = parse_count(value, 1, kMaxConcurrentLimit);
+      if (!q) return fail(fmt::format("max_per_tenant: {}", q.error));
+      l.settings.max_per_tenant = static_cast<std::uint32_t>(*q.value);
     } else {
-      return fail(fmt::format("unknown option \"{}\" (use max_wait, max_queue, enabled)", key));
+      return fail(fmt::format(
+          "unknown option \"{}\" (use max_wait, max_queue, enabled, tenant_fairness, max_per_tenant)", key));
     }
   }
   if (auto e = validate(l.settings)) return fail(e->message());

@@ -119,6 +119,10 @@ LimiterConfig read_limiter(const std::string& name, const toml::table& t) {
         fail(field, fmt::format("\"{}\" is not one of pass_through, reject", mode));
     } else if (k == "early_reject") {
       l.settings.early_reject = get_bool(node, field);
+    } else if (k == "tenant_fairness") {
+      l.settings.tenant_fairness = get_bool(node, field);
+    } else if (k == "max_per_tenant") {
+      l.settings.max_per_tenant = static_cast<std::uint32_t>(get_int(node, field, 1, kMaxConcurrentLimit));
     } else if (k == "on_redis_down") {
       l.on_redis_down = get_string(node, field);
     } else if (k == "local_share") {

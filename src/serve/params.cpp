@@ -215,7 +215,9 @@ std::optional<AcquireParams> parse_acquire_params(const Target& target, std::str
 
 std::optional<SettingsUpdate> parse_settings_update(std::string_view body, BadRequest& error) {
   if (body.empty()) {
-    error.message = "body must be a JSON object with max_concurrent, max_wait_ms, max_queue or enabled";
+    error.message =
+        "body must be a JSON object with max_concurrent, max_wait_ms, max_queue, enabled, tenant_fairness or "
+        "max_per_tenant";
     return std::nullopt;
   }
   auto obj = parse_object(body, error);
@@ -249,9 +251,24 @@ std::optional<SettingsUpdate> parse_settings_update(std::string_view body, BadRe
     } else if (key == "enabled") {
       if (!v.is_bool()) return bad("enabled: must be true or false");
       u.enabled = v.as_bool();
+    } else if (key == "tenant_fairness") {
+      if (!v.is_bool()) return bad("tenant_fairness: must be true or false");
+      u.tenant_fairness = v.as_bool();
+    } else if (key == "max_per_tenant") {
+      if (v.is_null()) {
+        u.max_per_tenant = std::optional<std::uint32_t>{};
+      } else {
+        const auto i = json_int(v);
+        if (!i || *i < 1 || *i > kMaxConcurrentLimit)
+          return bad(
+              fmt::format("max_per_tenant: must be null or a whole number in 1..{}", kMaxConcurrentLimit));
+        u.max_per_tenant = std::optional<std::uint32_t>(static_cast<std::uint32_t>(*i));
+      }
     } else {
-      return bad(fmt::format("unknown field \"{}\" (use max_concurrent, max_wait_ms, max_queue, enabled)",
-                             key.substr(0, 32)));
+      return bad(fmt::format(
+          "unknown field \"{}\" (use max_concurrent, max_wait_ms, max_queue, enabled, tenant_fairness, "
+          "max_per_tenant)",
+          key.substr(0, 32)));
     }
   }
   return u;

@@ -33,7 +33,7 @@ std::optional<Target> parse_target(std::string_view target, BadRequest& error);
 struct AcquireParams {
   std::optional<std::chrono::milliseconds> max_wait;
   std::string tenant;
-  std::uint32_t weight = 1;  ///< accepted for API compatibility; tenant fairness is not served yet
+  std::uint32_t weight = 1;  ///< the tenant's share weight under tenant fairness (F12), 1..1000
   std::optional<std::chrono::milliseconds> lease;  ///< JSON permits only
 };
 

@@ -136,6 +136,7 @@ awaitable<bool> acquire_sse(std::shared_ptr<Session> self, Limiter limiter, Acqu
   AcquireOptions options;
   options.max_wait = params.max_wait;
   options.tenant = params.tenant;
+  options.weight = params.weight;
   options.on_queued = [st, strand](const QueueStatus& q) {
     net::post(strand, [st, q] {
       // The completion is the truth: a position that arrives after it is stale.
@@ -201,6 +202,7 @@ awaitable<bool> acquire_json(std::shared_ptr<Session> self, Limiter limiter, Acq
   AcquireOptions options;
   options.max_wait = params.max_wait;
   options.tenant = params.tenant;
+  options.weight = params.weight;
   bool saw_data = false;
   auto outcome = co_await (limiter.async_acquire(options, use_awaitable) || watch_disconnect(s, saw_data));
   slot.reset();

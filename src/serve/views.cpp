@@ -23,6 +23,11 @@ json::object limiter_json(const Snapshot& s, std::string_view backend, bool deta
   o["when_disabled"] = to_string(s.settings.when_disabled);
   o["backend"] = backend;
   o["degraded"] = false;
+  o["tenant_fairness"] = s.settings.tenant_fairness;
+  if (s.settings.max_per_tenant)
+    o["max_per_tenant"] = *s.settings.max_per_tenant;
+  else
+    o["max_per_tenant"] = nullptr;
   if (s.estimated_wait)
     o["estimated_wait_ms"] = s.estimated_wait->count();
   else

@@ -110,6 +110,24 @@ TEST(ServeParams, SettingsUpdateIsPartialAndStrict) {
   EXPECT_NE(bad.message.find("unknown field"), std::string::npos);
 }
 
+TEST(ServeParams, SettingsUpdateTenantFairness) {
+  BadRequest bad;
+  auto u = parse_settings_update(R"({"tenant_fairness":true,"max_per_tenant":2})", bad);
+  ASSERT_TRUE(u) << bad.message;
+  EXPECT_EQ(u->tenant_fairness, true);
+  ASSERT_TRUE(u->max_per_tenant.has_value());
+  EXPECT_EQ(u->max_per_tenant->value_or(0), 2u);
+  u = parse_settings_update(R"({"max_per_tenant":null})", bad);
+  ASSERT_TRUE(u) << bad.message;
+  ASSERT_TRUE(u->max_per_tenant.has_value());
+  EXPECT_FALSE(u->max_per_tenant->has_value());
+  EXPECT_FALSE(u->tenant_fairness);
+  EXPECT_FALSE(parse_settings_update(R"({"max_per_tenant":0})", bad));
+  EXPECT_NE(bad.message.find("max_per_tenant"), std::string::npos);
+  EXPECT_FALSE(parse_settings_update(R"({"tenant_fairness":"yes"})", bad));
+  EXPECT_NE(bad.message.find("tenant_fairness"), std::string::npos);
+}
+
 TEST(ServeParams, BearerTokenMustMatchExactly) {
   EXPECT_TRUE(bearer_matches("Bearer s3cret", "s3cret"));
   EXPECT_FALSE(bearer_matches("Bearer s3cre", "s3cret"));

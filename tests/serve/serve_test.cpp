@@ -260,6 +260,8 @@ TEST(ServeConfigFile, EveryKeyOfTheExampleIsReadAndRedisDownIsReported) {
       std::string::npos)
       << limiters;
   EXPECT_NE(limiters.find(R"("name":"document-upload","max_concurrent":10)"), std::string::npos) << limiters;
+  EXPECT_NE(limiters.find(R"("degraded":false,"tenant_fairness":true,"max_per_tenant":2)"), std::string::npos)
+      << limiters;
   const auto health = http_exchange(url, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   EXPECT_NE(health.find(R"({"status":"ok","redis":"down")"), std::string::npos) << health;
   const auto acquire = http_exchange(
