@@ -441,6 +441,24 @@ bool is_http_error(const boost::system::error_code& ec) {
   return ec.category() == make_error_code(http::error::bad_target).category();
 }
 
+/// Reads one request: the header, then the body with the limit of its route.
+/// (A named coroutine, not a lambda: g++ 12 may keep a lambda coroutine's
+/// closure in a stack slot that does not outlive the co_await.)
+awaitable<boost::system::error_code> read_request(Session& s,
+                                                  http::request_parser<http::string_body>& parser) {
+  auto [hec, hn] = co_await http::async_read_header(s.stream, s.buffer, parser, nothrow);
+  if (hec || parser.is_done()) co_return hec;
+  // A gateway route takes bigger bodies (prompts with documents) than the admission API.
+  if (s.shared->gateway) {
+    const auto& target = parser.get().target();
+    if (const auto* route =
+            s.shared->gateway->match(target_path(std::string_view(target.data(), target.size()))))
+      parser.body_limit(route->config.max_body_bytes);
+  }
+  auto [bec, bn] = co_await http::async_read(s.stream, s.buffer, parser, nothrow);
+  co_return bec;
+}
+
 /// Reads requests off one connection and answers them, until either side ends it.
 awaitable<void> serve_connection(std::shared_ptr<Session> self) {
   Session& s = *self;
@@ -464,22 +482,9 @@ awaitable<void> serve_connection(std::shared_ptr<Session> self) {
     parser.body_limit(limits.max_body_bytes);
     // A deadline that cancels the read (instead of the stream's timeout,
     // which would close the socket) so a slow client still gets its 408.
-    auto read_request = [&]() -> awaitable<boost::system::error_code> {
-      auto [hec, hn] = co_await http::async_read_header(s.stream, s.buffer, parser, nothrow);
-      if (hec || parser.is_done()) co_return hec;
-      // A gateway route takes bigger bodies (prompts with documents) than the admission API.
-      if (sh.gateway) {
-        const auto& target = parser.get().target();
-        if (const auto* route =
-                sh.gateway->match(target_path(std::string_view(target.data(), target.size()))))
-          parser.body_limit(route->config.max_body_bytes);
-      }
-      auto [bec, bn] = co_await http::async_read(s.stream, s.buffer, parser, nothrow);
-      co_return bec;
-    };
     net::steady_timer deadline(s.stream.get_executor());
     deadline.expires_after(limits.header_timeout);
-    auto raced = co_await (read_request() || deadline.async_wait(nothrow));
+    auto raced = co_await (read_request(s, parser) || deadline.async_wait(nothrow));
     const boost::system::error_code ec =
         raced.index() == 0 ? std::get<0>(raced) : boost::system::error_code(beast::error::timeout);
     if (ec) {
