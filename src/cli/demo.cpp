@@ -962,8 +962,9 @@ class Demo {
           gateways_[0].url, gateways_[1].url, kLimiterName, c.seats);
     } else {
       out += fmt::format(
-          "In front of it, two `fairgate serve` processes, A ({}, pid {}) and B ({}, pid {}),\n"
-          "share one limiter \"{}\" of {} seats through Redis; users ask A and B in turn.\n",
+          "In front of it, two `fairgate serve` processes, A ({}, pid {})\n"
+          "and B ({}, pid {}), share one limiter \"{}\" of {} seats through Redis;\n"
+          "users ask A and B in turn.\n",
           gateways_[0].url, children_[0]->pid(), gateways_[1].url, children_[1]->pid(), kLimiterName,
           c.seats);
     }
