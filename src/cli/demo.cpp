@@ -434,6 +434,7 @@ class Demo {
   void start_gateway_processes() {
     check_redis();
     const std::string prefix = fmt::format("fairgate-demo-{}", ::getpid());
+    key_prefix_ = prefix;
     config_file_ = (std::filesystem::temp_directory_path() / (prefix + ".toml")).string();
     {
       std::ofstream f(config_file_);
@@ -463,6 +464,57 @@ class Demo {
       children_.push_back(std::move(child));
       gateways_.push_back(Gateway{label, *url, endpoint_of(*url), 0});
     }
+  }
+
+  /// Deletes this run's keys (its own key prefix) once the gateways are gone:
+  /// some of them (the ticket sequence) have no TTL. Best effort, bounded.
+  void remove_redis_keys() const {
+    if (key_prefix_.empty()) return;
+    const auto& ep = *config_.redis_endpoint;
+    timeval tv{};
+    tv.tv_sec = std::chrono::duration_cast<std::chrono::seconds>(kRedisConnectTimeout).count();
+    redisContext* ctx = redisConnectWithTimeout(ep.host.c_str(), ep.port, tv);
+    if (ctx == nullptr) return;
+    if (ctx->err == 0) redisSetTimeout(ctx, tv);
+    const auto run = [&](const std::vector<std::string>& args) -> redisReply* {
+      std::vector<const char*> argv;
+      std::vector<std::size_t> lens;
+      for (const auto& a : args) {
+        argv.push_back(a.c_str());
+        lens.push_back(a.size());
+      }
+      return static_cast<redisReply*>(
+          redisCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), lens.data()));
+    };
+    bool ok = ctx->err == 0;
+    if (ok && !ep.password.empty()) {
+      redisReply* r = ep.user.empty() ? run({"AUTH", ep.password}) : run({"AUTH", ep.user, ep.password});
+      ok = r != nullptr && r->type != REDIS_REPLY_ERROR;
+      if (r != nullptr) freeReplyObject(r);
+    }
+    if (ok && ep.db != 0) {
+      redisReply* r = run({"SELECT", std::to_string(ep.db)});
+      ok = r != nullptr && r->type != REDIS_REPLY_ERROR;
+      if (r != nullptr) freeReplyObject(r);
+    }
+    std::string cursor = "0";
+    for (int round = 0; ok && round < 1000; ++round) {
+      redisReply* r = run({"SCAN", cursor, "MATCH", key_prefix_ + ":*", "COUNT", "1000"});
+      if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+        if (r != nullptr) freeReplyObject(r);
+        break;
+      }
+      cursor.assign(r->element[0]->str, r->element[0]->len);
+      std::vector<std::string> del = {"DEL"};
+      for (std::size_t i = 0; i < r->element[1]->elements; ++i)
+        del.emplace_back(r->element[1]->element[i]->str, r->element[1]->element[i]->len);
+      freeReplyObject(r);
+      if (del.size() > 1) {
+        if (redisReply* d = run(del)) freeReplyObject(d);
+      }
+      if (cursor == "0") break;
+    }
+    redisFree(ctx);
   }
 
   /// Fails fast, in one line, when the Redis server does not answer at all.
@@ -514,6 +566,7 @@ class Demo {
         child->wait(std::chrono::seconds(1));
       }
     }
+    if (!children_.empty()) remove_redis_keys();
     children_.clear();
   }
 
@@ -1195,6 +1248,7 @@ class Demo {
   std::vector<std::unique_ptr<serve::Server>> servers_;
   std::vector<std::unique_ptr<bench::Child>> children_;
   std::string config_file_;
+  std::string key_prefix_;  ///< --redis: this run's keys
   std::vector<Gateway> gateways_;
 
   std::vector<std::unique_ptr<User>> users_;
