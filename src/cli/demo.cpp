@@ -1056,15 +1056,16 @@ class Demo {
       if (u->seated_at == Clock::time_point{}) continue;  // never had a seat
       const auto end = ended(u->phase) ? u->ended_at : Clock::time_point::max();
       edges.emplace_back(u->seated_at, +1);
-      edges.emplace_back(std::max(u->seated_at, end - kOrderSlack), -1);
+      // Never before its own start, even for an answer shorter than the slack.
+      edges.emplace_back(std::max(u->seated_at + Clock::duration(1), end - kOrderSlack), -1);
     }
     std::sort(edges.begin(), edges.end());  // at equal times the -1 (a seat given back) comes first
-    std::size_t now = 0, peak = 0;
+    long now = 0, peak = 0;
     for (const auto& [at, delta] : edges) {
-      now = delta > 0 ? now + 1 : now - 1;
+      now += delta;
       peak = std::max(peak, now);
     }
-    return peak;
+    return static_cast<std::size_t>(peak);
   }
 
   /// Prints the summary, checks the invariants, returns the exit code.

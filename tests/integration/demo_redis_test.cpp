@@ -34,6 +34,12 @@ DemoRun run_demo(const std::string& args) {
   return run;
 }
 
+/// Keys left behind by demo runs (each run deletes its own prefix when it ends).
+std::string demo_keys() {
+  return RedisServer::shared().command(
+      {"EVAL", "return #redis.call('KEYS', ARGV[1])", "0", "fairgate-demo-*"});
+}
+
 TEST(DemoRedis, TheStoryHoldsAcrossTwoProcesses) {
   const DemoRun run = run_demo("--speed 20 --quiet");
   EXPECT_EQ(run.exit_code, 0) << run.output;
@@ -41,6 +47,7 @@ TEST(DemoRedis, TheStoryHoldsAcrossTwoProcesses) {
   EXPECT_NE(run.output.find("FIFO held:         yes"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("limiter at end:    in use 0, queued 0"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("\nAll invariants held"), std::string::npos) << run.output;
+  EXPECT_EQ(demo_keys(), "0");
 }
 
 TEST(DemoRedis, EveryoneServedInArrivalOrder) {
