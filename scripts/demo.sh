@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs `fairgate demo` (the embedded memory backend).
+# Sets up, builds and runs `fairgate demo` (a mock model behind two gateways on the
+# embedded memory backend; with --redis URL, two `fairgate serve` processes on that Redis).
 #   usage: scripts/demo.sh [demo flags...]    e.g. scripts/demo.sh --users 20 --seats 4
 set -euo pipefail
 cd "$(dirname "$0")/.."

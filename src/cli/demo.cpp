@@ -1,33 +1,66 @@
-// cli/demo.cpp — `fairgate demo`: the seeds' "10 users, 3 seats" story, live,
-// on the embedded memory backend in this one process (product.md S5).
+// cli/demo.cpp — `fairgate demo`: the seeds' "10 users, 3 seats, 2 instances"
+// story, live, through the real gateway (product.md S5).
 //
-// Every user asks a chatbot a question at about the same moment (in a
-// shuffled, seeded order, a few ms apart). A user with a seat streams its
-// answer token by token (asio timers stand in for the model) and then gives
-// the seat back; the others wait in the limiter's FIFO queue and see their
-// position; whoever is still waiting after --max-wait hears "busy" (the seed's
-// META / REJECT / FINISH / DONE rejection). The summary then checks, from the
-// demo's own accounting, that the limiter kept its promises: never more than
-// --seats answers at once (F1), seats handed out in arrival order (F2), the
-// max wait kept (F3), and every request ended exactly once (F4).
+// The set-up: a mock model (mockllm::Server, at most --seats answers at once,
+// it answers 429 above that) behind two gateway front ends, A and B
+// (serve::Server with one OpenAI-compatible [[route]]), which share one
+// limiter "chat" of --seats seats. By default everything runs in this process
+// on the memory backend; with --redis the gateways are two `fairgate serve`
+// child processes on that Redis, and the mock stays in this process.
+//
+// Every user is an HTTP client asking the chatbot a question (a streaming chat
+// completion) at about the same moment, in a shuffled, seeded order, through
+// gateway A or B in turn. What a user sees comes only from its SSE stream:
+// `event: queue` (position while waiting), the first answer chunk (it has a
+// seat), the tokens, `data: [DONE]` (the seat is given back), or an error with
+// code "queue_timeout" after --max-wait (the seed's "system busy" rejection).
+// A user asks only after the previous one got its first event, so the
+// arrival order at the limiter is exactly the demo's.
+//
+// The summary then checks, from the clients' view and the mock's counters:
+// never more than --seats answers at once and the model never refused one
+// (F1), seats handed out in arrival order (F2), the max wait kept (F3), every
+// request ended exactly once (F4), and the limiter empty at the end.
 #include "cli/command.hpp"
 #include "cli/duration.hpp"
 #include "cli/parse.hpp"
 #include "cli/style.hpp"
 
+#include "bench/process.hpp"
+#include "mockllm/mock_llm.hpp"
+#include "redis/url.hpp"
+#include "serve/config.hpp"
+#include "serve/server.hpp"
+
 #include <fairgate/fairgate.hpp>
 
 #include <fmt/format.h>
+#include <hiredis/hiredis.h>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+
+#include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -39,18 +72,32 @@ namespace fairgate::cli {
 namespace {
 
 namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace json = boost::json;
+using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr std::string_view kLimiterName = "chat";
+constexpr std::string_view kRoutePath = "/v1/chat/completions";
+constexpr std::string_view kTenantHeader = "x-user-id";
 constexpr std::string_view kBusyText = "The system is busy, please try again later";
 /// Above this many users the timeline leaves out position changes and
 /// streaming progress, and the summary leaves out the per-user table.
 constexpr std::size_t kDetailLimit = 30;
-/// Streaming timers never tick faster than this (real time).
-constexpr auto kMinTick = std::chrono::milliseconds(1);
-/// Tolerance when checking that granted users waited at most max_wait (real time).
-constexpr auto kGrantStampSlack = std::chrono::milliseconds(50);
+/// Real time a granted request may take beyond max_wait until its first
+/// token reaches the client: the gateway's upstream call and three hops on loopback.
+constexpr auto kSeatSlack = std::chrono::milliseconds(100);
+/// FIFO is checked on the clients' view: two users granted a moment apart may
+/// see their first tokens in either order; closer than this counts as a tie.
+constexpr auto kOrderSlack = std::chrono::milliseconds(20);
+/// Bounds on the set-up and the tear-down (real time).
+constexpr auto kStartTimeout = std::chrono::seconds(10);
+constexpr auto kStopTimeout = std::chrono::seconds(5);
+constexpr auto kRedisConnectTimeout = std::chrono::seconds(2);
+/// Completion token that reports errors as values (named: no temporaries inside co_await).
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 
 // ---------------------------------------------------------------- options
 
@@ -63,6 +110,7 @@ struct DemoFlags {
   std::string tokens_per_second = "15";
   std::string seed = "148";
   std::string speed = "1";
+  std::string redis;
   bool no_color = false;
   bool quiet = false;
 };
@@ -75,6 +123,8 @@ struct DemoConfig {
   std::uint32_t tokens_per_second = 15;
   std::uint64_t seed = 148;
   double speed = 1.0;
+  std::string redis;  ///< empty: the memory backend in this process
+  std::optional<redis::Endpoint> redis_endpoint;
   bool color = false;
   bool quiet = false;
 };
@@ -98,11 +148,16 @@ DemoConfig make_config(const DemoFlags& flags) {
     throw UsageError(fmt::format("--max-wait: {} at --speed {} is more than {} of real time",
                                  format_duration(c.max_wait), c.speed, format_duration(kMaxWaitLimit)));
   }
+  if (!flags.redis.empty()) {
+    auto parsed = redis::parse_url(flags.redis);
+    if (const auto* problem = std::get_if<std::string>(&parsed)) throw UsageError("--redis: " + *problem);
+    c.redis = flags.redis;
+    c.redis_endpoint = std::get<redis::Endpoint>(std::move(parsed));
+  }
   c.color = !flags.no_color && Style::wanted_for(stdout);
   c.quiet = flags.quiet;
   return c;
 }
-
 // ---------------------------------------------------------------- helpers
 
 /// SplitMix64: small, fast, and the same sequence on every platform (unlike
@@ -135,58 +190,155 @@ std::string ordinal(std::size_t n) {
   return fmt::format("{}{}", n, suffix);
 }
 
+// ---------------------------------------------------------------- the SSE stream
+
+/// One server-sent event: its `event:` name (empty: a plain message) and its `data:` lines.
+struct SseEvent {
+  std::string name;
+  std::string data;
+};
+
+/// Cuts a byte stream into SSE events (blank-line separated; comments dropped).
+class SseReader {
+ public:
+  template <class OnEvent>
+  void feed(std::string_view bytes, OnEvent&& on_event) {
+    for (char ch : bytes) {
+      if (ch != '\r') pending_ += ch;
+    }
+    for (;;) {
+      const auto end = pending_.find("\n\n");
+      if (end == std::string::npos) return;
+      SseEvent event;
+      bool has_data = false;
+      std::string_view block(pending_.data(), end);
+      while (!block.empty()) {
+        const auto nl = block.find('\n');
+        const std::string_view line = block.substr(0, nl);
+        block = nl == std::string_view::npos ? std::string_view() : block.substr(nl + 1);
+        const auto colon = line.find(':');
+        if (colon == 0) continue;  // a comment (": keepalive")
+        const std::string_view field = line.substr(0, colon);
+        std::string_view value =
+            colon == std::string_view::npos ? std::string_view() : line.substr(colon + 1);
+        if (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+        if (field == "event") {
+          event.name = value;
+        } else if (field == "data") {
+          if (has_data) event.data += '\n';
+          event.data += value;
+          has_data = true;
+        }
+      }
+      pending_.erase(0, end + 2);
+      if (has_data || !event.name.empty()) on_event(event);
+    }
+  }
+
+ private:
+  std::string pending_;
+};
+
+std::optional<std::int64_t> int_field(const json::object& o, std::string_view key) {
+  const auto* v = o.if_contains(key);
+  if (v == nullptr || !v->is_number()) return std::nullopt;
+  boost::system::error_code ec;
+  const auto n = v->to_number<std::int64_t>(ec);
+  if (ec) return std::nullopt;
+  return n;
+}
+
+std::string string_field(const json::object& o, std::string_view key) {
+  const auto* v = o.if_contains(key);
+  return v != nullptr && v->is_string() ? std::string(v->as_string()) : std::string();
+}
+
+/// A TOML basic string.
+std::string toml_string(std::string_view s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  out += '"';
+  return out;
+}
+
 // ---------------------------------------------------------------- the demo
 
 enum class Phase : std::uint8_t { not_arrived, waiting, streaming, done, busy, other };
 
+bool ended(Phase p) { return p == Phase::done || p == Phase::busy || p == Phase::other; }
+
 struct User {
   std::string name;
   std::size_t number = 0;        ///< the n of user-n
-  std::size_t arrival_rank = 0;  ///< 1 = first to ask (order of async_acquire calls)
+  std::size_t plan_index = 0;    ///< place in the planned arrival order
+  std::size_t arrival_rank = 0;  ///< 1 = first to ask
   double arrive_offset = 0;      ///< planned arrival, story seconds after the start
-  std::uint32_t tokens = 0;      ///< answer length
+  std::uint32_t tokens = 0;      ///< answer length (max_tokens)
+  std::size_t gateway = 0;       ///< 0 = A, 1 = B
   Phase phase = Phase::not_arrived;
+  bool first_event = false;  ///< a queue event, the first chunk or an end arrived
   Clock::time_point arrived_at{};
-  Clock::time_point granted_at{};
-  Clock::time_point ended_at{};    ///< rejected, or seat released
-  std::size_t completion_seq = 0;  ///< order in which acquires completed (granted or not)
-  int completions = 0;             ///< times the acquire handler ran: must be 1
-  int releases = 0;                ///< times the demo released the permit: must be 1 if granted
-  std::size_t told_position = 0;   ///< last queue position printed
-  milliseconds waited{0};          ///< as reported by the limiter (real time)
-  std::uint32_t streamed = 0;
-  std::optional<RejectReason> reason;
-  std::string message;
-  Permit permit;
-  std::optional<asio::steady_timer> timer;  ///< streaming ticks
+  Clock::time_point seated_at{};  ///< first chunk of the answer
+  Clock::time_point ended_at{};   ///< [DONE], or the rejection
+  int ends = 0;                   ///< [DONE]s and errors received: must be 1
+  std::size_t told_position = 0;  ///< last queue position shown
+  std::uint32_t streamed = 0;     ///< content tokens received
+  std::string message;            ///< why it ended, when not [DONE]
+  std::optional<beast::tcp_stream> stream;
+
+  /// Time from sending the request to the seat (served) or to the rejection (real time).
+  Clock::duration waited() const {
+    if (phase == Phase::done || phase == Phase::streaming) return seated_at - arrived_at;
+    if (ended(phase)) return ended_at - arrived_at;
+    return {};
+  }
+};
+
+/// One gateway front end, as the clients see it.
+struct Gateway {
+  std::string label;  ///< "A" or "B"
+  std::string url;    ///< http://127.0.0.1:PORT
+  tcp::endpoint endpoint;
+  std::size_t users = 0;
 };
 
 class Demo {
  public:
   Demo(asio::io_context& io, DemoConfig config)
       : io_(io),
-        config_(config),
-        style_(config.color),
-        detail_(!config.quiet && config.users <= kDetailLimit),
-        backend_(make_memory_backend(io.get_executor())),
+        config_(std::move(config)),
+        style_(config_.color),
+        detail_(!config_.quiet && config_.users <= kDetailLimit),
         arrival_timer_(io),
         watchdog_(io),
+        stop_timer_(io),
         signals_(io, SIGINT, SIGTERM) {
-    // The limiter runs in real time; the story is shown at --speed scale.
+    // The limiter and the model run in real time; the story is shown at --speed scale.
     const double real_ms = static_cast<double>(config_.max_wait.count()) / config_.speed;
     real_max_wait_ = milliseconds(std::llround(real_ms));
     if (config_.max_wait.count() > 0 && real_max_wait_.count() == 0) real_max_wait_ = milliseconds(1);
     make_users();
   }
 
-  int run() {
-    Settings settings;
-    settings.max_concurrent = config_.seats;
-    settings.max_wait = real_max_wait_;
-    auto opened = backend_->open(kLimiterName, settings);
-    if (!opened) throw std::runtime_error(opened.error().message());
-    limiter_ = *opened;
+  ~Demo() {
+    if (!config_file_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove(config_file_, ec);
+    }
+  }
+  Demo(const Demo&) = delete;
+  Demo& operator=(const Demo&) = delete;
 
+  int run() {
+    start_model();
+    if (config_.redis.empty()) {
+      start_gateways_here();
+    } else {
+      start_gateway_processes();
+    }
     print_header();
     start_ = Clock::now();
     schedule_arrival(0);
@@ -196,7 +348,11 @@ class Demo {
       interrupted_ = signo;
       stop_all();
     });
-    io_.run();
+    // Until the tear-down is done (bounded by stop_timer_), then what it posted.
+    while (!torn_down_ && !io_.stopped()) io_.run_one();
+    for (int i = 0; i < 100 && !io_.stopped() && io_.run_one_for(milliseconds(20)) > 0; ++i) {
+    }
+    stop_gateway_processes();
 
     if (interrupted_ != 0) {
       std::fflush(stdout);
@@ -229,7 +385,189 @@ class Demo {
     for (std::size_t i = 0; i < n; ++i) {
       if (i > 0) t += static_cast<double>(random.between(1, 5)) / 1000.0;
       planned_[i]->arrive_offset = t;
+      planned_[i]->plan_index = i;
     }
+  }
+
+  void start_model() {
+    mockllm::Options o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.tokens_per_second = static_cast<double>(config_.tokens_per_second) * config_.speed;
+    o.tokens = config_.tokens;
+    o.max_concurrent = config_.seats;  // the model's own ceiling: above it, 429
+    mock_ = std::make_unique<mockllm::Server>(io_.get_executor(), o);
+    mock_->start();
+    const auto ep = mock_->endpoint();
+    model_url_ = fmt::format("http://{}:{}", ep.address().to_string(), ep.port());
+  }
+
+  /// Memory backend: two gateway front ends in this process on one backend.
+  void start_gateways_here() {
+    backend_ = make_memory_backend(io_.get_executor());
+    serve::ServeConfig sc;
+    sc.listen_host = "127.0.0.1";
+    sc.listen_port = 0;
+    serve::LimiterConfig lc;
+    lc.name = std::string(kLimiterName);
+    lc.settings.max_concurrent = config_.seats;
+    lc.settings.max_wait = real_max_wait_;
+    sc.limiters.push_back(lc);
+    sc.server.shutdown_grace = std::chrono::seconds(1);
+    serve::RouteConfig rc;
+    rc.path = std::string(kRoutePath);
+    serve::parse_upstream(model_url_, "upstream", rc);
+    rc.limiter = std::string(kLimiterName);
+    rc.tenant_header = std::string(kTenantHeader);
+    rc.queue_events = serve::QueueEvents::named;
+    sc.routes.push_back(rc);
+    for (const char* label : {"A", "B"}) {
+      sc.instance = fmt::format("demo-{}", label[0] == 'A' ? 'a' : 'b');
+      auto server = std::make_unique<serve::Server>(io_, sc, backend_);
+      server->start();
+      gateways_.push_back(Gateway{label, server->url(), server->endpoint(), 0});
+      servers_.push_back(std::move(server));
+    }
+  }
+
+  /// Redis: two `fairgate serve` processes (this binary) on the given Redis.
+  void start_gateway_processes() {
+    check_redis();
+    const std::string prefix = fmt::format("fairgate-demo-{}", ::getpid());
+    key_prefix_ = prefix;
+    config_file_ = (std::filesystem::temp_directory_path() / (prefix + ".toml")).string();
+    {
+      std::ofstream f(config_file_);
+      f << "# fairgate demo --redis: written by the demo, removed when it ends\n";
+      f << "listen = \"127.0.0.1:0\"\n\n[redis]\n";
+      f << "url = " << toml_string(config_.redis) << "\n";
+      f << "key_prefix = " << toml_string(prefix) << "\n\n";
+      f << "[limiters." << kLimiterName << "]\nmax_concurrent = " << config_.seats
+        << "\nmax_wait_ms = " << real_max_wait_.count() << "\n\n";
+      f << "[server]\nshutdown_grace_ms = 1000\n\n";
+      f << "[[route]]\npath = " << toml_string(kRoutePath) << "\nupstream = " << toml_string(model_url_)
+        << "\nlimiter = " << toml_string(kLimiterName) << "\ntenant_header = " << toml_string(kTenantHeader)
+        << "\nqueue_events = \"named\"\n";
+      if (!f) throw std::runtime_error(fmt::format("cannot write {}", config_file_));
+    }
+    for (const char* label : {"A", "B"}) {
+      const std::string instance = fmt::format("demo-{}", label[0] == 'A' ? 'a' : 'b');
+      std::vector<std::string> argv = {"/proc/self/exe", "serve",    "--config",    config_file_, "--redis",
+                                       config_.redis,    "--listen", "127.0.0.1:0", "--instance", instance};
+      auto child = std::make_unique<bench::Child>(std::move(argv));
+      const auto url = listening_url(*child);
+      if (!url) {
+        throw std::runtime_error(
+            fmt::format("gateway {} (fairgate serve, pid {}) did not start listening within {}s", label,
+                        child->pid(), kStartTimeout.count()));
+      }
+      children_.push_back(std::move(child));
+      gateways_.push_back(Gateway{label, *url, endpoint_of(*url), 0});
+    }
+  }
+
+  /// Deletes this run's keys (its own key prefix) once the gateways are gone:
+  /// some of them (the ticket sequence) have no TTL. Best effort, bounded.
+  void remove_redis_keys() const {
+    if (key_prefix_.empty()) return;
+    const auto& ep = *config_.redis_endpoint;
+    timeval tv{};
+    tv.tv_sec = std::chrono::duration_cast<std::chrono::seconds>(kRedisConnectTimeout).count();
+    redisContext* ctx = redisConnectWithTimeout(ep.host.c_str(), ep.port, tv);
+    if (ctx == nullptr) return;
+    if (ctx->err == 0) redisSetTimeout(ctx, tv);
+    const auto run = [&](const std::vector<std::string>& args) -> redisReply* {
+      std::vector<const char*> argv;
+      std::vector<std::size_t> lens;
+      for (const auto& a : args) {
+        argv.push_back(a.c_str());
+        lens.push_back(a.size());
+      }
+      return static_cast<redisReply*>(
+          redisCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), lens.data()));
+    };
+    bool ok = ctx->err == 0;
+    if (ok && !ep.password.empty()) {
+      redisReply* r = ep.user.empty() ? run({"AUTH", ep.password}) : run({"AUTH", ep.user, ep.password});
+      ok = r != nullptr && r->type != REDIS_REPLY_ERROR;
+      if (r != nullptr) freeReplyObject(r);
+    }
+    if (ok && ep.db != 0) {
+      redisReply* r = run({"SELECT", std::to_string(ep.db)});
+      ok = r != nullptr && r->type != REDIS_REPLY_ERROR;
+      if (r != nullptr) freeReplyObject(r);
+    }
+    std::string cursor = "0";
+    for (int round = 0; ok && round < 1000; ++round) {
+      redisReply* r = run({"SCAN", cursor, "MATCH", key_prefix_ + ":*", "COUNT", "1000"});
+      if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+        if (r != nullptr) freeReplyObject(r);
+        break;
+      }
+      cursor.assign(r->element[0]->str, r->element[0]->len);
+      std::vector<std::string> del = {"DEL"};
+      for (std::size_t i = 0; i < r->element[1]->elements; ++i)
+        del.emplace_back(r->element[1]->element[i]->str, r->element[1]->element[i]->len);
+      freeReplyObject(r);
+      if (del.size() > 1) {
+        if (redisReply* d = run(del)) freeReplyObject(d);
+      }
+      if (cursor == "0") break;
+    }
+    redisFree(ctx);
+  }
+
+  /// Fails fast, in one line, when the Redis server does not answer at all.
+  void check_redis() const {
+    const auto& ep = *config_.redis_endpoint;
+    timeval tv{};
+    tv.tv_sec = std::chrono::duration_cast<std::chrono::seconds>(kRedisConnectTimeout).count();
+    redisContext* ctx = redisConnectWithTimeout(ep.host.c_str(), ep.port, tv);
+    const std::string problem = ctx == nullptr ? "out of memory" : ctx->err != 0 ? ctx->errstr : "";
+    if (ctx != nullptr) redisFree(ctx);
+    if (!problem.empty())
+      throw std::runtime_error(fmt::format("cannot connect to Redis at {}: {}", ep.redacted(), problem));
+  }
+
+  /// Reads the child's "fairgate serve: listening on http://HOST:PORT (...)" line.
+  static std::optional<std::string> listening_url(bench::Child& child) {
+    const auto deadline = Clock::now() + kStartTimeout;
+    constexpr std::string_view kMarker = "listening on ";
+    while (Clock::now() < deadline) {
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+      auto line = child.next_line(std::max(left, milliseconds(1)));
+      if (!line) {
+        if (child.drained()) return std::nullopt;  // it exited (its error is on stderr)
+        continue;
+      }
+      const auto at = line->find(kMarker);
+      if (at == std::string::npos) continue;
+      std::string url = line->substr(at + kMarker.size());
+      url = url.substr(0, url.find(' '));
+      return url;
+    }
+    return std::nullopt;
+  }
+
+  static tcp::endpoint endpoint_of(const std::string& url) {
+    serve::RouteConfig parsed;
+    serve::parse_upstream(url, "listen", parsed);
+    boost::system::error_code ec;
+    const auto address = asio::ip::make_address(parsed.upstream_host, ec);
+    if (ec) throw std::runtime_error(fmt::format("gateway address {}: {}", url, ec.message()));
+    return {address, parsed.upstream_port};
+  }
+
+  void stop_gateway_processes() {
+    for (auto& child : children_) child->kill(SIGTERM);
+    for (auto& child : children_) {
+      if (!child->wait(kStopTimeout)) {
+        child->kill(SIGKILL);
+        child->wait(std::chrono::seconds(1));
+      }
+    }
+    if (!children_.empty()) remove_redis_keys();
+    children_.clear();
   }
 
   // --- time: the limiter works in real time, the story is shown at --speed scale
@@ -241,23 +579,24 @@ class Demo {
     return std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double>(story_s / config_.speed));
   }
-  double story_seconds(milliseconds real) const {
-    return static_cast<double>(real.count()) / 1000.0 * config_.speed;
-  }
   double now_story() const { return story_seconds(Clock::now() - start_); }
+  long long story_ms(Clock::duration real) const { return std::llround(story_seconds(real) * 1000.0); }
   double max_answer_seconds() const {
     return 2.0 * config_.tokens / static_cast<double>(config_.tokens_per_second);
   }
+  /// No single socket operation of a user may take longer than this (real time).
+  Clock::duration io_bound() const {
+    return real_max_wait_ + real_duration(max_answer_seconds()) + std::chrono::seconds(10);
+  }
 
-  // --- arrivals
+  // --- arrivals: at the planned time, but never before the previous user got its first event
 
   void schedule_arrival(std::size_t index) {
-    if (index >= planned_.size()) return;
-    arrival_timer_.expires_at(start_ + real_duration(planned_[index]->arrive_offset));
+    if (index >= planned_.size() || stopping_) return;
+    arrival_timer_.expires_at(std::max(Clock::now(), start_ + real_duration(planned_[index]->arrive_offset)));
     arrival_timer_.async_wait([this, index](boost::system::error_code ec) {
       if (ec || stopping_) return;
       arrive(*planned_[index]);
-      schedule_arrival(index + 1);
     });
   }
 
@@ -265,165 +604,375 @@ class Demo {
     u.phase = Phase::waiting;
     u.arrived_at = Clock::now();
     u.arrival_rank = ++arrivals_;
+    u.gateway = (u.arrival_rank - 1) % gateways_.size();
+    ++gateways_[u.gateway].users;
     arrival_order_.push_back(&u);
-    AcquireOptions options;
-    options.max_wait = real_max_wait_;
-    options.tenant = u.name;
-    options.on_queued = [this, &u](const QueueStatus& status) { on_queued(u, status); };
-    limiter_.async_acquire(std::move(options),
-                           [this, &u](AcquireResult result) { on_result(u, std::move(result)); });
+    asio::co_spawn(io_, ask(u), asio::detached);
   }
 
-  void on_queued(User& u, const QueueStatus& status) {
-    if (u.phase != Phase::waiting || stopping_ || status.position == u.told_position) return;
-    const bool first = u.told_position == 0;
-    u.told_position = status.position;
-    if (config_.quiet || (!first && !detail_)) return;
-    // The estimate comes from the recent service rate; until a first answer
-    // has finished and freed a seat there is no service rate to speak of
-    // (only the grants of the initially free seats).
-    std::string estimate = "no estimate yet";
-    if (status.estimated_wait && released_ > 0) {
-      estimate = "est. wait " + seconds_text(story_seconds(*status.estimated_wait));
+  void got_first_event(User& u) {
+    if (u.first_event) return;
+    u.first_event = true;
+    schedule_arrival(u.plan_index + 1);
+  }
+
+  std::string request_body(const User& u) const {
+    json::object message;
+    message["role"] = "user";
+    message["content"] = fmt::format("Hi, I am {}. What can fairgate do for me?", u.name);
+    json::array messages;
+    messages.push_back(std::move(message));
+    json::object body;
+    body["model"] = "fairgate-mock";
+    body["messages"] = std::move(messages);
+    body["stream"] = true;
+    body["max_tokens"] = u.tokens;
+    return json::serialize(body);
+  }
+
+  // --- one user: an HTTP client reading its SSE stream
+
+  asio::awaitable<void> ask(User& u) {
+    const Gateway& gw = gateways_[u.gateway];
+    u.stream.emplace(io_);
+    beast::tcp_stream& stream = *u.stream;
+    const tcp::endpoint endpoint = gw.endpoint;
+    stream.expires_after(io_bound());
+    auto [connect_ec] = co_await stream.async_connect(endpoint, kTuple);
+    if (connect_ec) {
+      end_other(u, fmt::format("cannot connect to gateway {}: {}", gw.label, connect_ec.message()));
+      co_return;
     }
-    if (first) {
-      line(u, fmt::format("arrives {}, {} at position {} of {}  ({})", ordinal(u.arrival_rank),
-                          style_.yellow("queued"), status.position, status.queued, estimate));
+    http::request<http::string_body> req{http::verb::post, std::string(kRoutePath), 11};
+    req.set(http::field::host, gw.url.substr(gw.url.find("//") + 2));
+    req.set(http::field::content_type, "application/json");
+    req.set(http::field::accept, "text/event-stream");
+    req.set(kTenantHeader, u.name);
+    req.body() = request_body(u);
+    req.prepare_payload();
+    stream.expires_after(io_bound());
+    auto [write_ec, written] = co_await http::async_write(stream, req, kTuple);
+    if (write_ec) {
+      end_other(u, fmt::format("gateway {}: {}", gw.label, write_ec.message()));
+      co_return;
+    }
+
+    beast::flat_buffer buffer;
+    http::response_parser<http::buffer_body> parser;
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    stream.expires_after(io_bound());
+    auto [header_ec, header_bytes] = co_await http::async_read_header(stream, buffer, parser, kTuple);
+    if (header_ec) {
+      end_other(u, fmt::format("gateway {}: {}", gw.label, header_ec.message()));
+      co_return;
+    }
+    const auto status = parser.get().result();
+    const auto type = parser.get()[http::field::content_type];
+    const bool sse = std::string_view(type.data(), type.size()).starts_with("text/event-stream");
+
+    SseReader reader;
+    std::string body;  // a plain answer (an early 429, an error)
+    std::array<char, 4096> chunk{};
+    boost::system::error_code read_ec;
+    while (!parser.is_done() && !stopping_) {
+      parser.get().body().data = chunk.data();
+      parser.get().body().size = chunk.size();
+      stream.expires_after(io_bound());
+      auto [ec, n] = co_await http::async_read_some(stream, buffer, parser, kTuple);
+      const std::size_t got = chunk.size() - parser.get().body().size;
+      if (sse) {
+        reader.feed(std::string_view(chunk.data(), got), [&](const SseEvent& e) { on_event(u, e); });
+      } else if (body.size() < 64 * 1024) {
+        body.append(chunk.data(), got);
+      }
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) {
+        read_ec = ec;
+        break;
+      }
+    }
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream.close();
+    if (ended(u.phase) || stopping_) co_return;
+    if (!sse) {
+      on_plain_answer(u, status, body);
+    } else if (read_ec) {
+      end_other(u, fmt::format("gateway {}: {}", gw.label, read_ec.message()));
     } else {
-      line(u, fmt::format("now at position {} of {}  ({})", status.position, status.queued, estimate));
+      end_other(u, "the stream ended without [DONE]");
     }
   }
 
-  // --- the single end of every acquire
-
-  void on_result(User& u, AcquireResult result) {
-    ++u.completions;
-    u.completion_seq = ++completions_;
-    u.waited = result.waited();
-    if (u.completions > 1) {
-      violations_.push_back(fmt::format("{}: its acquire completed {} times", u.name, u.completions));
+  /// A response that is not an event stream: the gateway turned the request down at once.
+  void on_plain_answer(User& u, http::status status, const std::string& body) {
+    boost::system::error_code ec;
+    const json::value v = json::parse(body, ec);
+    const json::object* error = nullptr;
+    if (!ec && v.is_object()) {
+      if (const auto* e = v.as_object().if_contains("error"); e != nullptr && e->is_object())
+        error = &e->as_object();
+    }
+    if (error != nullptr) {
+      on_error(u, *error);
       return;
     }
-    if (result.granted()) {
-      u.permit = result.take_permit();
-      u.phase = Phase::streaming;
-      u.granted_at = Clock::now();
-      ++in_use_;
-      max_in_use_ = std::max(max_in_use_, in_use_);
-      sample_limiter();
-      grant_order_.push_back(&u);
-      if (stopping_) {
-        release(u, /*print=*/false);
+    end_other(u, fmt::format("HTTP {}", static_cast<unsigned>(status)));
+  }
+
+  void on_event(User& u, const SseEvent& e) {
+    if (stopping_) return;
+    if (e.name == "queue") {
+      if (ended(u.phase)) return;
+      boost::system::error_code ec;
+      const json::value v = json::parse(e.data, ec);
+      if (ec || !v.is_object()) return;
+      const auto position = int_field(v.as_object(), "position");
+      const auto queued = int_field(v.as_object(), "queued");
+      const auto estimate = int_field(v.as_object(), "estimated_wait_ms");
+      if (!position || !queued) return;
+      got_first_event(u);
+      on_queued(u, static_cast<std::size_t>(*position), static_cast<std::size_t>(*queued), estimate);
+      return;
+    }
+    if (e.data == "[DONE]") {
+      if (ended(u.phase)) {
+        ++u.ends;
+      } else if (u.phase == Phase::streaming) {
+        on_done(u);
+      } else {
+        end_other(u, "[DONE] before any answer");
+      }
+      return;
+    }
+    boost::system::error_code ec;
+    const json::value v = json::parse(e.data, ec);
+    if (ec || !v.is_object()) return;
+    const json::object& o = v.as_object();
+    if (const auto* error = o.if_contains("error"); error != nullptr && error->is_object()) {
+      if (ended(u.phase)) {
+        ++u.ends;
         return;
       }
-      const std::string seats = style_.dim(fmt::format("[seats {}/{}]", in_use_, config_.seats));
-      if (!config_.quiet) {
-        if (u.told_position == 0) {
-          line(u, fmt::format("arrives {}, {} (waited {} ms)  {}", ordinal(u.arrival_rank),
-                              style_.green("gets a seat"), story_ms(u.waited), seats));
-        } else {
-          line(u, fmt::format("{} after waiting {}  {}", style_.green("gets a seat"),
-                              seconds_text(story_seconds(u.waited)), seats));
-        }
-      }
-      u.timer.emplace(io_);
-      schedule_tick(u);
+      on_error(u, error->as_object());
       return;
     }
-    u.reason = result.reason();
-    u.message = result.message();
-    u.ended_at = Clock::now();
-    u.phase = u.reason == RejectReason::timeout ? Phase::busy : Phase::other;
-    if (!config_.quiet && !stopping_) {
-      if (u.phase == Phase::busy) {
-        line(u, fmt::format("{}: no seat within {} \u2014 \"{}\" (REJECT)", style_.red("busy"),
-                            format_duration(config_.max_wait), kBusyText));
-      } else {
-        line(u, fmt::format("{}: {} ({})", style_.red("ended"), to_string(*u.reason), u.message));
-      }
-    }
-    user_finished();
+    const auto* choices = o.if_contains("choices");
+    if (choices == nullptr || !choices->is_array() || choices->as_array().empty() || ended(u.phase)) return;
+    if (u.phase == Phase::waiting) on_seat(u);
+    const auto* choice = choices->as_array().front().if_object();
+    const auto* delta = choice != nullptr ? choice->if_contains("delta") : nullptr;
+    if (delta != nullptr && delta->is_object() && !string_field(delta->as_object(), "content").empty())
+      on_token(u);
   }
 
-  long long story_ms(milliseconds real) const { return std::llround(story_seconds(real) * 1000.0); }
-
-  // --- streaming the answer while holding the seat
-
-  void schedule_tick(User& u) {
-    const double token_s = 1.0 / config_.tokens_per_second;
-    const auto next_token = u.granted_at + real_duration(token_s * (u.streamed + 1));
-    const auto last_token = u.granted_at + real_duration(token_s * u.tokens);
-    // At high speed several tokens share a tick; the last one is never late.
-    u.timer->expires_at(std::min(std::max(next_token, Clock::now() + kMinTick), last_token));
-    u.timer->async_wait([this, &u](boost::system::error_code ec) {
-      if (ec || stopping_) return;
-      on_tick(u);
-    });
+  void on_queued(User& u, std::size_t position, std::size_t queued, std::optional<std::int64_t> estimate_ms) {
+    if (u.phase != Phase::waiting || position == u.told_position) return;
+    const bool first = u.told_position == 0;
+    u.told_position = position;
+    if (config_.quiet || (!first && !detail_)) return;
+    // The estimate comes from the recent service rate; until a first answer
+    // has finished and freed a seat there is no service rate to speak of.
+    std::string estimate = "no estimate yet";
+    if (estimate_ms && released_ > 0) {
+      estimate = "est. wait ";
+      estimate += seconds_text(story_seconds(milliseconds(*estimate_ms)));
+    }
+    if (first) {
+      line(u, fmt::format("arrives {} via gateway {}, {} at position {} of {}  ({})", ordinal(u.arrival_rank),
+                          gateways_[u.gateway].label, style_.yellow("queued"), position, queued, estimate));
+    } else {
+      line(u, fmt::format("now at position {} of {}  ({})", position, queued, estimate));
+    }
   }
 
-  void on_tick(User& u) {
-    const double elapsed = story_seconds(Clock::now() - u.granted_at);
-    const double due = std::floor(elapsed * config_.tokens_per_second + 1e-6);
-    const std::uint32_t before = u.streamed;
-    u.streamed = std::max(before, static_cast<std::uint32_t>(std::min<double>(due, u.tokens)));
-    if (u.streamed >= u.tokens) {
-      release(u, !config_.quiet);
-      return;
+  void on_seat(User& u) {
+    u.phase = Phase::streaming;
+    u.seated_at = Clock::now();
+    got_first_event(u);
+    ++in_use_;
+    seat_order_.push_back(&u);
+    if (config_.quiet) return;
+    const std::string seats = style_.dim(fmt::format("[seats {}/{}]", in_use_, config_.seats));
+    if (u.told_position == 0) {
+      line(u,
+           fmt::format("arrives {} via gateway {}, {} (waited {} ms)  {}", ordinal(u.arrival_rank),
+                       gateways_[u.gateway].label, style_.green("gets a seat"), story_ms(u.waited()), seats));
+    } else {
+      line(u, fmt::format("{} after waiting {}  {}", style_.green("gets a seat"),
+                          seconds_text(story_seconds(u.waited())), seats));
     }
+  }
+
+  void on_token(User& u) {
+    const std::uint32_t before = u.streamed++;
     // About one progress line per story second.
-    if (detail_ && u.streamed / config_.tokens_per_second > before / config_.tokens_per_second) {
+    if (detail_ && u.streamed < u.tokens &&
+        u.streamed / config_.tokens_per_second > before / config_.tokens_per_second) {
       line(u, fmt::format("{} {} {}/{} tokens", style_.dim("streaming"), bar(u.streamed, u.tokens),
                           u.streamed, u.tokens));
     }
-    schedule_tick(u);
   }
 
   std::string bar(std::uint32_t done, std::uint32_t total) const {
     constexpr std::uint32_t kWidth = 20;
-    const std::uint32_t filled = total == 0 ? kWidth : done * kWidth / total;
-    return "[" + style_.cyan(std::string(filled, '#')) + std::string(kWidth - filled, '-') + "]";
+    const std::uint32_t filled = total == 0 ? kWidth : std::min(done, total) * kWidth / total;
+    std::string out = "[";
+    out += style_.cyan(std::string(filled, '#'));
+    out += std::string(kWidth - filled, '-');
+    out += ']';
+    return out;
   }
 
-  void release(User& u, bool print) {
+  // --- the single end of every request
+
+  void on_done(User& u) {
     --in_use_;
-    ++u.releases;
-    u.ended_at = Clock::now();
-    u.phase = Phase::done;
     ++released_;
-    u.permit.release();  // the limiter may hand the seat to the next waiter right here
-    sample_limiter();
-    if (print) {
+    end(u, Phase::done);
+    if (!config_.quiet) {
       line(u, fmt::format("done: {} tokens in {}, seat released  {}", u.streamed,
-                          seconds_text(story_seconds(u.ended_at - u.granted_at)),
+                          seconds_text(story_seconds(u.ended_at - u.seated_at)),
                           style_.dim(fmt::format("[seats {}/{}]", in_use_, config_.seats))));
     }
     user_finished();
   }
 
-  void sample_limiter() { max_limiter_in_use_ = std::max(max_limiter_in_use_, limiter_.snapshot().in_use); }
+  void on_error(User& u, const json::object& error) {
+    const std::string code = string_field(error, "code");
+    if (code != "queue_timeout") {
+      std::string text = code.empty() ? std::string("error") : code;
+      text += ": ";
+      text += string_field(error, "message");
+      end_other(u, text);
+      return;
+    }
+    if (u.phase == Phase::streaming) --in_use_;
+    u.message = string_field(error, "message");
+    end(u, Phase::busy);
+    if (!config_.quiet) {
+      line(u, fmt::format("{}: no seat within {} \u2014 \"{}\" (REJECT)", style_.red("busy"),
+                          format_duration(config_.max_wait), kBusyText));
+    }
+    user_finished();
+  }
+
+  void end_other(User& u, std::string text) {
+    if (ended(u.phase)) {
+      ++u.ends;
+      return;
+    }
+    if (u.phase == Phase::streaming) --in_use_;
+    u.message = std::move(text);
+    end(u, Phase::other);
+    if (!config_.quiet && !stopping_) line(u, fmt::format("{}: {}", style_.red("ended"), u.message));
+    user_finished();
+  }
+
+  void end(User& u, Phase phase) {
+    ++u.ends;
+    u.phase = phase;
+    u.ended_at = Clock::now();
+    got_first_event(u);  // the next user may ask
+  }
 
   void user_finished() {
     if (++finished_ < users_.size()) return;
-    // Everyone is done: take the limiter's final picture, then let io.run() end.
     finished_at_ = Clock::now();
-    final_ = limiter_.snapshot();
-    backend_->shutdown();
+    watchdog_.cancel();
+    asio::co_spawn(io_, wrap_up(), asio::detached);
+  }
+
+  // --- the end: the limiter's state, the model's counters, then the tear-down
+
+  asio::awaitable<void> wrap_up() {
+    // The gateway releases a permit just after the answer's last bytes went
+    // out, so the limiter may need a moment to show the last seat free.
+    asio::steady_timer pause(io_);
+    for (int attempt = 0; attempt < 100 && !stopping_; ++attempt) {
+      auto snapshot = co_await get_limiter(gateways_.front());
+      if (snapshot) {
+        final_in_use_ = int_field(*snapshot, "in_use");
+        final_queued_ = int_field(*snapshot, "queued");
+        if (final_in_use_ == 0 && final_queued_ == 0) break;
+      }
+      pause.expires_after(milliseconds(20));
+      auto [ec] = co_await pause.async_wait(kTuple);
+      if (ec) break;
+    }
+    model_stats_ = mock_->stats();
+    tear_down();
+  }
+
+  /// GET /v1/limiters/chat from one gateway.
+  asio::awaitable<std::optional<json::object>> get_limiter(const Gateway& gw) {
+    beast::tcp_stream stream(io_);
+    stream.expires_after(std::chrono::seconds(2));
+    const tcp::endpoint endpoint = gw.endpoint;
+    auto [connect_ec] = co_await stream.async_connect(endpoint, kTuple);
+    if (connect_ec) co_return std::nullopt;
+    const std::string target = fmt::format("/v1/limiters/{}", kLimiterName);
+    http::request<http::empty_body> req{http::verb::get, target, 11};
+    req.set(http::field::host, gw.url.substr(gw.url.find("//") + 2));
+    auto [write_ec, written] = co_await http::async_write(stream, req, kTuple);
+    if (write_ec) co_return std::nullopt;
+    beast::flat_buffer buffer;
+    http::response<http::string_body> res;
+    auto [read_ec, read] = co_await http::async_read(stream, buffer, res, kTuple);
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    if (read_ec || res.result() != http::status::ok) co_return std::nullopt;
+    boost::system::error_code ec;
+    json::value v = json::parse(res.body(), ec);
+    if (ec || !v.is_object()) co_return std::nullopt;
+    json::object out = std::move(v.as_object());
+    co_return out;
+  }
+
+  void tear_down() {
+    if (tearing_down_) return;
+    tearing_down_ = true;
+    arrival_timer_.cancel();
     watchdog_.cancel();
     signals_.cancel();
+    // Bound the whole tear-down: whatever is still open then is abandoned.
+    stop_timer_.expires_after(kStopTimeout);
+    stop_timer_.async_wait([this](boost::system::error_code ec) {
+      if (!ec) io_.stop();
+    });
+    if (servers_.empty()) {
+      servers_stopped();
+      return;
+    }
+    servers_pending_ = servers_.size();
+    for (auto& s : servers_) {
+      s->stop([this] {
+        if (--servers_pending_ == 0) servers_stopped();
+      });
+    }
+  }
+
+  void servers_stopped() {
+    mock_->stop();
+    if (backend_) backend_->shutdown();
+    stop_timer_.cancel();
+    torn_down_ = true;
   }
 
   // --- the bound on the whole run, and stopping early
 
   void arm_watchdog() {
-    // Each user ends within max_wait of arriving, plus one answer if served.
+    // Each user ends within max_wait of asking, plus one answer if served;
+    // asking waits for the previous user's first event (a few ms of real time).
     const double last_arrival = planned_.empty() ? 0.0 : planned_.back()->arrive_offset;
     watchdog_story_s_ =
         last_arrival + static_cast<double>(config_.max_wait.count()) / 1000.0 + max_answer_seconds() + 2.0;
-    watchdog_.expires_at(start_ + real_duration(watchdog_story_s_) + std::chrono::seconds(2));
+    const auto asking = milliseconds(20) * users_.size();
+    watchdog_.expires_at(start_ + real_duration(watchdog_story_s_) + asking + std::chrono::seconds(5));
     watchdog_.async_wait([this](boost::system::error_code ec) {
       if (ec) return;
       violations_.push_back(fmt::format("only {} of {} users finished within {} (every request must end)",
-                                        finished_, users_.size(), seconds_text(watchdog_story_s_)));
+                                        finished_, users_.size(), seconds_text(now_story())));
       stop_all();
     });
   }
@@ -433,13 +982,10 @@ class Demo {
     stopping_ = true;
     arrival_timer_.cancel();
     for (auto& u : users_) {
-      if (u->timer) u->timer->cancel();
-      if (u->phase == Phase::streaming) release(*u, false);
+      if (u->stream) u->stream->cancel();
     }
-    backend_->shutdown();  // ends whoever still waits (reason: shutdown)
-    if (!final_) final_ = limiter_.snapshot();
-    watchdog_.cancel();
-    signals_.cancel();
+    model_stats_ = mock_->stats();
+    tear_down();
   }
 
   // --- output
@@ -454,13 +1000,30 @@ class Demo {
 
   void print_header() {
     const auto& c = config_;
-    std::string out =
-        fmt::format("{} \u2014 {} users, {} seats, max wait {}  (memory backend, one process, seed {})\n",
-                    style_.bold("fairgate demo"), c.users, c.seats, format_duration(c.max_wait), c.seed);
+    const std::string where = c.redis.empty() ? std::string("memory backend, one process")
+                                              : fmt::format("Redis {}", c.redis_endpoint->redacted());
+    std::string out = fmt::format("{} \u2014 {} users, {} seats, max wait {}  ({}, seed {})\n",
+                                  style_.bold("fairgate demo"), c.users, c.seats, format_duration(c.max_wait),
+                                  where, c.seed);
+    out += fmt::format("A mock model ({}) streams answers and refuses more than {} at once.\n", model_url_,
+                       c.seats);
+    if (c.redis.empty()) {
+      out += fmt::format(
+          "In front of it, two gateways in this process, A ({}) and B ({}),\n"
+          "share one limiter \"{}\" of {} seats; users ask A and B in turn.\n",
+          gateways_[0].url, gateways_[1].url, kLimiterName, c.seats);
+    } else {
+      out += fmt::format(
+          "In front of it, two `fairgate serve` processes, A ({}, pid {})\n"
+          "and B ({}, pid {}), share one limiter \"{}\" of {} seats through Redis;\n"
+          "users ask A and B in turn.\n",
+          gateways_[0].url, children_[0]->pid(), gateways_[1].url, children_[1]->pid(), kLimiterName,
+          c.seats);
+    }
     out += fmt::format(
-        "Each user asks a chatbot a question at about the same moment; each answer streams\n"
-        "{}-{} tokens at {} tokens/s. Only {} answer{} may stream at once: the others wait in one\n"
-        "fair FIFO queue, and whoever still waits after {} is told the system is busy.\n",
+        "Each user asks a question at about the same moment; each answer streams {}-{} tokens\n"
+        "at {} tokens/s. Only {} answer{} may stream at once: the others wait in one fair FIFO\n"
+        "queue, and whoever still waits after {} is told the system is busy.\n",
         c.tokens, 2 * c.tokens, c.tokens_per_second, c.seats, c.seats == 1 ? "" : "s",
         format_duration(c.max_wait));
     if (c.speed != 1.0)
@@ -486,93 +1049,127 @@ class Demo {
     return out;
   }
 
+  /// The most answers streaming at once as the clients saw them (see F1 in summarize()).
+  std::size_t clients_peak() const {
+    std::vector<std::pair<Clock::time_point, int>> edges;  // (time, +1 seat taken / -1 seat given back)
+    for (const auto& u : users_) {
+      if (u->seated_at == Clock::time_point{}) continue;  // never had a seat
+      const auto end = ended(u->phase) ? u->ended_at : Clock::time_point::max();
+      edges.emplace_back(u->seated_at, +1);
+      // Never before its own start, even for an answer shorter than the slack.
+      edges.emplace_back(std::max(u->seated_at + Clock::duration(1), end - kOrderSlack), -1);
+    }
+    std::sort(edges.begin(), edges.end());  // at equal times the -1 (a seat given back) comes first
+    long now = 0, peak = 0;
+    for (const auto& [at, delta] : edges) {
+      now += delta;
+      peak = std::max(peak, now);
+    }
+    return static_cast<std::size_t>(peak);
+  }
+
   /// Prints the summary, checks the invariants, returns the exit code.
   int summarize() {
     const std::size_t n = users_.size();
     std::size_t granted = 0, busy = 0, other = 0;
     std::vector<double> granted_waits, busy_waits;
     for (const auto& u : users_) {
-      if (u->completions != 1) {
-        violations_.push_back(
-            fmt::format("{} ended {} times (must be exactly once)", u->name, u->completions));
+      if (u->ends != 1) {
+        violations_.push_back(fmt::format("{} ended {} times (must be exactly once)", u->name, u->ends));
       }
       if (u->phase == Phase::done) {
         ++granted;
-        granted_waits.push_back(story_seconds(u->waited));
-        if (u->releases != 1)
-          violations_.push_back(fmt::format("{} released its seat {} times", u->name, u->releases));
-        // The limiter decides a grant before the deadline but stamps the
-        // permit's wait a moment later, so allow for that gap.
-        if (u->waited > real_max_wait_ + kGrantStampSlack) {
-          violations_.push_back(
-              fmt::format("{} got a seat after {} ms (real time), past the max wait of {} ms", u->name,
-                          u->waited.count(), real_max_wait_.count()));
+        granted_waits.push_back(story_seconds(u->waited()));
+        if (u->streamed != u->tokens) {
+          violations_.push_back(fmt::format("{} got {} of its {} tokens", u->name, u->streamed, u->tokens));
+        }
+        if (u->waited() > real_max_wait_ + kSeatSlack) {
+          violations_.push_back(fmt::format(
+              "{} got a seat after {} ms (real time), past the max wait of {} ms", u->name,
+              std::chrono::duration_cast<milliseconds>(u->waited()).count(), real_max_wait_.count()));
         }
       } else if (u->phase == Phase::busy) {
         ++busy;
-        busy_waits.push_back(story_seconds(u->waited));
-        if (u->waited < real_max_wait_) {
-          violations_.push_back(
-              fmt::format("{} was told busy after {} ms, before the max wait", u->name, u->waited.count()));
+        busy_waits.push_back(story_seconds(u->waited()));
+        if (u->waited() < real_max_wait_) {
+          violations_.push_back(fmt::format("{} was told busy after {} ms, before the max wait", u->name,
+                                            std::chrono::duration_cast<milliseconds>(u->waited()).count()));
         }
       } else if (u->phase == Phase::other) {
         ++other;
+        violations_.push_back(fmt::format("{}: {}", u->name, u->message));
       }
     }
 
-    // F2: a user gets a seat only after everyone who arrived before has ended
-    // its wait (got a seat, or was told busy). Completions are delivered in the
-    // order the limiter decided them, so compare completion order.
+    // F2: a user gets a seat only after everyone who asked before has ended
+    // its wait (got a seat, or was told busy). Seen from the clients, two
+    // grants a moment apart may show their first tokens in either order.
     std::optional<std::string> fifo_problem;
-    const User* latest = nullptr;  // among earlier arrivals, the one that completed last
+    const User* latest = nullptr;  // among earlier arrivals, the one whose wait ended last
+    const auto wait_end = [](const User* u) { return u->phase == Phase::done ? u->seated_at : u->ended_at; };
     for (const User* u : arrival_order_) {
-      if (latest != nullptr && u->phase == Phase::done && u->completion_seq < latest->completion_seq &&
+      if (latest != nullptr && u->phase == Phase::done && wait_end(latest) > u->seated_at + kOrderSlack &&
           !fifo_problem) {
-        fifo_problem =
-            fmt::format("{} (arrived {}) got a seat while {} (arrived {}) was still waiting", u->name,
-                        ordinal(u->arrival_rank), latest->name, ordinal(latest->arrival_rank));
+        fifo_problem = fmt::format("{} (asked {}) got a seat while {} (asked {}) was still waiting", u->name,
+                                   ordinal(u->arrival_rank), latest->name, ordinal(latest->arrival_rank));
       }
-      if (latest == nullptr || u->completion_seq > latest->completion_seq) latest = u;
+      if (ended(u->phase) && (latest == nullptr || wait_end(u) > wait_end(latest))) latest = u;
     }
     if (fifo_problem) violations_.push_back("FIFO: " + *fifo_problem);
 
-    // F1: the demo's own count and the limiter's, sampled at every grant and release.
-    if (max_in_use_ > config_.seats) {
+    // F1: the clients' count (first chunk to [DONE]) and the model's own.
+    // The demo reads all streams on one thread: when one user's [DONE] and
+    // the next user's first chunk arrive together, it may read them in either
+    // order, so the clients' count treats a seat taken within kOrderSlack of
+    // another's end as taken after it. The model's count is exact.
+    const std::size_t clients_max = clients_peak();
+    const auto& m = model_stats_;
+    if (clients_max > config_.seats) {
       violations_.push_back(
-          fmt::format("{} answers streamed at once with {} seats", max_in_use_, config_.seats));
+          fmt::format("{} answers streamed at once with {} seats", clients_max, config_.seats));
     }
-    if (max_limiter_in_use_ > config_.seats) {
+    if (m.peak_in_flight > config_.seats) {
       violations_.push_back(
-          fmt::format("the limiter had {} permits out with {} seats", max_limiter_in_use_, config_.seats));
+          fmt::format("the model had {} answers in flight with {} seats", m.peak_in_flight, config_.seats));
     }
+    if (m.rejected_429 > 0) {
+      violations_.push_back(fmt::format(
+          "the model refused {} requests (429): the gateway let too many through", m.rejected_429));
+    }
+    if (m.completed != granted) {
+      violations_.push_back(
+          fmt::format("the model completed {} answers, the users received {}", m.completed, granted));
+    }
+    const bool limiter_empty = final_in_use_ == 0 && final_queued_ == 0;
+    if (!limiter_empty) {
+      violations_.push_back(final_in_use_
+                                ? fmt::format("at the end the limiter still had {} in use and {} queued",
+                                              *final_in_use_, final_queued_.value_or(-1))
+                                : std::string("could not read the limiter's state at the end"));
+    }
+    if (arrivals_ != n) violations_.push_back(fmt::format("only {} of {} users asked", arrivals_, n));
 
-    // The limiter's counters must tell the same story.
-    const LimiterStats stats = final_ ? final_->stats : LimiterStats{};
-    const std::size_t limiter_in_use = final_ ? final_->in_use : 0;
-    const std::size_t limiter_queued = final_ ? final_->queued : 0;
-    const bool stats_match = final_ && stats.acquires == arrivals_ && stats.grants == granted &&
-                             stats.timeouts == busy && stats.rejections + stats.cancels == other &&
-                             stats.releases == granted && limiter_in_use == 0 && limiter_queued == 0;
-    if (!stats_match) violations_.push_back("the limiter's counters do not match the demo's count");
-    if (arrivals_ != n) violations_.push_back(fmt::format("only {} of {} users arrived", arrivals_, n));
-
-    std::string out = "\n" + style_.bold("Summary") + "\n";
+    std::string out = "\n";
+    out += style_.bold("Summary");
+    out += "\n";
     if (n <= kDetailLimit) {
-      out += style_.dim("  arrived  user      outcome   waited   tokens   held") + "\n";
+      out += style_.dim("  asked  user      via  outcome   waited   tokens   held");
+      out += "\n";
       for (const User* u : arrival_order_) {
         std::string outcome = "waiting?", tokens = "-", held = "-";
         switch (u->phase) {
           case Phase::done:
             outcome = style_.green("seat   ");
             tokens = fmt::format("{}", u->streamed);
-            held = seconds_text(story_seconds(u->ended_at - u->granted_at));
+            held = seconds_text(story_seconds(u->ended_at - u->seated_at));
             break;
           case Phase::busy: outcome = style_.red("busy   "); break;
-          case Phase::other: outcome = style_.red(fmt::format("{:<7}", to_string(*u->reason))); break;
+          case Phase::other: outcome = style_.red("error  "); break;
           default: break;
         }
-        out += fmt::format("  {:>7}  {:<8}  {}   {:>6}   {:>6}   {}\n", ordinal(u->arrival_rank), u->name,
-                           outcome, seconds_text(story_seconds(u->waited)), tokens, held);
+        out += fmt::format("  {:>5}  {:<8}  {:>3}  {}   {:>6}   {:>6}   {}\n", ordinal(u->arrival_rank),
+                           u->name, gateways_[u->gateway].label, outcome,
+                           seconds_text(story_seconds(u->waited())), tokens, held);
       }
       out += "\n";
     }
@@ -585,43 +1182,49 @@ class Demo {
     };
     const auto yes_no = [&](bool ok) { return ok ? style_.green("yes") : style_.red("NO"); };
 
-    std::vector<const User*> service_order(grant_order_.begin(), grant_order_.end());
     out += fmt::format("  users:             {} arrived, {} got a seat, {} busy{}\n", arrivals_, granted,
                        busy, other > 0 ? fmt::format(", {} other", other) : "");
     if (finished_at_ != Clock::time_point{}) {
       out += fmt::format("  total time:        {}\n", seconds_text(story_seconds(finished_at_ - start_)));
     }
+    out += fmt::format("  gateways:          A {} asked by {}, B {} asked by {}\n", gateways_[0].url,
+                       gateways_[0].users, gateways_[1].url, gateways_[1].users);
     out += fmt::format("  arrival order:     {}\n", names(arrival_order_));
-    out += fmt::format("  service order:     {}\n", names(service_order));
+    out += fmt::format("  service order:     {}\n", names(seat_order_));
     out += fmt::format("  FIFO held:         {} \u2014 {}\n", yes_no(!fifo_problem),
                        fifo_problem ? *fifo_problem : "every seat went to the user waiting longest");
+    const bool under_cap = std::max<std::size_t>(clients_max, m.peak_in_flight) <= config_.seats;
     out += fmt::format(
-        "  max concurrent:    {} of {} seats (the limiter's own count peaked at {}) \u2014 {}\n", max_in_use_,
-        config_.seats, max_limiter_in_use_,
-        std::max(max_in_use_, max_limiter_in_use_) <= config_.seats ? "never above the cap"
-                                                                    : style_.red("ABOVE THE CAP"));
+        "  max concurrent:    {} of {} seats (the model's own count peaked at {}, {} refused) \u2014 {}\n",
+        clients_max, config_.seats, m.peak_in_flight, m.rejected_429,
+        under_cap && m.rejected_429 == 0 ? "never above the cap" : style_.red("ABOVE THE CAP"));
     out += fmt::format("  waited for a seat: {}\n", range(granted_waits));
     if (!busy_waits.empty()) out += fmt::format("  told busy after:   {}\n", range(busy_waits));
     out += fmt::format("  ended once each:   {}\n",
                        yes_no(std::all_of(users_.begin(), users_.end(), [](const auto& u) {
-                         return u->completions == 1 && (u->phase != Phase::done || u->releases == 1);
+                         return u->ends == 1 && (u->phase != Phase::done || u->streamed == u->tokens);
                        })));
-    out += fmt::format(
-        "  limiter stats:     acquires {}, grants {}, timeouts {}, rejections {}, cancels {}, releases {}; "
-        "in use {}, queued {} \u2014 {}\n",
-        stats.acquires, stats.grants, stats.timeouts, stats.rejections, stats.cancels, stats.releases,
-        limiter_in_use, limiter_queued,
-        stats_match ? "matches the demo's count" : style_.red("DOES NOT MATCH"));
+    out += fmt::format("  model:             {} requests, {} answers completed, {} refused (429)\n",
+                       m.requests, m.completed, m.rejected_429);
+    out += fmt::format("  limiter at end:    in use {}, queued {} \u2014 {}\n",
+                       final_in_use_ ? fmt::format("{}", *final_in_use_) : "?",
+                       final_queued_ ? fmt::format("{}", *final_queued_) : "?",
+                       limiter_empty ? "every seat given back" : style_.red("NOT EMPTY"));
     out += "\n";
     if (violations_.empty()) {
-      out += style_.green("All invariants held") +
-             fmt::format(
-                 ": at most {} of {} seats in use, seats in arrival order, max wait kept, "
-                 "every request ended exactly once.\n",
-                 std::max(max_in_use_, max_limiter_in_use_), config_.seats);
+      out += style_.green("All invariants held");
+      out += fmt::format(
+          ": at most {} of {} seats in use, seats in arrival order, max wait kept, "
+          "every request ended exactly once.\n",
+          std::max<std::size_t>(clients_max, m.peak_in_flight), config_.seats);
     } else {
-      out += style_.red("INVARIANTS VIOLATED") + ":\n";
-      for (const auto& v : violations_) out += "  - " + v + "\n";
+      out += style_.red("INVARIANTS VIOLATED");
+      out += ":\n";
+      for (const auto& v : violations_) {
+        out += "  - ";
+        out += v;
+        out += "\n";
+      }
     }
     std::fputs(out.c_str(), stdout);
     std::fflush(stdout);
@@ -636,50 +1239,64 @@ class Demo {
   const DemoConfig config_;
   const Style style_;
   const bool detail_;
-  std::shared_ptr<Backend> backend_;
-  Limiter limiter_;
   milliseconds real_max_wait_{0};
   Clock::time_point start_{};
 
+  // The set-up: the model, and the gateways in this process or in two children.
+  std::unique_ptr<mockllm::Server> mock_;
+  std::string model_url_;
+  std::shared_ptr<Backend> backend_;
+  std::vector<std::unique_ptr<serve::Server>> servers_;
+  std::vector<std::unique_ptr<bench::Child>> children_;
+  std::string config_file_;
+  std::string key_prefix_;  ///< --redis: this run's keys
+  std::vector<Gateway> gateways_;
+
   std::vector<std::unique_ptr<User>> users_;
   std::vector<User*> planned_;              ///< planned arrival order
-  std::vector<const User*> arrival_order_;  ///< actual order of acquire calls
-  std::vector<const User*> grant_order_;    ///< order the seats were handed out
+  std::vector<const User*> arrival_order_;  ///< order the requests were sent
+  std::vector<const User*> seat_order_;     ///< order the first answer chunks arrived
 
   std::size_t arrivals_ = 0;
-  std::size_t completions_ = 0;
   std::size_t finished_ = 0;
   std::size_t released_ = 0;
   Clock::time_point finished_at_{};
-  std::size_t in_use_ = 0;
-  std::size_t max_in_use_ = 0;
-  std::size_t max_limiter_in_use_ = 0;
-  std::optional<Snapshot> final_;
+  std::size_t in_use_ = 0;  ///< live count for the timeline
+  mockllm::Stats model_stats_;
+  std::optional<std::int64_t> final_in_use_;
+  std::optional<std::int64_t> final_queued_;
   std::vector<std::string> violations_;
 
   asio::steady_timer arrival_timer_;
   asio::steady_timer watchdog_;
+  asio::steady_timer stop_timer_;
   double watchdog_story_s_ = 0;
   asio::signal_set signals_;
+  std::size_t servers_pending_ = 0;
   int interrupted_ = 0;
   bool stopping_ = false;
+  bool tearing_down_ = false;
+  bool torn_down_ = false;
 };
 
 constexpr std::string_view kDescription =
     "Show the seeds' story live: users ask a chatbot at the same moment, but only --seats answers\n"
     "may stream at once. The others wait in one fair FIFO queue and see their position; whoever\n"
     "still waits after --max-wait is told \"The system is busy, please try again later\".\n"
-    "Runs the real limiter on the embedded memory backend in this process (a mock model streams\n"
-    "the tokens), then checks the guarantees: never more than --seats in use, seats handed out\n"
-    "in arrival order, the max wait kept, every request ended exactly once.\n"
-    "Exit code 0 when they held, 1 when not, 2 for bad flags.";
+    "Everything is real: a mock model (at most --seats answers at once) behind two gateways,\n"
+    "A and B, sharing one limiter; the users are HTTP clients streaming chat completions\n"
+    "through A and B in turn. By default all of it runs in this process on the memory backend;\n"
+    "with --redis the gateways are two `fairgate serve` processes on that Redis.\n"
+    "Then it checks the guarantees: never more than --seats in use (the model never refused\n"
+    "one), seats handed out in arrival order, the max wait kept, every request ended once.\n"
+    "Exit code 0 when they held, 1 when not (or when Redis cannot be reached), 2 for bad flags.";
 
 }  // namespace
 
 Command add_demo_command(CLI::App& root) {
   auto flags = std::make_shared<DemoFlags>();
-  CLI::App* app =
-      root.add_subcommand("demo", "The seeds' \"10 users, 3 seats\" story, live, on the memory backend");
+  CLI::App* app = root.add_subcommand(
+      "demo", "The seeds' \"10 users, 3 seats, 2 instances\" story, live, through two gateways");
   app->footer(std::string(kDescription));
   app->add_option("--users", flags->users, "Users asking at once, 1..1000")
       ->type_name("N")
@@ -705,6 +1322,9 @@ Command add_demo_command(CLI::App& root) {
                   "Run FACTOR times faster (times are shown at story scale), 0.01..1000")
       ->type_name("FACTOR")
       ->default_str(flags->speed);
+  app->add_option("--redis", flags->redis,
+                  "Run the gateways as two `fairgate serve` processes on this Redis, redis://host:port[/db]")
+      ->type_name("URL");
   app->add_flag("--no-color", flags->no_color, "No colors (they are off anyway unless stdout is a terminal)");
   app->add_flag("-q,--quiet", flags->quiet, "Only the header and the summary, no live timeline");
 
