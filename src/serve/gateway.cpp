@@ -360,8 +360,9 @@ http::request<http::string_body> upstream_request(const Session& s, const RouteC
   std::string forwarded_for;
   for (const auto& field : req) {
     const std::string_view name(field.name_string().data(), field.name_string().size());
+    // Expect: the body is read already (and sent in one go).
     if (is_hop_by_hop(name, connection) || field.name() == http::field::host ||
-        field.name() == http::field::content_length)
+        field.name() == http::field::content_length || field.name() == http::field::expect)
       continue;
     if (iequals(name, "x-forwarded-for")) {
       forwarded_for.assign(field.value().data(), field.value().size());

@@ -455,6 +455,13 @@ awaitable<boost::system::error_code> read_request(Session& s,
             s.shared->gateway->match(target_path(std::string_view(target.data(), target.size()))))
       parser.body_limit(route->config.max_body_bytes);
   }
+  // A client that waits for permission to send its body (curl does, for big ones) gets it at once.
+  const auto expect = parser.get()[http::field::expect];
+  if (parser.get().version() >= 11 && beast::iequals(expect, "100-continue")) {
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    auto [cec, cn] = co_await net::async_write(s.stream, net::buffer(kContinue), nothrow);
+    if (cec) co_return cec;
+  }
   auto [bec, bn] = co_await http::async_read(s.stream, s.buffer, parser, nothrow);
   co_return bec;
 }

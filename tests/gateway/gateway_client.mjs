@@ -16,6 +16,7 @@
 //             named queue events, the seed's rejection, keep-alive pooling, tenants.
 // Prints "FAIL: ..." lines and one "summary: {...}" line; exits 1 when a check failed.
 import http from 'node:http';
+import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 
 const argv = process.argv.slice(2);
@@ -341,6 +342,38 @@ async function proxy() {
   await t.done;
   const badTenant = await request(gateway, 'POST', '/v1/chat/completions', { body: chatBody(), headers: { ...json, 'x-user-id': 'a'.repeat(200) } });
   check(badTenant.status === 400 && badTenant.json?.error?.code === 'invalid_tenant', `bad tenant: ${badTenant.status}`);
+
+  // 11. Expect: 100-continue (curl sends it for big bodies): the gateway says "continue" at once.
+  const expectRun = await new Promise((resolve) => {
+    const u = new URL(gateway);
+    const body = chatBody({ max_tokens: 2 });
+    const sock = net.connect(Number(u.port), u.hostname);
+    let got = '';
+    let sentBody = false;
+    const t0 = now();
+    const timer = setTimeout(() => {
+      sock.destroy();
+      resolve({ got, continueMs: null });
+    }, 3000);
+    let continueMs = null;
+    sock.on('connect', () =>
+      sock.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nConnection: close\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n`));
+    sock.on('data', (d) => {
+      got += d;
+      if (!sentBody && got.startsWith('HTTP/1.1 100')) {
+        sentBody = true;
+        continueMs = now() - t0;
+        sock.write(body);
+      }
+    });
+    sock.on('close', () => {
+      clearTimeout(timer);
+      resolve({ got, continueMs });
+    });
+    sock.on('error', () => {});
+  });
+  check(expectRun.continueMs !== null && expectRun.continueMs < 900, `no prompt 100 Continue (${expectRun.continueMs} ms)`);
+  check(/HTTP\/1\.1 200[^]*"t0 t1 "/.test(expectRun.got), `no answer after 100 Continue: ${JSON.stringify(expectRun.got.slice(0, 300))}`);
 
   check(await idleLimiter('chat'), 'chat not idle at the end');
   check(await idleLimiter('one'), 'one not idle at the end');
