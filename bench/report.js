@@ -192,7 +192,8 @@ const crash = rows.filter((r) => r.workload === 'crash');
 if (crash.length) {
   // What each system was run with (bench/peers/README.md): how a dead holder's permit can come back.
   const setting = {
-    fairgate: (r) => `heartbeat ${r.heartbeat_ms / 1000} s, liveness TTL ${r.ttl_ms / 1000} s (the product's defaults)`,
+    fairgate: (r) => `heartbeat ${r.heartbeat_ms / 1000} s, liveness TTL ${r.ttl_ms / 1000} s` +
+      (r.heartbeat_ms === 1000 && r.ttl_ms === 3000 ? ' (the product\'s defaults)' : ''),
     seed: () => 'permit lease 30 s (the seed\'s `lease-seconds`)',
     semaphore: (r) => `lockTimeout ${r.ttl_ms / 1000} s, refreshInterval ${r.heartbeat_ms / 1000} s`,
     bottleneck: () => 'no job `expiration` (the default); clustering heartbeat 5 s, clientTimeout 10 s',

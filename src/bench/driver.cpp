@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <thread>
 
@@ -483,7 +484,14 @@ std::string run_crash(const BenchOptions& o, const std::function<void(const std:
   std::vector<RequestRecord> records;
   b.send(0, "go");
   b.wait_for("queued_all", 1, 30s, &records);
-  std::this_thread::sleep_for(500ms);  // settle: B's queued replies handled, A heartbeating as usual
+  // Settle (B's queued replies handled, A heartbeating as usual), then a
+  // seeded random part of a heartbeat interval: runs with different --seed
+  // kill A at different points of its heartbeat cycle, which is what the
+  // recovery time depends on (TTL − time since A's last heartbeat + B's phase).
+  std::mt19937_64 rng(o.seed);
+  const milliseconds phase(
+      std::uniform_int_distribution<std::int64_t>(0, o.heartbeat_interval.count() - 1)(rng));
+  std::this_thread::sleep_for(500ms + phase);
 
   say(fmt::format("{} crash: kill -9 of instance A (pid {}); waiting up to {} ms for B's {} waiters",
                   o.system, a.child(0).pid(), o.crash_bound.count(), kCap));
@@ -527,6 +535,7 @@ std::string run_crash(const BenchOptions& o, const std::function<void(const std:
   out.set("heartbeat_ms", o.heartbeat_interval.count());
   out.set("ttl_ms", o.liveness_ttl.count());
   out.set("bound_ms", o.crash_bound.count());
+  out.set("kill_after_queued_ms", (500ms + phase).count());
   out.set("granted", recovery.size());
   out.set("granted_before_kill", before_kill);
   // A waiter not granted within the bound counts as never: the p50 is null
