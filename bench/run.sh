@@ -218,5 +218,5 @@ fi
 
 cp "$results" "$out/results.jsonl"
 node bench/report.js "$out/results.jsonl" "$out" "bench/run.sh --runs $runs --systems \"$systems\" --duration $duration"
-if [[ -s $out/results-cdf.dat ]]; then gnuplot "$out/results.gp"; else echo "bench/run.sh: no W2 rows, no plot" >&2; fi
+if [[ -s $out/results-cdf.dat && -n ${scaling// /} ]]; then gnuplot "$out/results.gp"; else echo "bench/run.sh: no W2 or no scaling rows: no plot" >&2; fi
 echo "bench/run.sh: wrote $out/RESULTS.md, $out/results.png, $out/results.jsonl" >&2
