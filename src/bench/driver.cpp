@@ -283,6 +283,8 @@ std::string run_plan(const BenchOptions& o, const Plan& p,
     wo.max_concurrent = p.cap;
     wo.heartbeat_interval = o.heartbeat_interval;
     wo.liveness_ttl = o.liveness_ttl;
+    // The backend wants one command's timeout below the TTL (--ttl 1s, say).
+    wo.command_timeout = std::min(wo.command_timeout, o.liveness_ttl / 2);
     wo.closed_loop = p.closed_loop;
     wo.requests = p.requests_per_instance;
     wo.spread = p.spread;
@@ -464,6 +466,8 @@ std::string run_crash(const BenchOptions& o, const std::function<void(const std:
     wo.max_concurrent = kCap;
     wo.heartbeat_interval = o.heartbeat_interval;
     wo.liveness_ttl = o.liveness_ttl;
+    // The backend wants one command's timeout below the TTL (--ttl 1s, say).
+    wo.command_timeout = std::min(wo.command_timeout, o.liveness_ttl / 2);
     wo.seed = o.seed * 1000 + w;
     // Longer than the bound: a waiter never gives up before the driver does.
     wo.max_wait = o.crash_bound + 60s;
