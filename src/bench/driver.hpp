@@ -11,7 +11,9 @@
 namespace fairgate::bench {
 
 /// The workloads of bench.md that `fairgate bench` runs.
-inline const std::vector<std::string> kWorkloads = {"W1", "W2", "W3", "W4", "W5"};
+/// `crash`: kill -9 of an instance holding every permit, the time until
+/// another instance's waiters are granted.
+inline const std::vector<std::string> kWorkloads = {"W1", "W2", "W3", "W4", "W5", "crash"};
 
 /// The systems `fairgate bench --system` can drive: fairgate and the peers of bench/peers/.
 inline const std::vector<std::string> kSystems = {"fairgate", "seed", "bottleneck", "semaphore", "bullmq"};
@@ -27,6 +29,8 @@ struct BenchOptions {
   std::string key_prefix = "fairgate-bench";
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds liveness_ttl{3000};
+  /// crash: how long the driver waits, after the kill, for the waiters' grants.
+  std::chrono::milliseconds crash_bound{15000};
   std::uint64_t seed = 1;
   std::string worker_executable;  ///< the `fairgate` binary (bench-worker)
   /// Where every request record of the run goes, one JSON line each (empty: nowhere).
@@ -34,7 +38,9 @@ struct BenchOptions {
 };
 
 /// Runs one workload and returns its JSON line (no newline; W5 on fairgate:
-/// two lines, tenant fairness on then off, separated by a newline). Progress goes
+/// two lines, tenant fairness on then off, separated by a newline). `crash`
+/// prints recovery_p50_ms / recovery_max_ms (null: a waiter was not granted
+/// within crash_bound), granted, heartbeat_ms, ttl_ms, bound_ms. Progress goes
 /// to `log` (may be empty). Throws std::runtime_error on failure (Redis
 /// unreachable, a worker died or stalled).
 std::string run_workload(const BenchOptions& options, const std::function<void(const std::string&)>& log);

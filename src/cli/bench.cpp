@@ -33,6 +33,7 @@ struct BenchFlags {
   std::string prefix = "fairgate-bench";
   std::string heartbeat = "1s";
   std::string ttl = "3s";
+  std::string crash_bound = "15s";
   std::string seed = "1";
   std::string records;
   bool quiet = false;
@@ -79,6 +80,9 @@ bench::BenchOptions make_bench_options(const BenchFlags& f) {
     throw UsageError("--duration: " + format_duration(o.duration) + " not in 100ms..1h");
   o.heartbeat_interval = checked("--heartbeat", parse_duration(f.heartbeat));
   o.liveness_ttl = checked("--ttl", parse_duration(f.ttl));
+  o.crash_bound = checked("--crash-bound", parse_duration(f.crash_bound));
+  if (o.crash_bound < milliseconds(100) || o.crash_bound > milliseconds(600000))
+    throw UsageError("--crash-bound: " + format_duration(o.crash_bound) + " not in 100ms..10m");
   if (o.heartbeat_interval < milliseconds(10)) throw UsageError("--heartbeat: must be at least 10ms");
   if (o.liveness_ttl <= o.heartbeat_interval) throw UsageError("--ttl: must be longer than --heartbeat");
   if (f.prefix.empty() || f.prefix.find_first_of("{} ") != std::string::npos)
@@ -100,7 +104,7 @@ int run_bench(const BenchFlags& flags) {
       if (w == flags.workload) workloads.push_back(w);
     if (workloads.empty())
       throw UsageError("--workload: " + cli::quoted(flags.workload) +
-                       " is not one of W1, W2, W3, W4, W5, all");
+                       " is not one of W1, W2, W3, W4, W5, crash, all");
   }
   const auto log = [&](const std::string& line) {
     if (flags.quiet) return;
@@ -132,7 +136,7 @@ Command add_bench_command(CLI::App& root) {
   app->add_option("--peers", flags->peers, "Directory of the peer workers (worker.js)")
       ->type_name("DIR")
       ->default_str(flags->peers);
-  app->add_option("--workload", flags->workload, "W1, W2, W3, W4, W5 or all")
+  app->add_option("--workload", flags->workload, "W1, W2, W3, W4, W5, crash or all")
       ->type_name("W")
       ->default_str("all");
   app->add_option("--instances", flags->instances, "Instances (processes); default: the workload's")
@@ -149,6 +153,10 @@ Command add_bench_command(CLI::App& root) {
   app->add_option("--ttl", flags->ttl, "Liveness TTL of the instances")
       ->type_name("DURATION")
       ->default_str(flags->ttl);
+  app->add_option("--crash-bound", flags->crash_bound,
+                  "crash: how long to wait after the kill for the waiters' grants")
+      ->type_name("DURATION")
+      ->default_str(flags->crash_bound);
   app->add_option("--prefix", flags->prefix, "Key prefix of the benchmark's limiters")
       ->type_name("TEXT")
       ->default_str(flags->prefix);

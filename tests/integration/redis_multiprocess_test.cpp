@@ -281,4 +281,27 @@ TEST(RedisMultiProcessTest, BenchPrintsTheFiguresOfW1) {
   std::printf("%s\n", line->c_str());
 }
 
+// `fairgate bench --workload crash`: kill -9 of the instance holding all 3
+// permits; the other instance's 3 waiters are granted within TTL + heartbeat
+// interval + 0.5 s of the kill, as the report's crash table will say.
+TEST(RedisMultiProcessTest, BenchCrashRecoversWithinTtlPlusInterval) {
+  fairgate::bench::Child bench({FAIRGATE_BIN, "bench", "--redis", server().url(), "--workload", "crash",
+                                "--heartbeat", "250ms", "--ttl", "1s", "--crash-bound", "5s", "--prefix",
+                                kPrefix, "--quiet"});
+  const auto line = bench.next_line(30s);
+  ASSERT_TRUE(line) << "no output";
+  const auto status = bench.wait(30s);
+  ASSERT_TRUE(status);
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+  const auto v = boost::json::parse(*line).as_object();
+  EXPECT_EQ(v.at("workload").as_string(), "crash");
+  EXPECT_EQ(v.at("heartbeat_ms").to_number<int>(), 250);
+  EXPECT_EQ(v.at("ttl_ms").to_number<int>(), 1000);
+  EXPECT_EQ(v.at("granted").to_number<int>(), 3) << "all of B's waiters got the dead holder's permits";
+  EXPECT_EQ(v.at("granted_before_kill").to_number<int>(), 0) << "A held every permit until the kill";
+  ASSERT_TRUE(v.at("recovery_max_ms").is_number()) << *line;
+  EXPECT_LE(v.at("recovery_max_ms").to_number<double>(), 1000.0 + 250.0 + 500.0) << *line;
+  std::printf("%s\n", line->c_str());
+}
+
 }  // namespace
