@@ -270,6 +270,16 @@ std::string queue_event(QueueEvents mode, const QueueStatus& q) {
   return fmt::format(": queued position={} queued={}\n\n", q.position, q.queued);
 }
 
+/// Sent once a stream that queued is admitted: a comment, or a named event in `named` mode.
+std::string admitted_event(QueueEvents mode, std::chrono::milliseconds waited) {
+  if (mode == QueueEvents::named) {
+    json::object data;
+    data["waited_ms"] = waited.count();
+    return sse_event("admitted", data);
+  }
+  return fmt::format(": admitted waited_ms={}\n\n", waited.count());
+}
+
 /// The seeds' rejection: META / REJECT / FINISH / DONE.
 std::string seed_rejection(const std::string& ticket, std::string_view body) {
   json::object meta;
@@ -729,6 +739,14 @@ awaitable<bool> proxy(std::shared_ptr<Session> self, const Request& req, Gateway
   Permit permit = result.take_permit();
   stats.admitted.fetch_add(1, std::memory_order_relaxed);
   if (auto* h = sh.metrics.wait_histogram(rc.limiter)) h->observe(permit.waited());
+  if (header_sent) {
+    // Queued streams learn when they got their seat (the model's first token comes later).
+    const std::string admitted = admitted_event(mode, permit.waited());
+    if (!co_await send_raw(s, admitted)) {
+      stats.client_gone.fetch_add(1, std::memory_order_relaxed);
+      co_return false;
+    }
+  }
   auto relayed = co_await (call_upstream(s, req, route, header_sent) || watch_disconnect(s, saw_data));
   if (relayed.index() != 0) {
     // The client left mid-call: the upstream call was cancelled (its connection closed) above.

@@ -311,8 +311,14 @@ async function proxy() {
   check((await limiter('one')).queued === 1, 'the waiter is not queued');
   waiter.close();
   check(await until('left', async () => (await limiter('one')).queued === 0), 'the queue did not empty after a disconnect');
+  // A waiter that stays is told when it is admitted, before the model's first token.
+  const stays = openStream(gateway, '/named/v1/chat/completions', chatBody({ stream: true, max_tokens: 2 }));
+  check(await stays.waitFor('event: queue'), 'the second waiter was not queued');
   await holder.done;
-  check((await stats()).requests - s0.requests === 0, 'a cancelled waiter reached the upstream');
+  await stays.done;
+  const admittedAt = stays.text.search(/event: admitted\ndata: \{"waited_ms":\d+\}/);
+  check(admittedAt > 0 && admittedAt < stays.text.indexOf('"t0 "'), `no admitted event before the first token: ${JSON.stringify(stays.text.slice(0, 300))}`);
+  check((await stats()).requests - s0.requests === 1, 'a cancelled waiter reached the upstream');
 
   // 8. The seed's rejection sequence (limiter "one", max_wait 300 ms).
   const h2 = openStream(gateway, '/named/v1/chat/completions', chatBody({ stream: true, max_tokens: 400 }));
