@@ -122,33 +122,26 @@ Gateway::Route* Gateway::match(std::string_view path) {
 }
 
 void Gateway::render_metrics(std::string& out) const {
-  const auto series = [&](std::string_view name, std::string_view help, auto value_of) {
+  using Counter = std::atomic<std::uint64_t> RouteStats::*;
+  const auto series = [&](std::string_view name, std::string_view help, Counter counter) {
     out += fmt::format("# HELP {} {}\n# TYPE {} counter\n", name, help, name);
     for (const auto& r : routes_)
       out += fmt::format("{}{{route=\"{}\"}} {}\n", name, r->config.path,
-                         value_of(r->stats).load(std::memory_order_relaxed));
+                         (r->stats.*counter).load(std::memory_order_relaxed));
   };
-  series(
-      "fairgate_gateway_requests_total", "Requests on a gateway route.",
-      [](const RouteStats& s) -> const auto& { return s.requests; });
-  series(
-      "fairgate_gateway_admitted_total", "Requests that got a permit and went upstream.",
-      [](const RouteStats& s) -> const auto& { return s.admitted; });
-  series(
-      "fairgate_gateway_rejected_total", "Requests that got no permit (timeout, queue full, ...).",
-      [](const RouteStats& s) -> const auto& { return s.rejected; });
-  series(
-      "fairgate_gateway_client_gone_total", "Clients that left while waiting or while streaming.",
-      [](const RouteStats& s) -> const auto& { return s.client_gone; });
-  series(
-      "fairgate_gateway_upstream_errors_total", "Upstream connect failures, timeouts and resets.",
-      [](const RouteStats& s) -> const auto& { return s.upstream_errors; });
-  series(
-      "fairgate_gateway_upstream_connections_opened_total", "New connections to the upstream.",
-      [](const RouteStats& s) -> const auto& { return s.connections_opened; });
-  series(
-      "fairgate_gateway_upstream_connections_reused_total", "Upstream calls on a pooled connection.",
-      [](const RouteStats& s) -> const auto& { return s.connections_reused; });
+  series("fairgate_gateway_requests_total", "Requests on a gateway route.", &RouteStats::requests);
+  series("fairgate_gateway_admitted_total", "Requests that got a permit and went upstream.",
+         &RouteStats::admitted);
+  series("fairgate_gateway_rejected_total", "Requests that got no permit (timeout, queue full, ...).",
+         &RouteStats::rejected);
+  series("fairgate_gateway_client_gone_total", "Clients that left while waiting or while streaming.",
+         &RouteStats::client_gone);
+  series("fairgate_gateway_upstream_errors_total", "Upstream connect failures, timeouts and resets.",
+         &RouteStats::upstream_errors);
+  series("fairgate_gateway_upstream_connections_opened_total", "New connections to the upstream.",
+         &RouteStats::connections_opened);
+  series("fairgate_gateway_upstream_connections_reused_total", "Upstream calls on a pooled connection.",
+         &RouteStats::connections_reused);
   out +=
       "# HELP fairgate_gateway_upstream_responses_total Upstream answers by status class.\n"
       "# TYPE fairgate_gateway_upstream_responses_total counter\n";
@@ -424,6 +417,22 @@ void count_status(RouteStats& stats, unsigned status) {
   counter.fetch_add(1, std::memory_order_relaxed);
 }
 
+/// Reads the next piece of an upstream body into `chunk`; the number of bytes
+/// (possibly 0, e.g. after a chunk header), or nullopt on an error or timeout.
+awaitable<std::optional<std::size_t>> read_body_chunk(beast::tcp_stream& conn, beast::flat_buffer& buffer,
+                                                      http::response_parser<http::buffer_body>& parser,
+                                                      std::array<char, 16 * 1024>& chunk,
+                                                      std::chrono::milliseconds timeout) {
+  auto& body = parser.get().body();
+  body.data = chunk.data();
+  body.size = chunk.size();
+  conn.expires_after(timeout);
+  auto [ec, n] = co_await http::async_read_some(conn, buffer, parser, nothrow);
+  if (ec == http::error::need_buffer) ec = {};
+  if (ec) co_return std::nullopt;
+  co_return chunk.size() - body.size;
+}
+
 /// Calls the upstream and relays its answer; returns whether the client
 /// connection may carry another request.
 awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& route, bool header_sent) {
@@ -498,19 +507,14 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
       // Our own 200 and SSE header went out while the request waited.
       if (status / 100 == 2) {
         while (!parser.is_done()) {
-          res.body().data = chunk.data();
-          res.body().size = chunk.size();
-          conn.expires_after(rc.upstream_timeout);
-          auto [rec, rn] = co_await http::async_read_some(conn, buffer, parser, nothrow);
-          if (rec == http::error::need_buffer) rec = {};
-          if (rec) {
+          const auto got = co_await read_body_chunk(conn, buffer, parser, chunk, rc.upstream_timeout);
+          if (!got) {
             stats.upstream_errors.fetch_add(1, std::memory_order_relaxed);
             co_return false;
           }
-          const std::size_t got = chunk.size() - res.body().size;
-          if (got == 0) continue;
+          if (*got == 0) continue;
           s.stream.expires_after(s.shared->config.server.write_timeout);
-          auto [ec, n] = co_await net::async_write(s.stream, net::buffer(chunk.data(), got), nothrow);
+          auto [ec, n] = co_await net::async_write(s.stream, net::buffer(chunk.data(), *got), nothrow);
           s.stream.expires_never();
           if (ec) co_return false;
         }
@@ -520,13 +524,9 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
       // An upstream error after our 200: read its body (bounded) and send it as a stream error.
       std::string body;
       while (!parser.is_done() && body.size() < kMaxErrorBody) {
-        res.body().data = chunk.data();
-        res.body().size = chunk.size();
-        conn.expires_after(rc.upstream_timeout);
-        auto [rec, rn] = co_await http::async_read_some(conn, buffer, parser, nothrow);
-        if (rec == http::error::need_buffer) rec = {};
-        if (rec) break;
-        body.append(chunk.data(), chunk.size() - res.body().size);
+        const auto got = co_await read_body_chunk(conn, buffer, parser, chunk, rc.upstream_timeout);
+        if (!got) break;
+        body.append(chunk.data(), *got);
       }
       boost::system::error_code pec;
       const json::value v = json::parse(body, pec);
@@ -563,20 +563,15 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
     s.stream.expires_never();
     if (hwec) co_return false;
     while (!parser.is_done()) {
-      res.body().data = chunk.data();
-      res.body().size = chunk.size();
-      conn.expires_after(rc.upstream_timeout);
-      auto [rec, rn] = co_await http::async_read_some(conn, buffer, parser, nothrow);
-      if (rec == http::error::need_buffer) rec = {};
-      if (rec) {
+      const auto got = co_await read_body_chunk(conn, buffer, parser, chunk, rc.upstream_timeout);
+      if (!got) {
         // Cut mid-answer: the client sees a truncated body and a closed connection.
         stats.upstream_errors.fetch_add(1, std::memory_order_relaxed);
         co_return false;
       }
-      const std::size_t got = chunk.size() - res.body().size;
-      if (got == 0) continue;
+      if (*got == 0) continue;
       res.body().data = chunk.data();
-      res.body().size = got;
+      res.body().size = *got;
       res.body().more = true;
       s.stream.expires_after(s.shared->config.server.write_timeout);
       auto [ec, n] = co_await http::async_write(s.stream, sr, nothrow);
