@@ -8,6 +8,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   libboost1.81-dev libboost-json1.81-dev libtomlplusplus-dev libcli11-dev libfmt-dev libhiredis-dev redis-server redis-tools
   libgtest-dev libgmock-dev libbenchmark-dev
+  iproute2 nftables  # the fault-injection tests partition an instance in a network namespace
 )
 if [[ "${1:-}" == "--with-dev-tools" ]]; then
   packages+=(clang clang-format clang-tidy)

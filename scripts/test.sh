@@ -17,6 +17,9 @@ scripts/setup.sh
 # then a failure, not a skip.
 npm ci --prefix tests/gateway --no-audit --no-fund --loglevel=error >/dev/null
 export FAIRGATE_REQUIRE_SDK=1
+# The partition tests need root, `ip` and `nft` (scripts/setup.sh installs them):
+# missing, they fail instead of skipping.
+export FAIRGATE_REQUIRE_NETNS=1
 
 case "$sanitize" in
   "") dir=build/test; type=RelWithDebInfo ;;

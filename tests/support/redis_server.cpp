@@ -11,10 +11,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 
 namespace fairgate::test {
@@ -55,9 +58,40 @@ std::string reply_text(const redisReply* r) {
   return "?";
 }
 
+// PING answered (NOAUTH counts: a password-protected server is up), and not
+// "LOADING" (a restarted server still reading its AOF).
+bool answers_ping(const std::string& host, std::uint16_t port) {
+  timeval tv{0, 200'000};
+  redisContext* c = redisConnectWithTimeout(host.c_str(), port, tv);
+  bool up = false;
+  if (c && !c->err) {
+    redisSetTimeout(c, tv);
+    auto* r = static_cast<redisReply*>(redisCommand(c, "PING"));
+    up = r != nullptr &&
+         !(r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("LOADING"));
+    if (r) freeReplyObject(r);
+  }
+  if (c) redisFree(c);
+  return up;
+}
+
+timeval to_timeval(std::chrono::milliseconds d) {
+  const auto ms = std::max<std::int64_t>(d.count(), 1);
+  return timeval{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
+}
+
 }  // namespace
 
-RedisServer::RedisServer(std::vector<std::string> extra_args) { start(extra_args); }
+RedisServer::RedisServer(std::vector<std::string> extra_args) : debug_mode_("local") {
+  options_.extra_args = std::move(extra_args);
+  start();
+}
+
+RedisServer::RedisServer(Options options) : options_(std::move(options)) {
+  if (options_.bind.empty()) throw std::invalid_argument("RedisServer::Options::bind is empty");
+  debug_mode_ = options_.debug_command ? "yes" : "no";
+  start();
+}
 
 RedisServer::~RedisServer() { stop(); }
 
@@ -77,73 +111,160 @@ RedisServer& RedisServer::shared() {
 
 std::string RedisServer::url() const { return "redis://" + host_ + ":" + std::to_string(port_); }
 
-void RedisServer::start(const std::vector<std::string>& extra_args) {
+void RedisServer::start() {
+  owned_ = true;
+  host_ = options_.bind.front();
   char tmpl[] = "/tmp/fairgate-redis-XXXXXX";
   if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
   for (int attempt = 0; attempt < 5; ++attempt) {
     port_ = free_loopback_port();
-    std::vector<std::string> args{"redis-server",
-                                  "--port",
-                                  std::to_string(port_),
-                                  "--bind",
-                                  host_,
-                                  "--save",
-                                  "",
-                                  "--appendonly",
-                                  "no",
-                                  "--dir",
-                                  dir_,
-                                  "--logfile",
-                                  dir_ + "/redis.log",
-                                  "--enable-debug-command",
-                                  "local"};
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
-    pid_ = ::fork();
-    if (pid_ < 0) throw std::runtime_error("fork failed");
-    if (pid_ == 0) {
-      // Dies with the test process (a killed test must not leave a server
-      // behind), and keeps no pipe of ctest's open.
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      const int devnull = ::open("/dev/null", O_RDWR);
-      if (devnull >= 0) {
-        ::dup2(devnull, 0);
-        ::dup2(devnull, 1);
-        ::dup2(devnull, 2);
-      }
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execvp(argv[0], argv.data());
-      ::_exit(127);
-    }
-    // Wait until it answers (a password-protected one answers NOAUTH: still up).
-    for (int i = 0; i < 250; ++i) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        break;  // exited (port taken?): try another port
-      }
-      timeval tv{0, 200'000};
-      redisContext* c = redisConnectWithTimeout(host_.c_str(), port_, tv);
-      if (c && !c->err) {
-        auto* r = static_cast<redisReply*>(redisCommand(c, "PING"));
-        const bool up = r != nullptr;
-        if (r) freeReplyObject(r);
-        redisFree(c);
-        if (up) return;
-      } else if (c) {
-        redisFree(c);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    stop();
+    if (spawn_and_wait()) return;
   }
+  stop();
   throw std::runtime_error("could not start redis-server (is the redis-server package installed?)");
+}
+
+bool RedisServer::spawn_and_wait() {
+  std::vector<std::string> args{"redis-server", "--port", std::to_string(port_), "--bind"};
+  args.insert(args.end(), options_.bind.begin(), options_.bind.end());
+  const std::vector<std::string> rest{"--save",
+                                      "",
+                                      "--appendonly",
+                                      options_.appendonly ? "yes" : "no",
+                                      "--appendfsync",
+                                      "always",
+                                      "--dir",
+                                      dir_,
+                                      "--logfile",
+                                      dir_ + "/redis.log",
+                                      "--enable-debug-command",
+                                      debug_mode_};
+  args.insert(args.end(), rest.begin(), rest.end());
+  // Protected mode answers every client not on loopback with DENIED while no
+  // password is set; a test that binds another address means to be reached there.
+  if (std::any_of(options_.bind.begin(), options_.bind.end(), [](const std::string& a) {
+        return a.rfind("127.", 0) != 0 && a != "::1" && a != "-::1";
+      })) {
+    args.insert(args.end(), {"--protected-mode", "no"});
+  }
+  args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
+  // Built before fork(): the child of a multi-threaded process may only make
+  // async-signal-safe calls.
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_ = ::fork();
+  if (pid_ < 0) throw std::runtime_error("fork failed");
+  if (pid_ == 0) {
+    // Dies with the test process (a killed test must not leave a server
+    // behind), and keeps no pipe of ctest's open.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    const int devnull = ::open("/dev/null", O_RDWR);
+    if (devnull >= 0) {
+      ::dup2(devnull, 0);
+      ::dup2(devnull, 1);
+      ::dup2(devnull, 2);
+    }
+    ::execvp(argv[0], argv.data());
+    ::_exit(127);
+  }
+  stopped_ = false;
+  // Wait until it answers (a password-protected one answers NOAUTH: still up).
+  for (int i = 0; i < 250; ++i) {
+    if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
+      pid_ = -1;
+      return false;  // exited (port taken?)
+    }
+    if (answers_ping(host_, port_)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  reap_hard();
+  return false;
+}
+
+void RedisServer::require_owned(const char* what) const {
+  if (!owned_)
+    throw std::logic_error(std::string("RedisServer::") + what + ": not a server this object started");
+}
+
+bool RedisServer::running() const {
+  if (pid_ <= 0) return false;
+  // WNOWAIT: look without reaping (kill_hard() and the destructor reap).
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0) return false;
+  return info.si_pid == 0;  // 0: no state change, so still there
+}
+
+void RedisServer::wait_state(int options) {
+  int status = 0;
+  pid_t r;
+  while ((r = ::waitpid(pid_, &status, options)) < 0 && errno == EINTR) {
+  }
+  // Reaped (it ended, whatever we waited for): forget the pid, which the
+  // system may now give to another process.
+  if (r < 0 || WIFEXITED(status) || WIFSIGNALED(status)) {
+    pid_ = -1;
+    stopped_ = false;
+  }
+}
+
+void RedisServer::reap_hard() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);  // also ends a stopped process
+  wait_state(0);
+}
+
+void RedisServer::kill_hard() {
+  require_owned("kill_hard");
+  reap_hard();
+}
+
+void RedisServer::start_again() {
+  require_owned("start_again");
+  if (running()) throw std::logic_error("RedisServer::start_again: still running (kill_hard() first)");
+  reap_hard();  // it may have exited by itself
+  // The old process is gone, so the port is normally free at once; a client's
+  // connection in TIME_WAIT does not block it (Redis binds with SO_REUSEADDR).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!spawn_and_wait()) {
+    if (std::chrono::steady_clock::now() >= deadline)
+      throw std::runtime_error("could not start redis-server again on port " + std::to_string(port_) +
+                               " (see " + dir_ + "/redis.log)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+void RedisServer::restart() {
+  require_owned("restart");
+  reap_hard();
+  start_again();
+}
+
+void RedisServer::stop_process() {
+  require_owned("stop_process");
+  if (pid_ <= 0) throw std::logic_error("RedisServer::stop_process: not running");
+  if (stopped_) return;
+  ::kill(pid_, SIGSTOP);
+  wait_state(WUNTRACED);  // returns once it is stopped (or gone)
+  if (pid_ > 0) stopped_ = true;
+}
+
+void RedisServer::continue_process() {
+  require_owned("continue_process");
+  if (pid_ <= 0) throw std::logic_error("RedisServer::continue_process: not running");
+  if (!stopped_) return;
+  ::kill(pid_, SIGCONT);
+  wait_state(WCONTINUED);
+  stopped_ = false;
 }
 
 void RedisServer::stop() {
   if (pid_ > 0) {
+    if (stopped_) {
+      ::kill(pid_, SIGCONT);  // a stopped process would not act on SIGTERM
+      stopped_ = false;
+    }
     ::kill(pid_, SIGTERM);
     for (int i = 0; i < 100; ++i) {
       if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
@@ -152,11 +273,7 @@ void RedisServer::stop() {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-      pid_ = -1;
-    }
+    reap_hard();
   }
   if (!dir_.empty()) {
     std::error_code ec;
@@ -165,13 +282,17 @@ void RedisServer::stop() {
   }
 }
 
-std::string RedisServer::command(const std::vector<std::string>& args) const {
-  timeval tv{2, 0};
+std::string RedisServer::command(const std::vector<std::string>& args,
+                                 std::chrono::milliseconds timeout) const {
+  const timeval tv = to_timeval(timeout);
   redisContext* c = redisConnectWithTimeout(host_.c_str(), port_, tv);
   if (!c || c->err) {
+    std::string text =
+        "(error) cannot connect to redis at " + url() + (c ? std::string(": ") + c->errstr : "");
     if (c) redisFree(c);
-    throw std::runtime_error("cannot connect to redis at " + url());
+    return text;
   }
+  redisSetTimeout(c, tv);
   std::vector<const char*> argv;
   std::vector<std::size_t> lens;
   for (const auto& a : args) {
@@ -180,7 +301,8 @@ std::string RedisServer::command(const std::vector<std::string>& args) const {
   }
   auto* r =
       static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(args.size()), argv.data(), lens.data()));
-  std::string text = reply_text(r);
+  // No reply: timed out, or the connection closed (hiredis says which).
+  std::string text = r ? reply_text(r) : "(error) " + std::string(c->errstr) + " (" + url() + ")";
   if (r) freeReplyObject(r);
   redisFree(c);
   return text;

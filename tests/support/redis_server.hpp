@@ -4,10 +4,22 @@
 // a temporary directory, waits until it answers PING, and stops it (by pid)
 // on destruction. With FAIRGATE_TEST_REDIS=host:port set, shared() reuses that
 // server instead of starting one.
+//
+// Fault controls (kill_hard, restart, stop_process, ...) act on the process
+// this object started, by its pid, and on nothing else; they throw
+// std::logic_error on a reused (FAIRGATE_TEST_REDIS) server. A server keeps
+// its port and its directory across restarts, so with Options::appendonly the
+// data written before a kill -9 is there again after it.
+//
+// Not thread-safe: call the controls from one thread, one that outlives the
+// server (the child gets PR_SET_PDEATHSIG, which fires when the thread that
+// forked it ends, not only the process). command() may run on several
+// threads at once (each call opens its own connection).
 #pragma once
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,8 +29,28 @@ namespace fairgate::test {
 
 class RedisServer {
  public:
-  /// Starts a server with these extra arguments (e.g. {"--requirepass", "x"}).
+  struct Options {
+    /// Appended after ours, so they override them (e.g. {"--requirepass", "x"}).
+    std::vector<std::string> extra_args;
+    /// --appendonly yes --appendfsync always: every acknowledged write survives
+    /// kill_hard()/restart(). Off: the data is gone after a restart.
+    bool appendonly = false;
+    /// --enable-debug-command yes (DEBUG SLEEP, DEBUG SET-ACTIVE-EXPIRE, ...),
+    /// from any address; off: "no".
+    bool debug_command = true;
+    /// Addresses to listen on; host() is the first. Add a NetNamespace's
+    /// host_address() to be reachable from inside the namespace (the address
+    /// must exist before the server starts); with any address not on
+    /// loopback, protected mode is off (else it answers DENIED there).
+    std::vector<std::string> bind = {"127.0.0.1"};
+  };
+
+  /// Starts a server with these extra arguments (e.g. {"--requirepass", "x"}),
+  /// on 127.0.0.1, without persistence, DEBUG allowed from loopback.
   explicit RedisServer(std::vector<std::string> extra_args = {});
+  explicit RedisServer(Options options);
+  /// Stops the server in whatever state it is (stopped: SIGCONT first) and
+  /// removes its directory.
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
@@ -30,20 +62,53 @@ class RedisServer {
   std::uint16_t port() const { return port_; }
   /// redis://host:port
   std::string url() const;
+  /// The data directory (redis.log, appendonlydir/); empty for a reused server.
+  const std::string& dir() const { return dir_; }
 
   /// Runs one command synchronously on a fresh connection (test helper);
-  /// returns the reply as text ("(error) ..." for errors).
-  std::string command(const std::vector<std::string>& args) const;
+  /// returns the reply as text ("(error) ..." for errors). Never waits longer
+  /// than about `timeout` for the connect and again for the reply: a server
+  /// that is stopped, killed or unreachable gives "(error) ..." text, too.
+  std::string command(const std::vector<std::string>& args,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
+
+  // --- Fault controls (the process this object started, by its pid).
+
+  /// The server's pid; -1 after kill_hard() or for a reused server.
+  pid_t pid() const { return pid_; }
+  /// True while the process this object started exists (stopped or not).
+  bool running() const;
+  /// SIGKILL, then reaps it: like a crash or an OOM kill. No-op if not running.
+  void kill_hard();
+  /// Starts the server again after kill_hard(), on the same port and in the
+  /// same directory; returns once it answers PING (with appendonly: once the
+  /// AOF is loaded). Retries for a few seconds if the port is still busy.
+  void start_again();
+  /// kill_hard() if running, then start_again().
+  void restart();
+  /// SIGSTOP: the process freezes; the kernel still accepts connections on
+  /// its port, but nothing answers. Returns once it is stopped. Idempotent.
+  void stop_process();
+  /// SIGCONT: it answers again (what queued meanwhile included). Idempotent.
+  void continue_process();
 
  private:
   RedisServer(std::string host, std::uint16_t port)
       : host_(std::move(host)), port_(port) {}  // reuse, not owned
-  void start(const std::vector<std::string>& extra_args);
+  void start();
+  bool spawn_and_wait();                 // false: the process exited before it answered (port taken?)
+  void wait_state(int waitpid_options);  // WUNTRACED: stopped, WCONTINUED: continued, 0: ended
+  void reap_hard();
   void stop();
+  void require_owned(const char* what) const;
 
+  Options options_;
+  const char* debug_mode_ = "yes";  // "local" for the plain constructor (as before Options)
   std::string host_ = "127.0.0.1";
   std::uint16_t port_ = 0;
   pid_t pid_ = -1;
+  bool stopped_ = false;  // SIGSTOPped by stop_process()
+  bool owned_ = false;    // started (and so controlled) by this object
   std::string dir_;
 };
 

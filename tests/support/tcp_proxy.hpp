@@ -1,0 +1,85 @@
+// tests/support/tcp_proxy.hpp — a TCP proxy in the test process, to put
+// network faults between a client and Redis.
+//
+// Listens on a free loopback port and forwards each accepted connection to
+// the target (its own upstream connection per client), on Boost.Asio with
+// its own io_context thread. The controls change what the network does from
+// now on, for the current connections and the next ones:
+//
+//   set_delay(d)  every chunk read is written on d later (order kept per
+//                 direction): a slow link, both ways, so a round trip
+//                 costs at least 2d.
+//   stall()       nothing is forwarded, either way, but the connections stay
+//                 open and what arrives is buffered: a frozen network (the
+//                 kernel still completes new handshakes, as it does for any
+//                 listener). resume() delivers the backlog, in order.
+//   cut()         closes every current connection, both sides, at once (the
+//                 client reads EOF, as when the peer closes).
+//   refuse(true)  new connections are accepted and closed at once.
+//
+// All controls may be called from any thread, are idempotent, and return
+// once they apply on the proxy's thread (after cut(), connections() is 0).
+// The buffering has no limit: meant for test-sized traffic.
+#pragma once
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+
+namespace fairgate::test {
+
+class TcpProxy {
+ public:
+  /// Forwards to target_host (an IP address) : target_port. Throws if it
+  /// cannot listen; a target that refuses shows as a client connection that
+  /// closes at once.
+  TcpProxy(const std::string& target_host, std::uint16_t target_port);
+  /// Closes every connection and stops the thread.
+  ~TcpProxy();
+  TcpProxy(const TcpProxy&) = delete;
+  TcpProxy& operator=(const TcpProxy&) = delete;
+
+  /// The loopback port clients connect to (127.0.0.1).
+  std::uint16_t port() const { return port_; }
+  /// Applies to data read from now on (0: forward at once, the default).
+  void set_delay(std::chrono::milliseconds delay);
+  void stall();
+  void resume();
+  void cut();
+  void refuse(bool on);
+
+  /// Client connections open now (accepted and not yet closed).
+  std::size_t connections() const { return open_.load(); }
+  /// Bytes written on, both directions, since construction.
+  std::uint64_t bytes_forwarded() const { return forwarded_.load(); }
+
+ private:
+  struct Session;
+  void accept();
+  void run_here(const std::function<void()>& fn);  // runs fn on the proxy's thread, waits
+
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::ip::tcp::endpoint target_;
+  std::uint16_t port_ = 0;
+  std::set<std::shared_ptr<Session>> sessions_;  // the proxy's thread only
+  std::atomic<std::int64_t> delay_ms_{0};
+  std::atomic<bool> stalled_{false};
+  std::atomic<bool> refusing_{false};
+  std::atomic<std::size_t> open_{0};
+  std::atomic<std::uint64_t> forwarded_{0};
+  std::thread thread_;  // last: starts after everything it uses
+};
+
+}  // namespace fairgate::test
