@@ -29,6 +29,11 @@ struct BackendHealth {
   bool connected = true;
   /// Redis client errors so far: command timeouts, disconnects, error replies.
   std::uint64_t errors = 0;
+  std::uint64_t timeouts = 0;       ///< commands without a reply in time
+  std::uint64_t disconnects = 0;    ///< commands lost with a connection, or sent while there was none
+  std::uint64_t error_replies = 0;  ///< commands Redis answered with an error
+  /// Limiters running on their on_redis_down policy (Redis unreachable).
+  std::size_t degraded_limiters = 0;
 };
 
 class Backend {

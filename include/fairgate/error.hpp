@@ -34,6 +34,7 @@ enum class Errc : int {
   invalid_name,         ///< a limiter name breaks the naming rule
   invalid_settings,     ///< settings failed validation
   shut_down,            ///< the backend has been shut down
+  unavailable,          ///< the shared state (Redis) did not confirm the change
 };
 
 const boost::system::error_category& reject_category() noexcept;

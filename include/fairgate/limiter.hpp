@@ -130,6 +130,31 @@ struct LimiterStats {
   std::array<std::uint64_t, 8> by_reason{};
 };
 
+/// How one limiter of the Redis backend stands with Redis on this instance
+/// (Snapshot::engine). Zero/false on the memory backend.
+struct EngineStatus {
+  /// Redis is unreachable: the limiter runs on its on_redis_down policy (D1).
+  bool degraded = false;
+  /// While degraded with policy `local`: permits this instance may hold.
+  std::size_t local_cap = 0;
+  /// The limiter's state in Redis was re-created (or lost writes) and is
+  /// fenced for this long: no grant until every instance re-registered.
+  std::chrono::milliseconds fence_left{0};
+  /// Where the settings in force came from: "redis" (the cluster-wide values,
+  /// which win once the limiter exists there), "local" (this instance's
+  /// start-up values: not confirmed by Redis yet), or "" (memory backend).
+  std::string settings_source;
+  std::uint64_t degraded_entries = 0;          ///< times it entered degraded mode
+  std::chrono::milliseconds degraded_time{0};  ///< time spent degraded in all
+  std::uint64_t restores = 0;                  ///< restores Redis acknowledged
+  std::uint64_t state_recreations = 0;         ///< times this instance found the state gone and created it
+  std::chrono::milliseconds fenced_time{0};    ///< time seen fenced in all
+  /// Permits this instance put back although the cap was already reached (its
+  /// work kept running while Redis had reaped it: a pause or a partition
+  /// longer than the liveness TTL).
+  std::uint64_t overshoot_restored = 0;
+};
+
 /// A consistent picture of one limiter at one instant.
 struct Snapshot {
   std::string name;
@@ -141,6 +166,19 @@ struct Snapshot {
   LimiterStats stats;
   /// Estimated wait for a new arrival at the back of the queue.
   std::optional<std::chrono::milliseconds> estimated_wait;
+  EngineStatus engine;
+};
+
+/// How Limiter::async_configure ended.
+struct ConfigureResult {
+  /// Empty: applied (cluster-wide on Redis). Errc::invalid_settings: nothing
+  /// changed (`message` names the field). Errc::unavailable: the backend could
+  /// not confirm the change (Redis unreachable or lost the state meanwhile);
+  /// the settings in force did not change here. Errc::shut_down.
+  boost::system::error_code error;
+  std::string message;  ///< one line: "field: problem", or why it was not applied
+  Settings settings;    ///< the settings in force after the call
+  explicit operator bool() const noexcept { return !error; }
 };
 
 namespace detail {
@@ -203,16 +241,33 @@ class Limiter {
   Settings settings() const;
   /// Hot config (F9): applies `update`; raising max_concurrent admits waiters
   /// at once, lowering it never revokes held permits. Returns the new settings
-  /// or the validation error (nothing changed then).
+  /// or the validation error (nothing changed then). On Redis the change is
+  /// sent and this returns at once; use async_configure to learn that Redis
+  /// applied it.
   boost::system::result<Settings, SettingsError> configure(const SettingsUpdate& update);
+
+  /// Hot config that completes once the change is in force everywhere it
+  /// applies (on Redis: once Redis confirmed it, cluster-wide), with a
+  /// ConfigureResult. Token signature void(ConfigureResult); the handler runs
+  /// on its associated executor, never inside this call.
+  template <typename Token>
+  auto async_configure(const SettingsUpdate& update, Token&& token) {
+    return boost::asio::async_initiate<Token, void(ConfigureResult)>(
+        [impl = checked_impl()](auto handler, const SettingsUpdate& u) {
+          detail::start_configure(
+              *impl, u,
+              detail::make_completion<ConfigureResult>(std::move(handler), detail::executor_of(*impl)));
+        },
+        token, update);
+  }
 
  private:
   const std::shared_ptr<detail::LimiterImpl>& checked_impl() const;
   std::shared_ptr<detail::LimiterImpl> impl_;
 };
 
-template <typename Handler>
-void detail::CompletionBox<Handler>::complete(AcquireResult result) {
+template <typename Handler, typename R>
+void detail::CompletionBox<Handler, R>::complete(R result) {
   auto executor = work_.get_executor();
   boost::asio::post(executor, [handler = std::move(handler_), result = std::move(result),
                                work = std::move(work_)]() mutable {

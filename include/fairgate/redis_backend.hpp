@@ -12,9 +12,11 @@
 #include <boost/asio/any_io_executor.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace fairgate {
 
@@ -35,6 +37,30 @@ struct RedisBackendOptions {
   /// The keys of a limiter nobody heartbeats expire after this long
   /// (refreshed about every 10th heartbeat). 0 = never expire.
   std::chrono::milliseconds key_expiry = std::chrono::hours(1);
+  /// Recovery fence: when a heartbeat finds a limiter's state gone (a new
+  /// limiter, FLUSHALL, a restart without persistence) it re-creates it, and
+  /// nothing is granted for this long, so every instance that was alive can
+  /// re-register its running permits before the count is trusted again (D3).
+  /// std::nullopt = liveness_ttl + heartbeat_interval (every live instance has
+  /// heartbeated by then). 0 = no fence: grants resume at once, and the cap
+  /// can be exceeded by the permits not yet re-registered (docs/design.md).
+  std::optional<std::chrono::milliseconds> recovery_fence;
+  /// Commands must keep failing (timeouts, no connection) for this long before
+  /// a limiter applies its on_redis_down policy; shorter hiccups only delay
+  /// requests (they are retried, never rejected for it).
+  std::chrono::milliseconds degrade_after{1000};
+  /// Redis must answer for this long before a degraded limiter hands its
+  /// permits and waiters back to Redis (hysteresis: a flapping link does not
+  /// flap the mode).
+  std::chrono::milliseconds recover_after{1000};
+  /// Receives one line per state change (degraded, restored, fence, settings
+  /// adopted from Redis, ...). Empty: written to stderr.
+  std::function<void(std::string_view line)> log;
+
+  /// The fence in force: recovery_fence, or liveness_ttl + heartbeat_interval.
+  std::chrono::milliseconds fence() const {
+    return recovery_fence.value_or(liveness_ttl + heartbeat_interval);
+  }
 };
 
 /// std::nullopt if the options are acceptable, else the first problem found.
@@ -43,8 +69,9 @@ std::optional<SettingsError> validate(const RedisBackendOptions& options);
 /// The Redis backend. Timers, Redis I/O and on_queued callbacks run on
 /// `executor`. Throws std::invalid_argument ("field: problem") when
 /// validate(options) fails. Connecting is asynchronous and retried in the
-/// background: while Redis is unreachable acquires end REJECTED with
-/// RejectReason::unavailable after the command timeout.
+/// background. A request never fails because one Redis call did: it is
+/// retried (idempotently) within its max_wait; when Redis stays unreachable
+/// for degrade_after, each limiter follows Settings::on_redis_down.
 ///
 /// Lifetime: as for every backend, destroy it (and release every Permit it
 /// granted) before the io_context its executor belongs to. After shutdown()

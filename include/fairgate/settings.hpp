@@ -24,6 +24,21 @@ enum class DisabledMode : std::uint8_t {
 
 std::string_view to_string(DisabledMode mode) noexcept;
 
+/// What a limiter of the Redis backend does on this instance while Redis is
+/// unreachable (D1; docs/design.md, "Degraded modes"). The memory backend has
+/// nothing remote and ignores it.
+enum class RedisDownPolicy : std::uint8_t {
+  /// Keep serving this instance's own waiters, in order, with the seats this
+  /// instance held when Redis went away (a permit released frees a seat for the
+  /// next local waiter) — or with `local_share` seats when set. Cap-safe while
+  /// Redis is away for every instance; see the docs for a partition of one.
+  local,
+  open,    ///< grant every request at once (the cap is not enforced meanwhile)
+  closed,  ///< reject new requests at once with RejectReason::unavailable
+};
+
+std::string_view to_string(RedisDownPolicy policy) noexcept;
+
 /// Bounds enforced by validate(); exposed so front ends can print them.
 inline constexpr std::uint32_t kMaxConcurrentLimit = 1'000'000;
 inline constexpr std::uint32_t kMaxQueueLimit = 10'000'000;
@@ -58,6 +73,15 @@ struct Settings {
   /// max_concurrent is allowed (it never binds), so lowering max_concurrent at
   /// run time never makes the settings invalid.
   std::optional<std::uint32_t> max_per_tenant;
+  /// Redis backend (local to this instance, not shared through Redis): what to
+  /// do while Redis is unreachable (D1).
+  RedisDownPolicy on_redis_down = RedisDownPolicy::local;
+  /// Redis backend, policy `local`: permits this instance may hold while Redis
+  /// is unreachable, whatever it held before. std::nullopt (the default) = the
+  /// seats it held when Redis went away, which never exceeds the cap; a fixed
+  /// share can, if other instances still reach Redis and use the whole cap.
+  /// 0 .. kMaxConcurrentLimit.
+  std::optional<std::uint32_t> local_share;
 
   /// True when requests are tracked per tenant (tenant_fairness or a
   /// per-tenant cap): dispatch then works on per-tenant queues.
@@ -95,6 +119,9 @@ struct SettingsUpdate {
   std::optional<bool> tenant_fairness;
   /// Outer optional: change it or not; inner: the new value (nullopt = no cap).
   std::optional<std::optional<std::uint32_t>> max_per_tenant;
+  std::optional<RedisDownPolicy> on_redis_down;
+  /// Outer optional: change it or not; inner: the new value (nullopt = the seats held).
+  std::optional<std::optional<std::uint32_t>> local_share;
 };
 
 /// `base` with the fields of `update` applied (not validated).

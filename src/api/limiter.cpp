@@ -65,6 +65,25 @@ boost::system::result<Settings, SettingsError> Limiter::configure(const Settings
 
 namespace detail {
 
+void LimiterImpl::start_configure(const SettingsUpdate& update,
+                                  std::unique_ptr<ConfigureCompletion> completion) {
+  ConfigureResult r;
+  auto applied = configure(update);
+  if (applied) {
+    r.settings = *applied;
+  } else {
+    r.error = make_error_code(Errc::invalid_settings);
+    r.message = applied.error().message();
+    r.settings = settings();
+  }
+  completion->complete(std::move(r));
+}
+
+void start_configure(LimiterImpl& impl, const SettingsUpdate& update,
+                     std::unique_ptr<ConfigureCompletion> completion) {
+  impl.start_configure(update, std::move(completion));
+}
+
 boost::asio::any_io_executor executor_of(const LimiterImpl& impl) { return impl.get_executor(); }
 
 AcquireResult end_request(LimiterStats& stats, RejectReason reason, std::chrono::milliseconds waited,

@@ -32,7 +32,8 @@ struct ServeArgs {
 
 constexpr std::string_view kLimiterHelp =
     "A limiter: "
-    "NAME=MAX[,max_wait=20s][,max_queue=K][,enabled=false][,tenant_fairness=true][,max_per_tenant=K]; "
+    "NAME=MAX[,max_wait=20s][,max_queue=K][,enabled=false][,tenant_fairness=true][,max_per_tenant=K]"
+    "[,on_redis_down=local|open|closed][,local_share=K]; "
     "repeat for more (replaces a config file limiter of the same name)";
 
 /// "chat=3,max_wait=20s,max_queue=100,enabled=false" → LimiterConfig. Throws UsageError.
@@ -79,9 +80,24 @@ serve::LimiterConfig parse_limiter_spec(const std::string& spec) {
       const auto q = parse_count(value, 1, kMaxConcurrentLimit);
       if (!q) return fail(fmt::format("max_per_tenant: {}", q.error));
       l.settings.max_per_tenant = static_cast<std::uint32_t>(*q.value);
+    } else if (key == "on_redis_down") {
+      if (value == "local")
+        l.settings.on_redis_down = RedisDownPolicy::local;
+      else if (value == "open")
+        l.settings.on_redis_down = RedisDownPolicy::open;
+      else if (value == "closed")
+        l.settings.on_redis_down = RedisDownPolicy::closed;
+      else
+        return fail(fmt::format("on_redis_down: \"{}\" is not one of local, open, closed", value));
+    } else if (key == "local_share") {
+      const auto q = parse_count(value, 0, kMaxConcurrentLimit);
+      if (!q) return fail(fmt::format("local_share: {}", q.error));
+      l.settings.local_share = static_cast<std::uint32_t>(*q.value);
     } else {
-      return fail(fmt::format(
-          "unknown option \"{}\" (use max_wait, max_queue, enabled, tenant_fairness, max_per_tenant)", key));
+      return fail(
+          fmt::format("unknown option \"{}\" (use max_wait, max_queue, enabled, tenant_fairness, "
+                      "max_per_tenant, on_redis_down, local_share)",
+                      key));
     }
   }
   if (auto e = validate(l.settings)) return fail(e->message());

@@ -121,6 +121,12 @@ class LimiterState {
   /// timeout when it cannot wait or would surely wait too long).
   Admission admit(RequestId id, Time now, Time deadline, std::string tenant, std::uint32_t weight = 1);
 
+  /// Counts `id` (unused so far) as a holder without any check: a permit that
+  /// already exists elsewhere (the Redis backend seeds its local fallback with
+  /// the permits it holds). May leave the state above its cap (like lowering
+  /// max_concurrent): nothing more is granted until below it.
+  void adopt(RequestId id, Time granted, std::string tenant) { grant(id, granted, std::move(tenant)); }
+
   /// Returns holder `id`'s permit and dispatches. False (and no effect) when
   /// `id` holds no permit — so a double release is harmless.
   bool release(RequestId id, Time now, DispatchSink& sink);

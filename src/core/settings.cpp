@@ -13,6 +13,15 @@ std::string_view to_string(DisabledMode mode) noexcept {
   return "?";
 }
 
+std::string_view to_string(RedisDownPolicy policy) noexcept {
+  switch (policy) {
+    case RedisDownPolicy::local: return "local";
+    case RedisDownPolicy::open: return "open";
+    case RedisDownPolicy::closed: return "closed";
+  }
+  return "?";
+}
+
 void throw_exception_from_error(const SettingsError& error, const boost::source_location&) {
   throw std::invalid_argument(error.message());
 }
@@ -36,6 +45,11 @@ std::optional<SettingsError> validate(const Settings& s) {
         .append(" (or unset for no per-tenant cap), got ")
         .append(std::to_string(*s.max_per_tenant));
     return SettingsError{"max_per_tenant", std::move(problem)};
+  }
+  if (s.local_share && *s.local_share > kMaxConcurrentLimit) {
+    return SettingsError{"local_share", "must be between 0 and " + std::to_string(kMaxConcurrentLimit) +
+                                            " (or unset for the seats held), got " +
+                                            std::to_string(*s.local_share)};
   }
   return std::nullopt;
 }
@@ -66,6 +80,8 @@ Settings apply(Settings base, const SettingsUpdate& u) {
   if (u.early_reject) base.early_reject = *u.early_reject;
   if (u.tenant_fairness) base.tenant_fairness = *u.tenant_fairness;
   if (u.max_per_tenant) base.max_per_tenant = *u.max_per_tenant;
+  if (u.on_redis_down) base.on_redis_down = *u.on_redis_down;
+  if (u.local_share) base.local_share = *u.local_share;
   return base;
 }
 

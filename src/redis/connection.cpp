@@ -62,7 +62,7 @@ class ErrorCategory final : public boost::system::error_category {
       case Error::disconnected: return "Redis connection lost";
       case Error::closed: return "Redis client closed";
       case Error::protocol: return "Redis protocol error";
-      case Error::bad_url: return "bad Redis URL";
+      case Error::no_script: return "Redis lost the script cache (NOSCRIPT); the call did not run";
     }
     return "Redis error";
   }
@@ -179,6 +179,7 @@ void Connection::do_exec(std::vector<std::string> args, Callback callback,
   const auto deadline = p.deadline;
   queued_.push_back(std::move(p));
   if (state_ == State::ready) write_queued();
+  if (state_ == State::backoff) hurry_reconnect();
   arm_deadline_timer(deadline);
 }
 
@@ -212,6 +213,7 @@ void Connection::flush() {
 
 void Connection::connect() {
   state_ = State::connecting;
+  last_attempt_ = Clock::now();
   const auto gen = generation_;
   connect_timer_.expires_after(options_.connect_timeout);
   connect_timer_.async_wait([self = shared_from_this(), gen](error_code ec) {
@@ -262,6 +264,9 @@ void Connection::on_connected() {
   if (!options_.client_name.empty()) {
     do_exec({"CLIENT", "SETNAME", options_.client_name}, ignore(), options_.command_timeout);
   }
+  // The scripts, before anything that may call them (Redis may have restarted
+  // with an empty script cache).
+  for (const auto& command : preload_) do_exec(command, ignore(), options_.command_timeout);
   for (auto& p : waiting) queued_.push_back(std::move(p));
   write_queued();
   if (connect_handler_) connect_handler_();
@@ -324,7 +329,20 @@ void Connection::schedule_reconnect() {
   if (state_ == State::closed) return;
   state_ = State::backoff;
   backoff_ = std::clamp(backoff_ * 2, options_.reconnect_min, options_.reconnect_max);
+  // Work waits: never back off longer than it may wait.
+  if (!queued_.empty())
+    backoff_ = std::min(backoff_, std::max(options_.reconnect_min, options_.command_timeout));
   reconnect_timer_.expires_after(backoff_);
+  reconnect_timer_.async_wait([self = shared_from_this(), gen = generation_](error_code ec) {
+    if (ec || gen != self->generation_ || self->state_ != State::backoff) return;
+    self->connect();
+  });
+}
+
+void Connection::hurry_reconnect() {
+  const auto at = std::max(Clock::now(), last_attempt_ + options_.reconnect_min);
+  if (reconnect_timer_.expiry() <= at) return;
+  reconnect_timer_.expires_at(at);
   reconnect_timer_.async_wait([self = shared_from_this(), gen = generation_](error_code ec) {
     if (ec || gen != self->generation_ || self->state_ != State::backoff) return;
     self->connect();
@@ -350,10 +368,11 @@ void Connection::on_deadline_timer() {
   // call exec() (inline on this strand), which must not touch the deques
   // while they are being walked.
   std::vector<Pending> expired;
+  std::vector<Pending> unsent;  // expired without a connection to send them on
   // Never-sent commands that expired simply leave.
   for (auto it = queued_.begin(); it != queued_.end();) {
     if (it->deadline <= now) {
-      expired.push_back(std::move(*it));
+      (state_ == State::ready ? expired : unsent).push_back(std::move(*it));
       it = queued_.erase(it);
     } else {
       next = std::min(next, it->deadline);
@@ -387,6 +406,7 @@ void Connection::on_deadline_timer() {
     arm_deadline_timer(next);
   }
   for (auto& p : expired) fail(p, Error::timeout);
+  for (auto& p : unsent) fail(p, Error::disconnected);
 }
 
 }  // namespace fairgate::redis

@@ -6,7 +6,9 @@
 //
 // Invariants:
 //  * Every exec() callback is called exactly once, on the connection's strand:
-//    with the reply, or with Error::timeout / disconnected / closed.
+//    with the reply, or with Error::timeout (sent, no reply in time) /
+//    disconnected (the connection dropped, or there was none to send it on
+//    before its timeout) / closed.
 //  * Replies are matched to commands in order (RESP2 pipelining). A command
 //    that timed out keeps its slot, so the late reply is discarded, never
 //    given to the next command. If the oldest command is far overdue the
@@ -15,7 +17,12 @@
 //    written after the reconnect; in-flight commands fail on a disconnect
 //    (their outcome is unknown to us; the caller decides).
 //  * After each (re)connect: AUTH, SELECT and CLIENT SETNAME as configured,
-//    then the connect handler (re-SUBSCRIBE there).
+//    then the preload commands (SCRIPT LOAD of every script), then whatever
+//    waited, then the connect handler (re-SUBSCRIBE there): nothing sent on a
+//    connection can run before its scripts are loaded.
+//  * Reconnects back off (reconnect_min doubling up to reconnect_max), but
+//    never longer than one command timeout while a command waits, and a new
+//    command while disconnected brings the next attempt forward at once.
 //  * Subscriber mode: arrays starting with "message", "pmessage" or
 //    "smessage" go to the push handler. SUBSCRIBE one channel per command
 //    (one confirmation reply per command).
@@ -64,6 +71,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// Handlers run on the strand. Set them before start().
   void set_push_handler(PushHandler handler) { push_handler_ = std::move(handler); }
   void set_connect_handler(ConnectHandler handler) { connect_handler_ = std::move(handler); }
+  /// Commands sent first on every (re)connect, replies ignored. Set before start().
+  void set_preload(std::vector<std::vector<std::string>> commands) { preload_ = std::move(commands); }
 
   /// Connects, and reconnects with backoff after every drop, until close().
   void start();
@@ -101,6 +110,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_reply(Reply reply);
   void reset(const char* why);
   void schedule_reconnect();
+  /// A command waits while disconnected: reconnect as soon as reconnect_min allows.
+  void hurry_reconnect();
   void arm_deadline_timer(Clock::time_point deadline);
   void on_deadline_timer();
   static void fail(Pending& p, Error e);
@@ -118,6 +129,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   State state_ = State::idle;
   std::uint64_t generation_ = 0;  // bumped on every reset: stale handlers see a mismatch
   std::chrono::milliseconds backoff_{0};
+  Clock::time_point last_attempt_{};
+  std::vector<std::vector<std::string>> preload_;
 
   std::deque<Pending> queued_;     // not written yet
   std::deque<Pending> in_flight_;  // written, reply pending, in order

@@ -61,7 +61,12 @@ class RedisBackend final : public Backend, public std::enable_shared_from_this<R
     BackendHealth h;
     h.remote = true;
     h.connected = context_->commands->connected() && context_->subscriber->connected();
-    h.errors = context_->redis_errors.load(std::memory_order_relaxed);
+    const auto& f = context_->failures;
+    h.timeouts = f.timeouts.load(std::memory_order_relaxed);
+    h.disconnects = f.disconnects.load(std::memory_order_relaxed);
+    h.error_replies = f.error_replies.load(std::memory_order_relaxed);
+    h.errors = h.timeouts + h.disconnects + h.error_replies;
+    for (auto& limiter : registry_.all()) h.degraded_limiters += limiter->degraded() ? 1 : 0;
     return h;
   }
 
@@ -142,6 +147,10 @@ std::optional<SettingsError> validate(const RedisBackendOptions& o) {
   if (o.command_timeout >= o.liveness_ttl) {
     return SettingsError{"command_timeout", "must be less than liveness_ttl"};
   }
+  if (o.recovery_fence && (o.recovery_fence->count() < 0 || *o.recovery_fence > std::chrono::hours(1)))
+    return SettingsError{"recovery_fence", "must be between 0 and 1 hour"};
+  if (o.degrade_after.count() <= 0) return SettingsError{"degrade_after", "must be positive"};
+  if (o.recover_after.count() < 0) return SettingsError{"recover_after", "must not be negative"};
   const auto min_expiry = o.heartbeat_interval * redis::RedisLimiter::kExpiryEvery + o.liveness_ttl;
   if (o.key_expiry.count() < 0 || (o.key_expiry.count() > 0 && o.key_expiry <= min_expiry)) {
     return SettingsError{"key_expiry", "must be 0 (never) or more than " +
@@ -167,6 +176,7 @@ std::shared_ptr<Backend> make_redis_backend(boost::asio::any_io_executor executo
   subscriber.client_name = "fairgate-sub:" + options.instance_id;
   context->options = std::move(options);
   context->commands = redis::Connection::create(executor, commands);
+  context->commands->set_preload(redis::scripts::preload_commands());
   context->subscriber = redis::Connection::create(executor, subscriber);
   auto backend = std::make_shared<RedisBackend>(std::move(context));
   backend->start();

@@ -4,6 +4,8 @@
 
 #include <boost/asio/post.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
@@ -33,11 +35,46 @@ bool is_array(const Reply& r, std::size_t at_least) {
   return r.type == Reply::Type::array && r.elements.size() >= at_least;
 }
 
-void log_error(const std::string& limiter, const char* what, const std::string& detail) {
-  std::fprintf(stderr, "fairgate redis [%s]: %s: %s\n", limiter.c_str(), what, detail.c_str());
+std::int64_t integer_of(const Reply& r) {
+  if (r.type == Reply::Type::integer) return r.integer;
+  return parse_number<std::int64_t>(r.str).value_or(0);
+}
+
+std::size_t count_of(const Reply& r) {
+  return static_cast<std::size_t>(std::max<std::int64_t>(0, integer_of(r)));
+}
+
+std::string why(boost::system::error_code ec, const Reply& reply) {
+  if (ec) return ec.message();
+  if (reply.is_error()) return reply.str;
+  return "unexpected reply " + reply.debug_string().substr(0, 200);
+}
+
+std::string seconds(milliseconds ms) {
+  return fmt::format("{:.1f} s", static_cast<double>(ms.count()) / 1000.0);
 }
 
 }  // namespace
+
+// --- the backend's shared parts --------------------------------------------
+
+void BackendContext::count_failure(boost::system::error_code ec) {
+  if (!ec) {
+    failures.error_replies.fetch_add(1, std::memory_order_relaxed);
+  } else if (ec == make_error_code(Error::timeout)) {
+    failures.timeouts.fetch_add(1, std::memory_order_relaxed);
+  } else if (ec != make_error_code(Error::closed)) {
+    failures.disconnects.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void BackendContext::log(const std::string& line) const {
+  if (options.log) {
+    options.log(line);
+  } else {
+    std::fprintf(stderr, "fairgate: %s\n", line.c_str());
+  }
+}
 
 BackendContext::~BackendContext() {
   if (subscriber) subscriber->close();
@@ -48,15 +85,46 @@ BackendContext::~BackendContext() {
   }
 }
 
+/// Decisions of the local fallback (degraded, policy local), applied to the
+/// requests of the limiter. Used with mu_ held.
+class RedisLimiter::LocalSink final : public core::DispatchSink {
+ public:
+  LocalSink(RedisLimiter& limiter, Clock::time_point now) : limiter_(limiter), now_(now) {}
+  bool try_grant(core::RequestId id) override {
+    auto it = limiter_.requests_.find(id);
+    if (it == limiter_.requests_.end()) return false;
+    RequestPtr request = it->second;
+    if (request->ticket.resume(core::TicketEvent::grant) != core::TicketAction::deliver) return false;
+    limiter_.forget_locked(request);
+    limiter_.holders_.emplace(id, Holder{request->tenant, now_, /*local=*/true});
+    limiter_.deliver_granted(*request, now_);
+    return true;
+  }
+  void drop(core::RequestId id, RejectReason reason) override {
+    auto it = limiter_.requests_.find(id);
+    if (it == limiter_.requests_.end()) return;
+    RequestPtr request = it->second;
+    const auto event =
+        reason == RejectReason::timeout ? core::TicketEvent::timeout : core::TicketEvent::reject;
+    if (request->ticket.resume(event) != core::TicketAction::deliver) return;
+    if (limiter_.end_locked(request, reason)) limiter_.clean_extras_ = true;
+  }
+
+ private:
+  RedisLimiter& limiter_;
+  Clock::time_point now_;
+};
+
 RedisLimiter::RedisLimiter(std::shared_ptr<BackendContext> context, std::string name, Settings defaults)
     : context_(std::move(context)),
       name_(std::move(name)),
       instance_(context_->options.instance_id),
       defaults_(defaults),
       settings_(std::move(defaults)),
-      heartbeat_timer_(std::in_place, context_->executor) {
+      heartbeat_timer_(std::in_place, context_->executor),
+      seats_timer_(std::in_place, context_->executor) {
   const std::string base = context_->options.key_prefix + ":{" + name_ + "}:";
-  keys_ = {base + "cfg", base + "holders", base + "queue", base + "seq", base + "instances"};
+  keys_ = {base + "cfg", base + "holders", base + "queue", base + "seq", base + "instances", base + "byinst"};
   wake_prefix_ = base + "wake:";
   wake_channel_ = wake_prefix_ + instance_;
 }
@@ -69,6 +137,8 @@ std::uint64_t RedisLimiter::commands_sent() const noexcept {
   return context_->commands->commands_sent() + context_->subscriber->commands_sent();
 }
 
+bool RedisLimiter::degraded() const noexcept { return degraded_.load(std::memory_order_relaxed); }
+
 std::optional<std::uint64_t> RedisLimiter::parse_own(std::string_view id) const {
   if (id.size() <= instance_.size() + 1 || id.compare(0, instance_.size(), instance_) != 0 ||
       id[instance_.size()] != '|') {
@@ -77,9 +147,78 @@ std::optional<std::uint64_t> RedisLimiter::parse_own(std::string_view id) const 
   return parse_number<std::uint64_t>(id.substr(instance_.size() + 1));
 }
 
-void RedisLimiter::call(const Script& script, std::vector<std::string> args, Connection::Callback callback) {
+void RedisLimiter::log(const std::string& line) const { context_->log("limiter " + name_ + ": " + line); }
+
+void RedisLimiter::call(const Script& script, std::vector<std::string> args, Connection::Callback callback,
+                        std::function<bool()> still_wanted) {
   args.insert(args.begin(), wake_prefix_);
-  call_script(*context_->commands, script, keys_, args, std::move(callback));
+  call_script(*context_->commands, script, keys_, args, std::move(callback), std::move(still_wanted));
+}
+
+// --- settings as Redis stores them ------------------------------------------
+
+std::vector<std::string> RedisLimiter::settings_fields(const Settings& s) {
+  const auto optional = [](const std::optional<std::uint32_t>& v) { return v ? std::to_string(*v) : ""; };
+  return {"max_concurrent",  std::to_string(s.max_concurrent),
+          "max_queue",       optional(s.max_queue),
+          "enabled",         s.enabled ? "1" : "0",
+          "when_disabled",   s.when_disabled == DisabledMode::reject ? "reject" : "pass",
+          "max_wait_ms",     std::to_string(s.max_wait.count()),
+          "tenant_fairness", s.tenant_fairness ? "1" : "0",
+          "max_per_tenant",  optional(s.max_per_tenant)};
+}
+
+Settings RedisLimiter::settings_from_fields(const std::vector<Reply>& cfg, Settings s) {
+  const auto optional = [](const std::string& v, std::optional<std::uint32_t>& out) {
+    if (v.empty()) {
+      out.reset();
+    } else if (auto n = parse_number<std::uint32_t>(v)) {
+      out = *n;
+    }
+  };
+  for (std::size_t i = 0; i + 1 < cfg.size(); i += 2) {
+    const std::string& field = cfg[i].str;
+    const std::string& value = cfg[i + 1].str;
+    if (field == "max_concurrent") {
+      if (auto v = parse_number<std::uint32_t>(value); v && *v >= 1) s.max_concurrent = *v;
+    } else if (field == "max_queue") {
+      optional(value, s.max_queue);
+    } else if (field == "enabled") {
+      s.enabled = value != "0";
+    } else if (field == "when_disabled") {
+      s.when_disabled = value == "reject" ? DisabledMode::reject : DisabledMode::pass_through;
+    } else if (field == "max_wait_ms") {
+      if (auto v = parse_number<std::int64_t>(value); v && *v >= 0) s.max_wait = milliseconds(*v);
+    } else if (field == "tenant_fairness") {
+      s.tenant_fairness = value == "1";
+    } else if (field == "max_per_tenant") {
+      optional(value, s.max_per_tenant);
+    }
+  }
+  return s;
+}
+
+void RedisLimiter::adopt_settings_locked(const Settings& from_redis) {
+  const Settings before = settings_;
+  const bool first = settings_source_ != "redis";
+  settings_ = from_redis;
+  settings_source_ = "redis";
+  // What differs from `reference`: the start-up settings the first time, the
+  // previous ones afterwards (a change made by another instance).
+  const Settings& reference = first ? defaults_ : before;
+  const auto a = settings_fields(settings_), b = settings_fields(reference);
+  std::string diff;
+  for (std::size_t i = 0; i + 1 < a.size(); i += 2) {
+    if (a[i + 1] == b[i + 1]) continue;
+    const auto shown = [](const std::string& v) { return v.empty() ? std::string("none") : v; };
+    diff += fmt::format("{}{}={} ({} {})", diff.empty() ? "" : ", ", a[i], shown(a[i + 1]),
+                        first ? "start-up value" : "was", shown(b[i + 1]));
+  }
+  if (diff.empty()) return;
+  log(first ? "using the cluster-wide settings stored in Redis, which win over this instance's start-up "
+              "settings: " +
+                  diff
+            : "settings changed in Redis: " + diff);
 }
 
 // --- acquire ---------------------------------------------------------------
@@ -93,6 +232,7 @@ void RedisLimiter::start_acquire(AcquireOptions options, std::unique_ptr<detail:
   request->tenant = std::move(options.tenant);
   request->weight = options.weight;
   request->arrived = t;
+  std::vector<RequestPtr> to_send;
   {
     std::lock_guard lock(mu_);
     ++stats_.acquires;
@@ -109,13 +249,13 @@ void RedisLimiter::start_acquire(AcquireOptions options, std::unique_ptr<detail:
       return;
     }
     const milliseconds max_wait = *checked;
-    request->max_wait = max_wait;
+    request->deadline = t + max_wait;
     request->n = next_n_++;
     // Registered before the acquire is sent: the wake can overtake the reply.
     requests_.emplace(request->n, request);
     if (max_wait.count() > 0) {
       request->timer.emplace(context_->executor);
-      request->timer->expires_at(t + max_wait);
+      request->timer->expires_at(request->deadline);
       request->timer->async_wait(
           [weak = std::weak_ptr<Request>(request),
            self = std::weak_ptr<LimiterImpl>(weak_from_this())](boost::system::error_code ec) {
@@ -133,141 +273,184 @@ void RedisLimiter::start_acquire(AcquireOptions options, std::unique_ptr<detail:
         if (r && s) static_cast<RedisLimiter&>(*s).on_cancel(r);
       });
     }
+    route_locked(request, to_send);
   }
-  send_acquire(request);
+  send_all(to_send);
+}
+
+void RedisLimiter::route_locked(const RequestPtr& request, std::vector<RequestPtr>& to_send) {
+  const auto now = Clock::now();
+  if (link_ == Link::degraded) {
+    switch (settings_.on_redis_down) {
+      case RedisDownPolicy::local: local_admit_locked(request, now); return;
+      case RedisDownPolicy::open:
+        request->ticket.resume(core::TicketEvent::grant);
+        forget_locked(request);
+        holders_.emplace(request->n, Holder{request->tenant, now, /*local=*/true});
+        deliver_granted(*request, now);
+        return;
+      case RedisDownPolicy::closed:
+        request->ticket.resume(core::TicketEvent::reject);
+        end_locked(request, RejectReason::unavailable,
+                   "limiter is unavailable: Redis is unreachable (on_redis_down = closed)");
+        return;
+    }
+  }
+  // After a loss (until the restore is acknowledged) and while recovering
+  // from degraded mode, acquires wait: they would run against a state that
+  // does not yet have this instance's permits.
+  if (restore_needed_ || restore_in_flight_ || link_ == Link::recovering) {
+    request->phase = Phase::unsent;
+    return;
+  }
+  request->phase = Phase::sending;
+  to_send.push_back(request);
+}
+
+void RedisLimiter::send_all(const std::vector<RequestPtr>& requests) {
+  for (const auto& r : requests) send_acquire(r);
 }
 
 void RedisLimiter::send_acquire(const RequestPtr& request) {
-  call(scripts::kAcquire,
-       {instance_, std::to_string(request->n), std::to_string(request->max_wait.count()), request->tenant,
-        std::to_string(request->weight)},
-       [request, self = std::weak_ptr<LimiterImpl>(weak_from_this())](boost::system::error_code ec,
-                                                                      Reply reply) {
-         if (auto s = self.lock()) static_cast<RedisLimiter&>(*s).on_acquire_reply(request, ec, reply);
-       });
+  std::string retry;
+  milliseconds remaining{0};
+  {
+    std::lock_guard lock(mu_);
+    if (!request->ticket.pending() || request->phase != Phase::sending) return;
+    // A second call for the same request asks Redis first whether the first one arrived.
+    retry = request->reached ? "1" : "";
+    request->reached = true;
+    remaining = std::max(milliseconds(0), duration_cast<milliseconds>(request->deadline - Clock::now()));
+  }
+  auto weak = std::weak_ptr<Request>(request);
+  auto self = std::weak_ptr<LimiterImpl>(weak_from_this());
+  call(
+      scripts::kAcquire,
+      {instance_, std::to_string(request->n), std::to_string(remaining.count()), request->tenant,
+       std::to_string(request->weight), retry},
+      [request, self](boost::system::error_code ec, Reply reply) {
+        if (auto s = self.lock()) static_cast<RedisLimiter&>(*s).on_acquire_reply(request, ec, reply);
+      },
+      // Repeated after a NOSCRIPT only while it still waits for this very call.
+      [weak, self] {
+        auto r = weak.lock();
+        auto s = self.lock();
+        if (!r || !s) return false;
+        std::lock_guard lock(static_cast<RedisLimiter&>(*s).mu_);
+        return r->ticket.pending() && r->phase == Phase::sending;
+      });
 }
 
 void RedisLimiter::on_acquire_reply(const RequestPtr& request, boost::system::error_code ec,
                                     const Reply& reply) {
   const std::string id = permit_id(request->n);
-  if (ec || !is_array(reply, 1)) {
-    context_->redis_errors.fetch_add(1, std::memory_order_relaxed);
-    const std::string why = ec                 ? ec.message()
-                            : reply.is_error() ? reply.str
-                                               : "unexpected reply " + reply.debug_string();
-    log_error(name_, "acquire failed", why);
-    bool granted = false;
+  if (ec || reply.is_error() || !is_array(reply, 1)) {
+    context_->count_failure(ec);
+    if (ec) {
+      note_failure(ec);
+    } else {
+      note_success();
+    }
+    bool cancel = false;
     {
       std::lock_guard lock(mu_);
-      if (request->ticket.resume(core::TicketEvent::reject) == core::TicketAction::deliver) {
-        forget_locked(request);
-        deliver_ended(*request, RejectReason::unavailable, Clock::now(), "limiter is unavailable: " + why);
+      if (request->ticket.pending() && request->phase == Phase::sending) {
+        const bool transport = ec && ec != make_error_code(Error::closed);
+        if (transport &&
+            !(settings_.on_redis_down == RedisDownPolicy::closed && !context_->commands->connected())) {
+          // Outcome unknown: asked again (idempotently) once Redis answers,
+          // or served by the on_redis_down policy if Redis stays away.
+          request->phase = Phase::unsent;
+        } else {
+          request->ticket.resume(core::TicketEvent::reject);
+          cancel =
+              end_locked(request, RejectReason::unavailable, "limiter is unavailable: " + why(ec, reply));
+        }
       }
-      // A wake may have delivered the grant already: that permit is the caller's.
-      granted = request->ticket.state() == core::TicketState::granted;
     }
-    // The script may have run (a timeout or a drop after sending): if it
-    // granted, give the permit back now. If it queued, the waiter leaves at its
-    // deadline, or is granted and then released as an orphan (wake/heartbeat).
-    if (!granted) send_release(id, "release after failed acquire");
+    if (cancel) send_cancel(request->n);
+    if (!ec) log("acquire failed: " + why(ec, reply));
     return;
   }
+  note_success();
   const std::string& kind = reply.elements[0].str;
   if (kind == "granted") {
     on_granted(request->n, id, false);
     return;
   }
-  if (kind == "queued" && is_array(reply, 4)) {
-    std::string cancel_member;
-    {
-      std::lock_guard lock(mu_);
-      const auto state = request->ticket.state();
-      if (state == core::TicketState::pending) {
-        request->member = reply.elements[1].str;
-        request->seq = reply.elements[2].integer;
-        const auto position = static_cast<std::size_t>(std::max<std::int64_t>(1, reply.elements[3].integer));
-        queued_ = std::max(queued_, position);
-        if (request->on_queued) {
-          request->told_position = position;
-          post_position(request, QueueStatus{position, queued_, std::nullopt,
-                                             static_cast<std::uint64_t>(request->seq)});
-        }
-      } else if (state != core::TicketState::granted) {
-        cancel_member = reply.elements[1].str;  // ended while the acquire was in flight
+  if (kind == "queued" && is_array(reply, 3)) {
+    std::lock_guard lock(mu_);
+    if (request->ticket.pending() && request->phase == Phase::sending) {
+      request->phase = Phase::queued;
+      request->order = integer_of(reply.elements[1]);
+      const auto position = std::max<std::size_t>(1, count_of(reply.elements[2]));
+      queued_ = std::max(queued_, position);
+      if (request->on_queued) {
+        request->told_position = position;
+        post_position(request, QueueStatus{position, queued_, std::nullopt,
+                                           static_cast<std::uint64_t>(request->order)});
       }
     }
-    if (!cancel_member.empty()) send_cancel(cancel_member);
     return;
   }
   if (kind == "rejected" && is_array(reply, 2)) {
-    const std::string& why = reply.elements[1].str;
-    const RejectReason reason = why == "queue_full" ? RejectReason::queue_full
-                                : why == "disabled" ? RejectReason::disabled
-                                : why == "timeout"  ? RejectReason::timeout
-                                                    : RejectReason::unavailable;
+    const std::string& reason_text = reply.elements[1].str;
+    const RejectReason reason = reason_text == "queue_full" ? RejectReason::queue_full
+                                : reason_text == "disabled" ? RejectReason::disabled
+                                : reason_text == "timeout"  ? RejectReason::timeout
+                                                            : RejectReason::unavailable;
     std::lock_guard lock(mu_);
+    if (request->phase != Phase::sending) return;
     const auto event =
         reason == RejectReason::timeout ? core::TicketEvent::timeout : core::TicketEvent::reject;
-    if (request->ticket.resume(event) == core::TicketAction::deliver) {
-      forget_locked(request);
-      deliver_ended(*request, reason, Clock::now());
-    }
+    if (request->ticket.resume(event) == core::TicketAction::deliver) end_locked(request, reason);
     return;
   }
-  if (kind == "dead" || kind == "lost") {
-    bool retry = false;
+  if (kind == "lost") {
     {
       std::lock_guard lock(mu_);
-      if (!request->retried && request->ticket.pending() && !shut_down_) {
-        request->retried = true;
-        retry = true;
-      } else if (request->ticket.resume(core::TicketEvent::reject) == core::TicketAction::deliver) {
-        forget_locked(request);
-        deliver_ended(*request, RejectReason::unavailable, Clock::now(),
-                      "limiter is unavailable: this instance could not re-register with Redis");
-      }
+      registered_.store(false);
+      restore_needed_ = true;
+      if (request->ticket.pending() && request->phase == Phase::sending) request->phase = Phase::unsent;
     }
-    if (retry) {
-      // Re-register (the heartbeat reports lost and restores), then try again;
-      // both go down the same connection, so Redis sees them in this order.
-      heartbeat([request, self = std::weak_ptr<LimiterImpl>(weak_from_this())] {
-        auto s = self.lock();
-        if (s && request->ticket.pending()) static_cast<RedisLimiter&>(*s).send_acquire(request);
-      });
-    }
+    heartbeat();  // reports lost too, then restores; the request is sent after that
     return;
   }
-  context_->redis_errors.fetch_add(1, std::memory_order_relaxed);
-  log_error(name_, "unexpected acquire reply", reply.debug_string());
-  bool granted = false;
+  context_->count_failure({});
+  log("unexpected acquire reply: " + reply.debug_string().substr(0, 200));
+  bool cancel = false;
   {
     std::lock_guard lock(mu_);
-    if (request->ticket.resume(core::TicketEvent::reject) == core::TicketAction::deliver) {
-      forget_locked(request);
-      deliver_ended(*request, RejectReason::unavailable, Clock::now());
-    }
-    granted = request->ticket.state() == core::TicketState::granted;
+    if (request->phase == Phase::sending &&
+        request->ticket.resume(core::TicketEvent::reject) == core::TicketAction::deliver)
+      cancel = end_locked(request, RejectReason::unavailable);
   }
-  if (!granted) send_release(id, "release after unexpected acquire reply");
+  if (cancel) send_cancel(request->n);
 }
 
-void RedisLimiter::on_granted(std::uint64_t n, const std::string& id, bool from_heartbeat) {
+void RedisLimiter::on_granted(std::uint64_t n, const std::string& id, bool recovered) {
   bool orphan = false;
   {
     std::lock_guard lock(mu_);
     auto it = requests_.find(n);
     if (it == requests_.end()) {
-      // Not waiting here: a duplicate of a grant we already delivered, or a
-      // grant for a request that ended (timed out, cancelled, failed).
-      orphan = holders_.count(n) == 0;
+      auto h = holders_.find(n);
+      if (h == holders_.end()) {
+        // Not waiting here: a duplicate of a grant we already delivered, or a
+        // grant for a request that ended (timed out, cancelled, failed).
+        orphan = true;
+      } else {
+        h->second.local = false;  // granted locally, and Redis granted it too: the same permit
+      }
     } else {
       RequestPtr request = it->second;
       const auto action = request->ticket.resume(core::TicketEvent::grant);
+      if (request->phase == Phase::local && local_) local_->withdraw(n);
       forget_locked(request);
       if (action == core::TicketAction::deliver) {
         const auto t = Clock::now();
-        holders_.emplace(n, Holder{request->tenant, t});
-        if (from_heartbeat) lost_wakes_.fetch_add(1, std::memory_order_relaxed);
+        holders_.emplace(n, Holder{request->tenant, t, false});
+        if (recovered) lost_wakes_.fetch_add(1, std::memory_order_relaxed);
         deliver_granted(*request, t);
       } else {
         orphan = action == core::TicketAction::return_permit;
@@ -280,32 +463,46 @@ void RedisLimiter::on_granted(std::uint64_t n, const std::string& id, bool from_
   }
 }
 
-void RedisLimiter::on_wake(const std::string& id) {
-  if (auto n = parse_own(id)) on_granted(*n, id, false);
+void RedisLimiter::on_wake(const std::string& message) {
+  if (message == "!cfg") {
+    heartbeat();
+    return;
+  }
+  if (auto n = parse_own(message)) on_granted(*n, message, false);
 }
 
 void RedisLimiter::on_deadline(const RequestPtr& request) {
-  std::string member;
+  bool cancel = false;
   {
     std::lock_guard lock(mu_);
     if (request->ticket.resume(core::TicketEvent::timeout) != core::TicketAction::deliver) return;
-    forget_locked(request);
-    deliver_ended(*request, RejectReason::timeout, Clock::now());
-    member = request->member;  // empty: the acquire reply cleans up
+    cancel = end_locked(request, RejectReason::timeout);
   }
-  if (!member.empty()) send_cancel(member);
+  if (cancel) send_cancel(request->n);
 }
 
 void RedisLimiter::on_cancel(const RequestPtr& request) {
-  std::string member;
+  bool cancel = false;
   {
     std::lock_guard lock(mu_);
     if (request->ticket.resume(core::TicketEvent::cancel) != core::TicketAction::deliver) return;
-    forget_locked(request);
-    deliver_ended(*request, RejectReason::cancelled, Clock::now());
-    member = request->member;
+    cancel = end_locked(request, RejectReason::cancelled);
   }
-  if (!member.empty()) send_cancel(member);
+  if (cancel) send_cancel(request->n);
+}
+
+bool RedisLimiter::end_locked(const RequestPtr& request, RejectReason reason, std::string message) {
+  if (request->phase == Phase::local && local_) local_->withdraw(request->n);
+  forget_locked(request);
+  deliver_ended(*request, reason, Clock::now(), std::move(message));
+  if (!request->reached) return false;
+  // While Redis is unreachable a cancel would be lost: the restore that ends
+  // degraded mode removes what is left of this request instead.
+  if (link_ == Link::degraded) {
+    clean_extras_ = true;
+    return false;
+  }
+  return true;
 }
 
 void RedisLimiter::forget_locked(const RequestPtr& request) {
@@ -313,28 +510,39 @@ void RedisLimiter::forget_locked(const RequestPtr& request) {
   if (request->timer) request->timer->cancel();
 }
 
-void RedisLimiter::send_release(const std::string& id, const char* why, const std::string* tenant) {
+void RedisLimiter::send_release(const std::string& id, const char* what, const std::string* tenant) {
   std::vector<std::string> args{id};
   if (tenant) args.push_back(*tenant);
   call(scripts::kRelease, std::move(args),
-       [ctx = std::weak_ptr<BackendContext>(context_), name = name_, id, why](boost::system::error_code ec,
-                                                                              Reply reply) {
+       [ctx = std::weak_ptr<BackendContext>(context_), name = name_, id, what](boost::system::error_code ec,
+                                                                               Reply reply) {
          if (!ec && !reply.is_error()) return;
-         if (auto c = ctx.lock()) c->redis_errors.fetch_add(1, std::memory_order_relaxed);
-         log_error(name, why, id + ": " + (ec ? ec.message() : reply.str));
+         // A permit whose release is lost is still ours in Redis: the next
+         // heartbeat lists it, nobody owns it here, and it is released as an orphan.
+         if (auto c = ctx.lock()) c->count_failure(ec);
        });
 }
 
-void RedisLimiter::send_cancel(const std::string& member) {
-  call(scripts::kCancel, {member},
-       [ctx = std::weak_ptr<BackendContext>(context_), name = name_, member](boost::system::error_code ec,
-                                                                             Reply reply) {
+void RedisLimiter::send_cancel(std::uint64_t n) {
+  call(scripts::kCancel, {permit_id(n)},
+       [self = std::weak_ptr<LimiterImpl>(weak_from_this())](boost::system::error_code ec, Reply reply) {
          if (!ec && !reply.is_error()) return;
-         if (auto c = ctx.lock()) c->redis_errors.fetch_add(1, std::memory_order_relaxed);
-         // The waiter stays until its deadline (dispatch drops it) or is granted
-         // and then released as an orphan by the next heartbeat.
-         log_error(name, "cancel failed", member + ": " + (ec ? ec.message() : reply.str));
+         auto s = self.lock();
+         if (!s) return;
+         auto& me = static_cast<RedisLimiter&>(*s);
+         me.context_->count_failure(ec);
+         // The waiter may still be in Redis: the heartbeat sees one waiter too
+         // many, and the restore removes it.
+         std::lock_guard lock(me.mu_);
+         me.clean_extras_ = true;
        });
+}
+
+void RedisLimiter::release_orphans(const std::vector<std::string>& ids) {
+  for (const auto& id : ids) {
+    orphans_.fetch_add(1, std::memory_order_relaxed);
+    send_release(id, "release of an orphan permit");
+  }
 }
 
 // --- release, delivery -----------------------------------------------------
@@ -344,15 +552,26 @@ void RedisLimiter::release(const std::string& id) noexcept {
     const auto n = parse_own(id);
     if (!n) return;
     std::string tenant;
+    bool send = false;
     {
       std::lock_guard lock(mu_);
       auto it = holders_.find(*n);
       if (it == holders_.end()) return;
       tenant = std::move(it->second.tenant);
+      const bool local = it->second.local;
       holders_.erase(it);
       ++stats_.releases;
+      if (local_) {
+        LocalSink sink(*this, Clock::now());
+        local_->release(*n, Clock::now(), sink);  // the next local waiter takes the seat
+      }
+      // While degraded nothing is sent: a permit Redis has stays counted there
+      // (the seat is reused here) until the restore, after which Redis lists
+      // it as an orphan and it is released. While recovering, the release goes
+      // after the restore on the same connection.
+      send = link_ != Link::degraded && (!local || link_ == Link::recovering);
     }
-    send_release(id, "release failed", &tenant);
+    if (send) send_release(id, "release failed", &tenant);
   } catch (...) {
     // Out of memory while formatting the command: the permit is reaped with
     // this instance at worst. Nothing else can throw here.
@@ -377,7 +596,36 @@ void RedisLimiter::post_position(const RequestPtr& request, QueueStatus status) 
   });
 }
 
-// --- heartbeat, restore ----------------------------------------------------
+std::size_t RedisLimiter::position_locked(std::int64_t order) const {
+  if (head_order_ <= 0 || order <= 0) return 1;
+  // Order scores are contiguous within one state, and every score of an older
+  // state (restored waiters) is below the epoch: count those, then the gap.
+  std::int64_t p = 0;
+  if (order < epoch_ || head_order_ >= epoch_) {
+    p = order - head_order_ + 1;
+  } else {
+    p = static_cast<std::int64_t>(older_) + (order - epoch_);
+  }
+  return std::clamp<std::size_t>(static_cast<std::size_t>(std::max<std::int64_t>(1, p)), 1,
+                                 std::max<std::size_t>(queued_, 1));
+}
+
+void RedisLimiter::update_positions_locked(std::vector<std::pair<RequestPtr, QueueStatus>>& out) {
+  // Positions: our waiters' distance from the head (an upper bound: waiters
+  // that left ahead of us leave gaps). Under tenant fairness the order says
+  // nothing about the rotation: the position the acquire reply gave stays.
+  if (settings_.tenant_fairness) return;
+  for (auto& [n, request] : requests_) {
+    if (!request->on_queued || request->phase != Phase::queued) continue;
+    const auto position = position_locked(request->order);
+    if (position == request->told_position) continue;
+    request->told_position = position;
+    out.emplace_back(
+        request, QueueStatus{position, queued_, std::nullopt, static_cast<std::uint64_t>(request->order)});
+  }
+}
+
+// --- heartbeat, loss detection, restore ------------------------------------
 
 void RedisLimiter::start() {
   subscribe();
@@ -386,20 +634,15 @@ void RedisLimiter::start() {
 }
 
 void RedisLimiter::subscribe() {
-  context_->subscriber->exec({"SUBSCRIBE", wake_channel_},
-                             [name = name_, self = std::weak_ptr<LimiterImpl>(weak_from_this())](
-                                 boost::system::error_code ec, Reply r) {
-                               // A failure here is repaired by the connect handler (re-SUBSCRIBE after
-                               // the reconnect) and, meanwhile, by the heartbeat's held list.
-                               if (ec && ec != make_error_code(Error::closed)) {
-                                 log_error(name, "SUBSCRIBE failed", ec.message());
-                               } else if (r.is_error()) {
-                                 log_error(name, "SUBSCRIBE failed", r.str);
-                               } else if (!ec) {
-                                 if (auto s = self.lock())
-                                   static_cast<RedisLimiter&>(*s).subscribed_.store(true);
-                               }
-                             });
+  context_->subscriber->exec(
+      {"SUBSCRIBE", wake_channel_},
+      [self = std::weak_ptr<LimiterImpl>(weak_from_this())](boost::system::error_code ec, Reply r) {
+        // A failure here is repaired by the connect handler (re-SUBSCRIBE after
+        // the reconnect) and, meanwhile, by the heartbeat's held list.
+        auto s = self.lock();
+        if (!s || ec || r.is_error()) return;
+        static_cast<RedisLimiter&>(*s).subscribed_.store(true);
+      });
 }
 
 void RedisLimiter::schedule_heartbeat(milliseconds after) {
@@ -412,6 +655,8 @@ void RedisLimiter::schedule_heartbeat(milliseconds after) {
         auto s = self.lock();
         if (!s) return;
         auto& me = static_cast<RedisLimiter&>(*s);
+        const auto& o = me.context_->options;
+        milliseconds next = o.heartbeat_interval;
         {
           std::lock_guard lock2(me.mu_);
           if (me.heartbeats_stopped_) return;
@@ -419,9 +664,17 @@ void RedisLimiter::schedule_heartbeat(milliseconds after) {
             me.heartbeats_stopped_ = true;  // nothing left to keep alive
             return;
           }
+          const auto now = Clock::now();
+          if (me.link_ != Link::up || me.restore_needed_) {
+            // Probing: Redis is back within about one command timeout.
+            next = std::min(next, std::max(o.command_timeout, milliseconds(50)));
+          } else if (me.fence_until_ > now) {
+            // The fence ends before the next beat: a heartbeat then dispatches the waiters.
+            next = std::min(next, duration_cast<milliseconds>(me.fence_until_ - now) + milliseconds(5));
+          }
         }
         me.heartbeat();
-        me.schedule_heartbeat(me.context_->options.heartbeat_interval);
+        me.schedule_heartbeat(next);
       });
 }
 
@@ -431,29 +684,44 @@ void RedisLimiter::stop_heartbeats_for_test() {
   if (heartbeat_timer_) heartbeat_timer_->cancel();
 }
 
-void RedisLimiter::heartbeat(std::function<void()> then) {
+void RedisLimiter::heartbeat(bool force) {
   std::uint64_t generation = 0;
   std::uint64_t count = 0;
+  std::set<std::uint64_t> sent_holders, sent_queued;
+  std::size_t sent_inflight = 0;
+  std::vector<std::string> args;
+  const auto& o = context_->options;
+  const auto sent_at = Clock::now();
   {
     std::lock_guard lock(mu_);
-    // A periodic heartbeat is skipped while one is in flight; a heartbeat
-    // someone waits for (`then`) is always sent.
-    if (heartbeat_in_flight_ && !then) return;
+    if ((heartbeat_in_flight_ && !force) || heartbeats_stopped_) return;
     heartbeat_in_flight_ = true;
     generation = config_generation_;
     count = heartbeats_sent_++;
+    std::size_t waiting = 0;
+    for (const auto& [n, h] : holders_) {
+      if (!h.local) sent_holders.insert(n);
+    }
+    for (const auto& [n, r] : requests_) {
+      if (r->phase == Phase::queued) sent_queued.insert(n);
+      if (r->phase == Phase::sending) ++sent_inflight;
+      if (r->phase == Phase::queued || r->phase == Phase::local) ++waiting;
+    }
+    const auto expiry = (count % kExpiryEvery == 0) ? o.key_expiry.count() : 0;
+    args = {instance_,
+            std::to_string(o.liveness_ttl.count()),
+            std::to_string(expiry),
+            std::to_string(o.fence().count()),
+            std::to_string(holders_.size()),
+            std::to_string(waiting)};
+    // A state re-created by this heartbeat gets the settings in force now (the
+    // cluster-wide ones as last seen), never merely the start-up ones.
+    for (auto& f : settings_fields(settings_)) args.push_back(std::move(f));
   }
-  const auto& o = context_->options;
-  const auto expiry = (count % kExpiryEvery == 0) ? o.key_expiry.count() : 0;
-  call(scripts::kHeartbeat,
-       {instance_, std::to_string(o.liveness_ttl.count()), std::to_string(expiry),
-        std::to_string(defaults_.max_concurrent),
-        defaults_.max_queue ? std::to_string(*defaults_.max_queue) : std::string(),
-        defaults_.enabled ? "1" : "0", defaults_.when_disabled == DisabledMode::reject ? "reject" : "pass",
-        std::to_string(defaults_.max_wait.count()), defaults_.tenant_fairness ? "1" : "0",
-        defaults_.max_per_tenant ? std::to_string(*defaults_.max_per_tenant) : std::string()},
-       [self = std::weak_ptr<LimiterImpl>(weak_from_this()), generation, then = std::move(then)](
-           boost::system::error_code ec, Reply reply) {
+  call(scripts::kHeartbeat, std::move(args),
+       [self = std::weak_ptr<LimiterImpl>(weak_from_this()), generation, sent_at,
+        sent_holders = std::move(sent_holders), sent_queued = std::move(sent_queued),
+        sent_inflight](boost::system::error_code ec, Reply reply) {
          auto s = self.lock();
          if (!s) return;
          auto& me = static_cast<RedisLimiter&>(*s);
@@ -461,114 +729,451 @@ void RedisLimiter::heartbeat(std::function<void()> then) {
            std::lock_guard lock(me.mu_);
            me.heartbeat_in_flight_ = false;
          }
-         if (ec || !is_array(reply, 6)) {
-           me.context_->redis_errors.fetch_add(1, std::memory_order_relaxed);
-           log_error(me.name_, "heartbeat failed", ec ? ec.message() : reply.debug_string());
-         } else {
-           me.on_heartbeat_reply(reply, generation);
+         if (ec || !is_array(reply, 15)) {
+           me.context_->count_failure(ec);
+           if (ec) {
+             me.note_failure(ec);
+           } else {
+             me.note_success();
+             me.log("heartbeat failed: " + why(ec, reply));
+           }
+           return;
          }
-         if (then) then();
+         me.note_success();
+         {
+           std::lock_guard lock(me.mu_);
+           if (reply.elements[0].integer == 0) me.last_good_beat_sent_ = sent_at;
+         }
+         me.on_heartbeat_reply(reply, sent_holders, sent_queued, sent_inflight, generation);
        });
 }
 
-void RedisLimiter::on_heartbeat_reply(const Reply& reply, std::uint64_t generation) {
+void RedisLimiter::on_heartbeat_reply(const Reply& reply, const std::set<std::uint64_t>& sent_holders,
+                                      const std::set<std::uint64_t>& sent_queued, std::size_t sent_inflight,
+                                      std::uint64_t generation) {
   heartbeats_.fetch_add(1, std::memory_order_relaxed);
-  const bool lost = reply.elements[0].integer != 0;
+  const auto& e = reply.elements;
+  const bool lost = integer_of(e[0]) != 0;
+  const auto now = Clock::now();
   std::vector<std::pair<std::uint64_t, std::string>> grants;
-  std::vector<std::string> orphans;
+  std::vector<std::string> orphans, logs;
   std::vector<std::pair<RequestPtr, QueueStatus>> positions;
+  std::vector<RequestPtr> to_send;
+  bool restore = false;
   {
     std::lock_guard lock(mu_);
-    head_seq_ = reply.elements[2].integer;
-    queued_ = static_cast<std::size_t>(std::max<std::int64_t>(0, reply.elements[3].integer));
-    in_use_ = static_cast<std::size_t>(std::max<std::int64_t>(0, reply.elements[4].integer));
+    registered_.store(!lost);
+    head_order_ = integer_of(e[2]);
+    queued_ = count_of(e[3]);
+    in_use_ = count_of(e[4]);
+    epoch_ = integer_of(e[12]);
+    older_ = count_of(e[13]);
+    instances_.clear();
+    for (const auto& id : e[14].elements) instances_.push_back(id.str);
+    const milliseconds fence_left(integer_of(e[10]));
+    note_fence_locked(now, fence_left);
+    if (integer_of(e[8]) != 0) {
+      ++engine_.state_recreations;
+      logs.push_back(
+          fmt::format("no state in Redis (new limiter, or Redis lost it): created it with this "
+                      "instance's settings; fenced for {} (no grant until every instance "
+                      "re-registered)",
+                      seconds(fence_left)));
+    }
+    if (integer_of(e[9]) != 0) {
+      logs.push_back(
+          "no instance had reached Redis for longer than the liveness TTL: Redis was away, so every "
+          "instance's "
+          "liveness was extended instead of reaping them");
+    }
     // A configure sent after this heartbeat is newer than its cfg.
-    if (generation == config_generation_) {
-      const auto& cfg = reply.elements[5].elements;
-      for (std::size_t i = 0; i + 1 < cfg.size(); i += 2) {
-        const std::string& field = cfg[i].str;
-        const std::string& value = cfg[i + 1].str;
-        if (field == "max_concurrent") {
-          if (auto v = parse_number<std::uint32_t>(value)) settings_.max_concurrent = *v;
-        } else if (field == "max_queue") {
-          if (value.empty())
-            settings_.max_queue.reset();
-          else if (auto v = parse_number<std::uint32_t>(value))
-            settings_.max_queue = *v;
-        } else if (field == "enabled") {
-          settings_.enabled = value != "0";
-        } else if (field == "when_disabled") {
-          settings_.when_disabled = value == "reject" ? DisabledMode::reject : DisabledMode::pass_through;
-        } else if (field == "max_wait_ms") {
-          if (auto v = parse_number<std::int64_t>(value)) settings_.max_wait = milliseconds(*v);
-        } else if (field == "tenant_fairness") {
-          settings_.tenant_fairness = value == "1";
-        } else if (field == "max_per_tenant") {
-          if (value.empty())
-            settings_.max_per_tenant.reset();
-          else if (auto v = parse_number<std::uint32_t>(value))
-            settings_.max_per_tenant = *v;
-        }
+    if (generation == config_generation_)
+      adopt_settings_locked(settings_from_fields(e[5].elements, settings_));
+
+    std::set<std::uint64_t> held;
+    for (const auto& h : e[1].elements) {
+      const auto n = parse_own(h.str);
+      if (!n) continue;
+      held.insert(*n);
+      if (requests_.count(*n)) {
+        grants.emplace_back(*n, h.str);
+      } else if (auto it = holders_.find(*n); it != holders_.end()) {
+        it->second.local = false;
+      } else if (link_ == Link::up) {
+        // While degraded or recovering a permit of ours may be a seat reused
+        // here: it is released only after the restore registered what runs.
+        orphans.push_back(h.str);
       }
     }
-    for (const auto& e : reply.elements[1].elements) {
-      const auto n = parse_own(e.str);
-      if (!n) continue;
-      if (requests_.count(*n))
-        grants.emplace_back(*n, e.str);
-      else if (!holders_.count(*n))
-        orphans.push_back(e.str);
+    // Level-triggered loss detection: does Redis have what we hold and wait for?
+    bool mismatch = lost;
+    if (!lost) {
+      for (const auto n : sent_holders) {
+        if (holders_.count(n) && !held.count(n)) mismatch = true;  // a permit Redis forgot
+      }
+      std::size_t expected = 0;
+      for (const auto n : sent_queued) expected += held.count(n) ? 0 : 1;
+      const std::size_t in_redis = count_of(e[11]);
+      if (in_redis < expected) mismatch = true;                       // a waiter Redis forgot
+      if (in_redis > expected + sent_inflight) clean_extras_ = true;  // one that should have left
     }
-    // Positions: our waiters' distance from the head (an upper bound: waiters
-    // that left ahead of us leave gaps in the sequence). Under tenant fairness
-    // the sequence says nothing about the rotation: the position the acquire
-    // reply gave stays (an estimate, see acquire.lua).
-    for (auto& [n, request] : requests_) {
-      if (settings_.tenant_fairness) break;
-      if (!request->on_queued || request->member.empty() || head_seq_ <= 0) continue;
-      auto position = static_cast<std::size_t>(std::max<std::int64_t>(1, request->seq - head_seq_ + 1));
-      position = std::min(position, std::max<std::size_t>(queued_, 1));
-      if (position == request->told_position) continue;
-      request->told_position = position;
-      positions.emplace_back(
-          request, QueueStatus{position, queued_, std::nullopt, static_cast<std::uint64_t>(request->seq)});
+    if (mismatch || clean_extras_) restore_needed_ = true;
+    if (!lost && !settings_.enabled && settings_.when_disabled == DisabledMode::reject)
+      end_all_disabled_locked();
+
+    if (link_ == Link::degraded) {
+      if (up_since_ == Clock::time_point{}) up_since_ = now;
+      if (now - up_since_ >= context_->options.recover_after) {
+        // Redis answered long enough: hand everything back in one restore.
+        link_ = Link::recovering;
+        if (local_) {
+          Settings frozen = local_->settings();
+          frozen.max_concurrent = 0;
+          LocalSink sink(*this, now);
+          local_->configure(frozen, now, sink);  // no local grant while the restore is in flight
+        }
+        restore_needed_ = true;
+      }
+    }
+    restore = restore_needed_ && !restore_in_flight_ && link_ != Link::degraded;
+    if (link_ == Link::up && !restore_needed_ && !restore_in_flight_) {
+      for (auto& [n, r] : requests_) {
+        if (r->ticket.pending() && r->phase == Phase::unsent) {
+          r->phase = Phase::sending;
+          to_send.push_back(r);
+        }
+      }
+      update_positions_locked(positions);
     }
   }
   for (auto& [request, status] : positions) post_position(request, status);
-  for (const auto& [n, id] : grants) on_granted(n, id, /*from_heartbeat=*/true);
-  for (const auto& id : orphans) {
-    orphans_.fetch_add(1, std::memory_order_relaxed);
-    send_release(id, "release of an orphan permit");
+  for (const auto& [n, id] : grants) on_granted(n, id, /*recovered=*/true);
+  release_orphans(orphans);
+  for (const auto& line : logs) log(line);
+  if (restore) {
+    send_restore();
+  } else {
+    send_all(to_send);
   }
-  if (lost) send_restore();
+}
+
+void RedisLimiter::end_all_disabled_locked() {
+  // Disabled in reject mode: Redis removed every waiter; this instance ends its own.
+  const auto waiting = requests_;
+  for (const auto& [n, request] : waiting) {
+    if (request->phase == Phase::local) continue;
+    if (request->ticket.resume(core::TicketEvent::reject) != core::TicketAction::deliver) continue;
+    end_locked(request, RejectReason::disabled);
+  }
 }
 
 void RedisLimiter::send_restore() {
-  std::vector<std::string> args{instance_};
+  const auto& o = context_->options;
+  std::vector<std::string> args;
   {
     std::lock_guard lock(mu_);
-    args.push_back(std::to_string(holders_.size()));
+    if (restore_in_flight_ || heartbeats_stopped_) return;
+    restore_in_flight_ = true;
+    const auto now = Clock::now();
+    args = {instance_, std::to_string(o.liveness_ttl.count()), std::to_string(o.fence().count()),
+            std::to_string(next_n_), std::to_string(holders_.size())};
     for (const auto& [n, holder] : holders_) {
-      std::string permit = permit_id(n);
-      if (!holder.tenant.empty()) permit.append("|").append(holder.tenant);
-      args.push_back(std::move(permit));
+      args.push_back(std::to_string(n));
+      args.push_back(holder.tenant);
+      args.push_back(holder.local ? "l" : "r");
     }
-    std::vector<std::pair<std::int64_t, std::string>> waiting;
-    for (const auto& [n, request] : requests_) {
-      if (!request->member.empty()) waiting.emplace_back(request->seq, request->member);
+    // Waiters oldest first: those Redis had queued by their order score, then the others by arrival.
+    std::vector<RequestPtr> waiting;
+    for (const auto& [n, r] : requests_) {
+      if (r->ticket.pending()) waiting.push_back(r);
     }
-    std::sort(waiting.begin(), waiting.end());
-    for (auto& [seq, member] : waiting) args.push_back(std::move(member));
+    std::stable_sort(waiting.begin(), waiting.end(), [](const RequestPtr& a, const RequestPtr& b) {
+      const bool qa = a->order > 0, qb = b->order > 0;
+      if (qa != qb) return qa;
+      return qa ? a->order < b->order : a->n < b->n;
+    });
+    for (const auto& r : waiting) {
+      r->reached = true;
+      args.push_back(std::to_string(r->n));
+      args.push_back(r->order > 0 ? std::to_string(r->order) : std::string());
+      args.push_back(
+          std::to_string(std::max<std::int64_t>(0, duration_cast<milliseconds>(r->deadline - now).count())));
+      args.push_back(std::to_string(r->weight));
+      args.push_back(r->tenant);
+    }
   }
-  restores_.fetch_add(1, std::memory_order_relaxed);
   call(scripts::kRestore, std::move(args),
-       [ctx = std::weak_ptr<BackendContext>(context_), name = name_](boost::system::error_code ec,
-                                                                     Reply reply) {
-         if (!ec && !reply.is_error()) return;
-         if (auto c = ctx.lock()) c->redis_errors.fetch_add(1, std::memory_order_relaxed);
-         // The next heartbeat reports lost again and retries.
-         log_error(name, "restore failed", ec ? ec.message() : reply.str);
+       [self = std::weak_ptr<LimiterImpl>(weak_from_this())](boost::system::error_code ec, Reply reply) {
+         auto s = self.lock();
+         if (!s) return;
+         auto& me = static_cast<RedisLimiter&>(*s);
+         if (ec || reply.is_error() || !is_array(reply, 1)) {
+           me.context_->count_failure(ec);
+           if (ec) {
+             me.note_failure(ec);
+           } else {
+             me.note_success();
+             me.log("restore failed: " + why(ec, reply));
+           }
+           std::lock_guard lock(me.mu_);
+           me.restore_in_flight_ = false;  // the next heartbeat tries again
+           if (me.link_ == Link::recovering) {
+             me.link_ = Link::degraded;
+             me.up_since_ = {};
+             if (me.local_) {
+               Settings resumed = me.local_->settings();
+               resumed.max_concurrent = static_cast<std::uint32_t>(me.engine_.local_cap);
+               LocalSink sink(me, Clock::now());
+               me.local_->configure(resumed, Clock::now(), sink);
+             }
+           }
+           return;
+         }
+         me.note_success();
+         me.on_restore_reply(reply);
        });
+}
+
+void RedisLimiter::on_restore_reply(const Reply& reply) {
+  const auto& e = reply.elements;
+  std::vector<std::pair<std::uint64_t, std::string>> grants;
+  std::vector<std::string> orphans, logs;
+  std::vector<RequestPtr> to_send;
+  const auto now = Clock::now();
+  {
+    std::lock_guard lock(mu_);
+    restore_in_flight_ = false;
+    if (e[0].str != "ok" || !is_array(reply, 10)) {
+      // The state went away again before the restore ran: the next heartbeat
+      // re-creates it, and the restore follows.
+      restore_needed_ = true;
+      registered_.store(false);
+    } else {
+      restore_needed_ = false;
+      clean_extras_ = false;
+      registered_.store(true);
+      restores_.fetch_add(1, std::memory_order_relaxed);
+      ++engine_.restores;
+      const std::size_t permits = count_of(e[1]), waiters = count_of(e[2]);
+      in_use_ = count_of(e[6]);
+      const milliseconds fence_left(integer_of(e[7]));
+      note_fence_locked(now, fence_left);
+      for (auto& [n, h] : holders_) h.local = false;
+      if (link_ == Link::recovering) leave_degraded_locked(now, logs);
+      for (const auto& g : e[3].elements) {
+        if (auto n = parse_number<std::uint64_t>(g.str)) grants.emplace_back(*n, permit_id(*n));
+      }
+      const auto& orders = e[4].elements;
+      for (std::size_t i = 0; i + 1 < orders.size(); i += 2) {
+        const auto n = parse_number<std::uint64_t>(orders[i].str);
+        auto it = n ? requests_.find(*n) : requests_.end();
+        if (it == requests_.end() || !it->second->ticket.pending()) continue;
+        it->second->phase = Phase::queued;
+        it->second->order = integer_of(orders[i + 1]);
+      }
+      for (const auto& h : e[5].elements) {
+        const auto n = parse_own(h.str);
+        if (n && !holders_.count(*n) && !requests_.count(*n)) orphans.push_back(h.str);
+      }
+      // Requests that arrived while the restore was in flight.
+      for (auto& [n, r] : requests_) {
+        if (r->ticket.pending() && (r->phase == Phase::unsent || r->phase == Phase::local)) {
+          r->phase = Phase::sending;
+          to_send.push_back(r);
+        }
+      }
+      if (permits > 0 || waiters > 0 || integer_of(e[8]) == 0) {
+        logs.push_back(
+            fmt::format("restored to Redis: {} permit(s) and {} waiter(s) it had lost", permits, waiters));
+      }
+      if (permits > 0 && in_use_ > settings_.max_concurrent) {
+        const auto over = std::min(permits, in_use_ - settings_.max_concurrent);
+        engine_.overshoot_restored += over;
+        logs.push_back(fmt::format(
+            "{} restored permit(s) are above the cap ({} in use, max_concurrent {}): their work kept running "
+            "while Redis had let them go (this instance was paused or cut off longer than the liveness TTL); "
+            "nothing more is granted until below the cap",
+            over, in_use_, settings_.max_concurrent));
+      }
+      if (integer_of(e[9]) != 0) {
+        logs.push_back(
+            fmt::format("Redis had lost permits it granted to this instance (lost writes, e.g. a "
+                        "failover): fenced for {}",
+                        seconds(fence_left)));
+      }
+    }
+  }
+  for (const auto& [n, id] : grants) on_granted(n, id, /*recovered=*/true);
+  release_orphans(orphans);
+  for (const auto& line : logs) log(line);
+  send_all(to_send);
+  if (!is_array(reply, 10)) heartbeat();
+}
+
+void RedisLimiter::note_fence_locked(Clock::time_point now, milliseconds left) {
+  // engine_.fenced_time holds the fences that are over and replaced; the last
+  // one seen is [fence_seen_since_, fence_until_) (snapshot() adds it).
+  const bool active = fence_until_ > now;
+  if (left.count() > 0) {
+    if (!active) {
+      if (fence_until_ > fence_seen_since_)
+        engine_.fenced_time += duration_cast<milliseconds>(fence_until_ - fence_seen_since_);
+      fence_seen_since_ = now;
+    }
+    fence_until_ = now + left;
+  } else if (active) {
+    fence_until_ = now;  // over sooner than the last reply said
+  }
+}
+
+// --- link health, degraded modes ------------------------------------------
+
+void RedisLimiter::note_success() {
+  std::lock_guard lock(mu_);
+  if (link_ == Link::failing) link_ = Link::up;  // a hiccup, over
+}
+
+void RedisLimiter::note_failure(boost::system::error_code ec) {
+  if (ec == make_error_code(Error::closed)) return;
+  std::vector<std::string> logs;
+  {
+    std::lock_guard lock(mu_);
+    const auto now = Clock::now();
+    up_since_ = {};
+    if (link_ == Link::up) {
+      link_ = Link::failing;
+      failing_since_ = now;
+    }
+    if (link_ == Link::failing && now - failing_since_ >= context_->options.degrade_after && !shut_down_)
+      enter_degraded_locked(now, logs);
+  }
+  for (const auto& line : logs) log(line);
+}
+
+void RedisLimiter::enter_degraded_locked(Clock::time_point now, std::vector<std::string>& logs) {
+  link_ = Link::degraded;
+  degraded_.store(true);
+  degraded_since_ = now;
+  up_since_ = {};
+  ++engine_.degraded_entries;
+  seats_expired_ = false;
+  const auto unreachable = seconds(since(failing_since_, now));
+  // Oldest first: those Redis had queued by their order, then the others by arrival.
+  std::vector<RequestPtr> waiting;
+  for (const auto& [n, r] : requests_) {
+    if (r->ticket.pending()) waiting.push_back(r);
+  }
+  std::stable_sort(waiting.begin(), waiting.end(), [](const RequestPtr& a, const RequestPtr& b) {
+    const bool qa = a->order > 0, qb = b->order > 0;
+    if (qa != qb) return qa;
+    return qa ? a->order < b->order : a->n < b->n;
+  });
+  switch (settings_.on_redis_down) {
+    case RedisDownPolicy::local: {
+      // Cap-safe by default: the seats this instance holds are counted for it in
+      // Redis (nobody reaps while Redis is away), so reusing them never adds to
+      // the cluster total. A fixed local_share is the operator's choice.
+      const std::size_t cap = settings_.local_share ? *settings_.local_share : holders_.size();
+      engine_.local_cap = cap;
+      Settings local = settings_;
+      local.max_concurrent = static_cast<std::uint32_t>(cap);
+      local_.emplace(local);
+      for (const auto& [n, h] : holders_) local_->adopt(n, h.granted, h.tenant);
+      for (const auto& r : waiting) local_admit_locked(r, now);
+      logs.push_back(fmt::format(
+          "degraded: Redis unreachable for {}; on_redis_down = local: {} seat(s) ({}), {} waiter(s) kept in "
+          "order",
+          unreachable, cap, settings_.local_share ? "local_share" : "the permits it held", waiting.size()));
+      // With other instances alive, Redis would reap this one's permits one
+      // TTL after its last heartbeat if only this instance is cut off: its
+      // seats are reusable until then.
+      const bool alone = instances_.empty() || (instances_.size() == 1 && instances_[0] == instance_);
+      if (!settings_.local_share && !alone && seats_timer_) {
+        const auto until =
+            last_good_beat_sent_ + context_->options.liveness_ttl - context_->options.command_timeout;
+        seats_timer_->expires_at(until);
+        seats_timer_->async_wait(
+            [self = std::weak_ptr<LimiterImpl>(weak_from_this())](boost::system::error_code ec) {
+              if (ec == boost::asio::error::operation_aborted) return;
+              if (auto s = self.lock()) static_cast<RedisLimiter&>(*s).on_seats_expired();
+            });
+      }
+      break;
+    }
+    case RedisDownPolicy::open:
+      for (const auto& r : waiting) {
+        r->ticket.resume(core::TicketEvent::grant);
+        forget_locked(r);
+        holders_.emplace(r->n, Holder{r->tenant, now, /*local=*/true});
+        deliver_granted(*r, now);
+      }
+      logs.push_back(
+          fmt::format("degraded: Redis unreachable for {}; on_redis_down = open: everything is let "
+                      "through ({} waiter(s) granted now)",
+                      unreachable, waiting.size()));
+      break;
+    case RedisDownPolicy::closed:
+      logs.push_back(
+          fmt::format("degraded: Redis unreachable for {}; on_redis_down = closed: new requests are "
+                      "rejected, {} waiter(s) wait for Redis",
+                      unreachable, waiting.size()));
+      break;
+  }
+}
+
+void RedisLimiter::local_admit_locked(const RequestPtr& request, Clock::time_point now) {
+  const auto a = local_->admit(request->n, now, request->deadline, request->tenant, request->weight);
+  switch (a.kind) {
+    case core::Admission::Kind::granted:
+      request->ticket.resume(core::TicketEvent::grant);
+      forget_locked(request);
+      holders_.emplace(request->n, Holder{request->tenant, now, /*local=*/true});
+      deliver_granted(*request, now);
+      return;
+    case core::Admission::Kind::queued:
+      request->phase = Phase::local;
+      if (request->on_queued) {
+        request->told_position = a.position;
+        post_position(request, QueueStatus{a.position, local_->queued(), a.estimated_wait, request->n});
+      }
+      return;
+    case core::Admission::Kind::rejected: {
+      const auto event =
+          a.reason == RejectReason::timeout ? core::TicketEvent::timeout : core::TicketEvent::reject;
+      if (request->ticket.resume(event) == core::TicketAction::deliver && end_locked(request, a.reason))
+        clean_extras_ = true;
+      return;
+    }
+  }
+}
+
+void RedisLimiter::on_seats_expired() {
+  std::string line;
+  {
+    std::lock_guard lock(mu_);
+    if (link_ != Link::degraded || !local_ || settings_.local_share || seats_expired_) return;
+    seats_expired_ = true;
+    engine_.local_cap = 0;
+    Settings none = local_->settings();
+    none.max_concurrent = 0;
+    LocalSink sink(*this, Clock::now());
+    local_->configure(none, Clock::now(), sink);
+    line =
+        "degraded: this instance's liveness in Redis has run out by now; if only this instance is cut off, "
+        "its seats went to others: no more local grants (waiters wait for Redis or their max wait)";
+  }
+  log(line);
+}
+
+void RedisLimiter::leave_degraded_locked(Clock::time_point now, std::vector<std::string>& logs) {
+  const auto took = since(degraded_since_, now);
+  engine_.degraded_time += took;
+  link_ = Link::up;
+  degraded_.store(false);
+  local_.reset();
+  if (seats_timer_) seats_timer_->cancel();
+  logs.push_back(
+      fmt::format("left degraded mode after {}: permits and waiters handed back to Redis", seconds(took)));
 }
 
 // --- snapshot, settings, configure, shutdown -----------------------------
@@ -579,24 +1184,38 @@ Snapshot RedisLimiter::snapshot() const {
   std::lock_guard lock(mu_);
   const auto t = Clock::now();
   s.settings = settings_;
-  s.in_use = in_use_;
-  s.queued = queued_;
+  s.in_use = local_ ? local_->in_use() : in_use_;
+  s.queued = local_ ? local_->queued() : queued_;
   s.stats = stats_;
+  s.engine = engine_;
+  s.engine.degraded = link_ == Link::degraded || link_ == Link::recovering;
+  if (!local_) s.engine.local_cap = 0;
+  s.engine.settings_source = settings_source_;
+  if (fence_until_ > t) s.engine.fence_left = duration_cast<milliseconds>(fence_until_ - t);
+  if (fence_until_ > fence_seen_since_)
+    s.engine.fenced_time += duration_cast<milliseconds>(std::min(fence_until_, t) - fence_seen_since_);
+  if (s.engine.degraded) s.engine.degraded_time += since(degraded_since_, t);
   std::vector<std::pair<Clock::time_point, HolderInfo>> holders;
   for (const auto& [n, h] : holders_)
     holders.emplace_back(h.granted, HolderInfo{permit_id(n), h.tenant, since(h.granted, t)});
   std::stable_sort(holders.begin(), holders.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [when, h] : holders) s.holders.push_back(std::move(h));
-  std::vector<std::pair<std::int64_t, WaiterInfo>> waiters;
+  std::vector<std::pair<std::pair<int, std::int64_t>, WaiterInfo>> waiters;
   for (const auto& [n, r] : requests_) {
-    if (r->member.empty()) continue;
-    const auto position =
-        head_seq_ > 0 ? static_cast<std::size_t>(std::max<std::int64_t>(1, r->seq - head_seq_ + 1)) : 0;
-    waiters.emplace_back(r->seq, WaiterInfo{permit_id(n), r->tenant, position, since(r->arrived, t)});
+    std::size_t position = 0;
+    std::pair<int, std::int64_t> key{2, static_cast<std::int64_t>(n)};
+    if (r->phase == Phase::queued) {
+      position = position_locked(r->order);
+      key = {0, r->order};
+    } else if (r->phase == Phase::local && local_) {
+      position = local_->position(n).value_or(0);
+      key = {1, static_cast<std::int64_t>(position)};
+    }
+    waiters.emplace_back(key, WaiterInfo{permit_id(n), r->tenant, position, since(r->arrived, t)});
   }
   std::sort(waiters.begin(), waiters.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (auto& [seq, w] : waiters) s.waiters.push_back(std::move(w));
+  for (auto& [key, w] : waiters) s.waiters.push_back(std::move(w));
   return s;
 }
 
@@ -605,65 +1224,153 @@ Settings RedisLimiter::settings() const {
   return settings_;
 }
 
+namespace {
+/// The fields of `update` as the cfg hash stores them, from `next`.
+std::vector<std::string> changed_fields(const SettingsUpdate& u, const std::vector<std::string>& all) {
+  std::vector<std::string> out;
+  const auto take = [&](std::string_view field) {
+    for (std::size_t i = 0; i + 1 < all.size(); i += 2) {
+      if (all[i] == field) {
+        out.push_back(all[i]);
+        out.push_back(all[i + 1]);
+      }
+    }
+  };
+  if (u.max_concurrent) take("max_concurrent");
+  if (u.max_queue) take("max_queue");
+  if (u.enabled) take("enabled");
+  if (u.when_disabled) take("when_disabled");
+  if (u.max_wait) take("max_wait_ms");
+  if (u.tenant_fairness) take("tenant_fairness");
+  if (u.max_per_tenant) take("max_per_tenant");
+  return out;
+}
+
+/// The fields that live only on this instance (never stored in Redis).
+void copy_local_fields(const Settings& from, Settings& to) {
+  to.early_reject = from.early_reject;
+  to.on_redis_down = from.on_redis_down;
+  to.local_share = from.local_share;
+}
+}  // namespace
+
 boost::system::result<Settings, SettingsError> RedisLimiter::configure(const SettingsUpdate& update) {
   Settings next;
+  std::vector<std::string> args;
   {
     std::lock_guard lock(mu_);
     next = apply(settings_, update);
     if (auto error = validate(next)) return *error;
     settings_ = next;
     ++config_generation_;
-  }
-  // Only the fields that change, so two instances changing different fields
-  // do not undo each other. early_reject is local to this instance.
-  std::vector<std::string> args;
-  if (update.max_concurrent) {
-    args.insert(args.end(), {"max_concurrent", std::to_string(next.max_concurrent)});
-  }
-  if (update.max_queue) {
-    args.insert(args.end(), {"max_queue", next.max_queue ? std::to_string(*next.max_queue) : std::string()});
-  }
-  if (update.enabled) args.insert(args.end(), {"enabled", next.enabled ? "1" : "0"});
-  if (update.when_disabled) {
-    args.insert(args.end(),
-                {"when_disabled", next.when_disabled == DisabledMode::reject ? "reject" : "pass"});
-  }
-  if (update.max_wait) args.insert(args.end(), {"max_wait_ms", std::to_string(next.max_wait.count())});
-  if (update.tenant_fairness) args.insert(args.end(), {"tenant_fairness", next.tenant_fairness ? "1" : "0"});
-  if (update.max_per_tenant) {
-    args.insert(args.end(), {"max_per_tenant",
-                             next.max_per_tenant ? std::to_string(*next.max_per_tenant) : std::string()});
+    // Only the fields that change, so two instances changing different fields
+    // do not undo each other. The local-only fields are never sent.
+    args = changed_fields(update, settings_fields(next));
   }
   if (!args.empty()) {
     call(scripts::kConfigure, std::move(args),
-         [ctx = std::weak_ptr<BackendContext>(context_), name = name_](boost::system::error_code ec,
-                                                                       Reply reply) {
-           if (!ec && !reply.is_error()) return;
-           if (auto c = ctx.lock()) c->redis_errors.fetch_add(1, std::memory_order_relaxed);
-           log_error(name, "configure failed", ec ? ec.message() : reply.str);
+         [self = std::weak_ptr<LimiterImpl>(weak_from_this())](boost::system::error_code ec, Reply reply) {
+           auto s = self.lock();
+           if (!s) return;
+           auto& me = static_cast<RedisLimiter&>(*s);
+           if (ec || !is_array(reply, 1) || reply.is_error()) {
+             me.context_->count_failure(ec);
+             me.log("configure failed (Redis did not confirm; its settings win at the next heartbeat): " +
+                    why(ec, reply));
+           } else if (reply.elements[0].str == "lost") {
+             me.heartbeat();  // re-creates the state with the settings in force here
+           }
          });
   }
   return next;
 }
 
+void RedisLimiter::start_configure(const SettingsUpdate& update,
+                                   std::unique_ptr<detail::ConfigureCompletion> completion) {
+  std::vector<std::string> args;
+  {
+    std::lock_guard lock(mu_);
+    const Settings next = apply(settings_, update);
+    ConfigureResult r;
+    if (auto error = validate(next)) {
+      r.error = make_error_code(Errc::invalid_settings);
+      r.message = error->message();
+      r.settings = settings_;
+      completion->complete(std::move(r));
+      return;
+    }
+    if (shut_down_) {
+      r.error = make_error_code(Errc::shut_down);
+      r.message = "the backend has been shut down";
+      r.settings = settings_;
+      completion->complete(std::move(r));
+      return;
+    }
+    copy_local_fields(next, settings_);
+    args = changed_fields(update, settings_fields(next));
+    if (args.empty()) {
+      r.settings = settings_;
+      completion->complete(std::move(r));
+      return;
+    }
+  }
+  // Applied here only once Redis confirmed it (its reply carries the
+  // cluster-wide settings): a 200 means every instance has it.
+  send_configure(std::move(args),
+                 std::make_shared<std::unique_ptr<detail::ConfigureCompletion>>(std::move(completion)), 1);
+}
+
+void RedisLimiter::send_configure(std::vector<std::string> fields,
+                                  std::shared_ptr<std::unique_ptr<detail::ConfigureCompletion>> completion,
+                                  int attempt) {
+  auto resend = fields;
+  call(scripts::kConfigure, std::move(fields),
+       [self = std::weak_ptr<LimiterImpl>(weak_from_this()), resend = std::move(resend), completion, attempt](
+           boost::system::error_code ec, Reply reply) mutable {
+         auto s = self.lock();
+         if (!s) return;
+         auto& me = static_cast<RedisLimiter&>(*s);
+         const bool lost = !ec && is_array(reply, 1) && reply.elements[0].str == "lost";
+         if (lost && attempt < 2) {
+           // The state is gone: a heartbeat re-creates it (with the settings in
+           // force here) and runs before the second try, on the same connection.
+           me.heartbeat(/*force=*/true);
+           me.send_configure(std::move(resend), std::move(completion), attempt + 1);
+           return;
+         }
+         ConfigureResult r;
+         {
+           std::lock_guard lock(me.mu_);
+           if (ec || reply.is_error() || !is_array(reply, 2) || reply.elements[0].str != "ok") {
+             me.context_->count_failure(ec);
+             r.error = make_error_code(Errc::unavailable);
+             r.message = "Redis did not confirm the change: " +
+                         (lost ? std::string("its state is gone") : why(ec, reply));
+           } else {
+             ++me.config_generation_;
+             me.adopt_settings_locked(settings_from_fields(reply.elements[1].elements, me.settings_));
+             if (!me.settings_.enabled && me.settings_.when_disabled == DisabledMode::reject)
+               me.end_all_disabled_locked();
+           }
+           r.settings = me.settings_;
+         }
+         (*completion)->complete(std::move(r));
+       });
+}
+
 void RedisLimiter::shutdown() {
-  std::vector<std::string> members;
+  std::vector<std::uint64_t> cancels;
   {
     std::lock_guard lock(mu_);
     if (shut_down_) return;
     shut_down_ = true;
-    const auto t = Clock::now();
-    auto waiting = std::move(requests_);
-    requests_.clear();
-    for (auto& [n, request] : waiting) {
-      if (request->timer) request->timer->cancel();
+    const auto waiting = requests_;
+    for (const auto& [n, request] : waiting) {
       if (request->ticket.resume(core::TicketEvent::reject) != core::TicketAction::deliver) continue;
-      deliver_ended(*request, RejectReason::shutdown, t);
-      // No member yet: the acquire reply finds the ticket ended and cleans up.
-      if (!request->member.empty()) members.push_back(request->member);
+      if (end_locked(request, RejectReason::shutdown)) cancels.push_back(n);
     }
   }
-  for (const auto& m : members) send_cancel(m);
+  for (const auto n : cancels) send_cancel(n);
 }
 
 }  // namespace fairgate::redis

@@ -2,24 +2,35 @@
 //
 // Redis decides (the Lua scripts in src/redis/scripts/ grant, queue, reap and
 // dispatch atomically); this adapter registers local requests, delivers each
-// request's single outcome through its core::Ticket, heartbeats, and repairs
-// what the network can lose.
+// request's single outcome through its core::Ticket, heartbeats, repairs what
+// Redis and the network can lose, and runs the on_redis_down policy while Redis
+// is unreachable (docs/design.md, "Recovery" and "Degraded modes").
 //
 // Invariants:
 //  * A request is registered in requests_ *before* its acquire is sent (the
 //    wake message can overtake the acquire reply) and leaves it when it ends.
 //  * Only the party whose Ticket::resume() returned deliver tells the caller;
 //    a grant that reaches an ended ticket (return_permit) is released.
+//  * A request whose acquire may have reached Redis (`reached`) is cancelled
+//    in Redis by its id when it ends without a permit; commands go down one
+//    connection in order, so the cancel runs after every acquire sent before.
 //  * A permit of this instance that Redis reports (wake message, heartbeat's
-//    held list) and that no local request or holder owns is an orphan: it is
-//    released (releases are idempotent and ids are never reused, so a
-//    duplicate release is harmless).
+//    or restore's held list) and that no local request or holder owns is an
+//    orphan: it is released (releases are idempotent, ids are never reused).
+//  * Loss is level-triggered: every heartbeat reply is compared with what this
+//    instance holds and waits for; any difference (or 'lost') → restore, which
+//    is retried until Redis acknowledges it. No acquire is sent while a
+//    restore is needed or in flight (it would run against a state that misses
+//    this instance's permits); they wait and are sent after it.
+//  * While degraded, nothing is sent but heartbeats (probes): permits granted
+//    locally and waiters queued locally go back to Redis in one restore.
 //  * Every state change happens under mu_; Redis commands are sent after mu_
 //    is released (a command may complete inline on the connection's strand).
 //  * Completion handlers are posted (Completion::complete never runs inline).
 #pragma once
 
 #include "core/acquire_rules.hpp"
+#include "core/limiter_state.hpp"
 #include "core/ticket.hpp"
 #include "redis/connection.hpp"
 #include "redis/scripts.hpp"
@@ -36,10 +47,19 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 namespace fairgate::redis {
+
+/// Redis command failures of one backend, by kind (metrics).
+struct FailureCounts {
+  std::atomic<std::uint64_t> timeouts{0};
+  std::atomic<std::uint64_t> disconnects{0};  ///< lost connection, or none to send on
+  std::atomic<std::uint64_t> error_replies{0};
+  std::uint64_t total() const noexcept { return timeouts + disconnects + error_replies; }
+};
 
 /// What all limiters of one backend (= one instance) share.
 struct BackendContext {
@@ -47,8 +67,10 @@ struct BackendContext {
   RedisBackendOptions options;  // validated, instance_id filled in
   std::shared_ptr<Connection> commands;
   std::shared_ptr<Connection> subscriber;
-  /// Redis client errors (timeouts, disconnects, error replies) seen by any limiter.
-  std::atomic<std::uint64_t> redis_errors{0};
+  FailureCounts failures;
+  /// Counts a failed command (transport error `ec`, or an error reply).
+  void count_failure(boost::system::error_code ec);
+  void log(const std::string& line) const;
   ~BackendContext();
 };
 
@@ -69,14 +91,17 @@ class RedisLimiter final : public detail::LimiterImpl {
   Snapshot snapshot() const override;
   Settings settings() const override;
   boost::system::result<Settings, SettingsError> configure(const SettingsUpdate& update) override;
+  void start_configure(const SettingsUpdate& update,
+                       std::unique_ptr<detail::ConfigureCompletion> completion) override;
 
   /// Subscribes the wake channel, sends the first heartbeat (which creates the
-  /// config with the defaults if absent) and starts the heartbeat loop.
+  /// state with this instance's settings if absent) and starts the heartbeats.
   void start();
   /// SUBSCRIBEs this limiter's wake channel (again after a reconnect).
   void subscribe();
-  /// A wake message: permit `permit_id` ("inst|n") was granted to us.
-  void on_wake(const std::string& permit_id);
+  /// A wake message: permit `permit_id` ("inst|n") was granted to us, or
+  /// "!cfg": the settings changed (heartbeat now).
+  void on_wake(const std::string& message);
   /// Ends waiters with RejectReason::shutdown (and cancels them in Redis),
   /// rejects new acquires. Heartbeats go on while local permits are held.
   void shutdown();
@@ -89,9 +114,10 @@ class RedisLimiter final : public detail::LimiterImpl {
   std::uint64_t restores() const noexcept { return restores_.load(std::memory_order_relaxed); }
   std::uint64_t lost_wakes_recovered() const noexcept { return lost_wakes_.load(std::memory_order_relaxed); }
   std::uint64_t orphans_released() const noexcept { return orphans_.load(std::memory_order_relaxed); }
-  /// The wake channel was subscribed and a heartbeat answered: grants reach
-  /// this instance at once from now on.
-  bool ready() const noexcept { return subscribed_.load() && heartbeats() > 0; }
+  /// The wake channel was subscribed and a heartbeat registered this instance:
+  /// grants reach it at once from now on.
+  bool ready() const noexcept { return subscribed_.load() && registered_.load(); }
+  bool degraded() const noexcept;
   /// Commands this instance sent to Redis (both connections), for the
   /// benchmark's client round trips per grant.
   std::uint64_t commands_sent() const noexcept;
@@ -100,6 +126,14 @@ class RedisLimiter final : public detail::LimiterImpl {
 
  private:
   using Clock = std::chrono::steady_clock;
+  class LocalSink;
+  /// Where a waiting request stands.
+  enum class Phase : std::uint8_t {
+    unsent,   ///< no acquire in flight: sent when Redis can take it (after a restore, a hiccup)
+    sending,  ///< acquire in flight
+    queued,   ///< Redis said it waits (order known)
+    local,    ///< waiting in the local fallback (degraded, policy local)
+  };
   struct Request {
     std::uint64_t n = 0;
     core::Ticket ticket;
@@ -108,47 +142,85 @@ class RedisLimiter final : public detail::LimiterImpl {
     std::string tenant;
     std::uint32_t weight = 1;
     Clock::time_point arrived{};
-    std::chrono::milliseconds max_wait{0};
-    std::string member;    // queue member once Redis queued it (under mu_)
-    std::int64_t seq = 0;  // arrival sequence in Redis (under mu_)
+    Clock::time_point deadline{};
+    // Under mu_:
+    Phase phase = Phase::unsent;
+    bool reached = false;    // an acquire (or a restore listing it) was sent: it may be in Redis
+    std::int64_t order = 0;  // its order score in Redis (phase queued)
     std::size_t told_position = 0;
-    bool retried = false;                            // acquire retried once after 'dead'/'lost'
-    std::optional<boost::asio::steady_timer> timer;  // local deadline (under mu_)
+    std::optional<boost::asio::steady_timer> timer;  // local deadline
   };
   using RequestPtr = std::shared_ptr<Request>;
   struct Holder {
     std::string tenant;
     Clock::time_point granted{};
+    bool local = false;  // granted locally while degraded: Redis does not know it yet
   };
+  /// up: Redis answers. failing: calls fail, for less than degrade_after (requests wait).
+  /// degraded: the on_redis_down policy runs. recovering: degraded, and the restore that
+  /// hands everything back is in flight (no local grant meanwhile).
+  enum class Link : std::uint8_t { up, failing, degraded, recovering };
 
-  std::vector<std::string> script_args(std::initializer_list<std::string> args) const;
-  void call(const Script& script, std::vector<std::string> args, Connection::Callback callback);
+  void call(const Script& script, std::vector<std::string> args, Connection::Callback callback,
+            std::function<bool()> still_wanted = {});
 
+  // Requests.
+  void route_locked(const RequestPtr& request, std::vector<RequestPtr>& to_send);
   void send_acquire(const RequestPtr& request);
+  void send_all(const std::vector<RequestPtr>& requests);
   void on_acquire_reply(const RequestPtr& request, boost::system::error_code ec, const Reply& reply);
-  /// A grant for request n reached us (acquire reply, wake, heartbeat).
-  void on_granted(std::uint64_t n, const std::string& permit_id, bool from_heartbeat);
+  /// A grant for request n reached us (acquire reply, wake, heartbeat, restore).
+  void on_granted(std::uint64_t n, const std::string& permit_id, bool recovered);
   void on_deadline(const RequestPtr& request);
   void on_cancel(const RequestPtr& request);
-  /// Removes `request` from requests_ and stops its timer (mu_ held).
+  /// Ends a waiting request (its ticket already resumed with deliver): forgets it
+  /// and says whether Redis must be told (cancel by id).
+  bool end_locked(const RequestPtr& request, RejectReason reason, std::string message = {});
   void forget_locked(const RequestPtr& request);
   /// `tenant`: the permit's tenant when known (saves Redis a lookup).
   void send_release(const std::string& id, const char* why, const std::string* tenant = nullptr);
-  void send_cancel(const std::string& member);
+  void send_cancel(std::uint64_t n);
+  void release_orphans(const std::vector<std::string>& ids);
 
+  // Heartbeat, loss detection, restore.
   void schedule_heartbeat(std::chrono::milliseconds after);
-  /// Sends one heartbeat; `then` (optional) runs after its reply was handled.
-  void heartbeat(std::function<void()> then = {});
-  void on_heartbeat_reply(const Reply& reply, std::uint64_t config_generation);
+  /// Sends a heartbeat unless one is in flight (`force`: even then).
+  void heartbeat(bool force = false);
+  void send_configure(std::vector<std::string> fields,
+                      std::shared_ptr<std::unique_ptr<detail::ConfigureCompletion>> completion, int attempt);
+  void on_heartbeat_reply(const Reply& reply, const std::set<std::uint64_t>& sent_holders,
+                          const std::set<std::uint64_t>& sent_queued, std::size_t sent_inflight,
+                          std::uint64_t generation);
   void send_restore();
+  void on_restore_reply(const Reply& reply);
+  /// Settings fields as the cfg hash stores them (field, value, ...).
+  static std::vector<std::string> settings_fields(const Settings& s);
+  /// The settings in a cfg field/value list, over `base` (local fields kept).
+  static Settings settings_from_fields(const std::vector<Reply>& flat, Settings base);
+  /// Applies settings read from Redis (mu_ held); logs what differs from the start-up values once.
+  void adopt_settings_locked(const Settings& from_redis);
+  void end_all_disabled_locked();
+  std::size_t position_locked(std::int64_t order) const;
+  /// A reply said the state is fenced for `left` more (0: not fenced).
+  void note_fence_locked(Clock::time_point now, std::chrono::milliseconds left);
+  void post_position(const RequestPtr& request, QueueStatus status);
+  void update_positions_locked(std::vector<std::pair<RequestPtr, QueueStatus>>& out);
+
+  // Link health and the degraded modes.
+  void note_success();
+  void note_failure(boost::system::error_code ec);
+  void enter_degraded_locked(Clock::time_point now, std::vector<std::string>& log);
+  void leave_degraded_locked(Clock::time_point now, std::vector<std::string>& log);
+  void local_admit_locked(const RequestPtr& request, Clock::time_point now);
+  void on_seats_expired();
 
   void deliver_granted(Request& request, Clock::time_point t);
   void deliver_ended(Request& request, RejectReason reason, Clock::time_point t, std::string message = {});
-  void post_position(const RequestPtr& request, QueueStatus status);
 
   std::string permit_id(std::uint64_t n) const;
   /// n of a permit id of this instance, nullopt for another instance's id.
   std::optional<std::uint64_t> parse_own(std::string_view permit_id) const;
+  void log(const std::string& line) const;
 
   const std::shared_ptr<BackendContext> context_;
   const std::string name_;
@@ -160,9 +232,13 @@ class RedisLimiter final : public detail::LimiterImpl {
 
   mutable std::mutex mu_;
   Settings settings_;
+  std::string settings_source_ = "local";
+  bool settings_logged_ = false;
   std::size_t in_use_ = 0;  // cluster-wide, from the last heartbeat
   std::size_t queued_ = 0;  // cluster-wide, from the last heartbeat
-  std::int64_t head_seq_ = 0;
+  std::int64_t head_order_ = 0, epoch_ = 0;
+  std::size_t older_ = 0;               // waiters below the epoch (restored from an older state)
+  std::vector<std::string> instances_;  // registered instances at the last heartbeat
   std::uint64_t next_n_ = 1;
   std::map<std::uint64_t, RequestPtr> requests_;  // pending, by n (= arrival order here)
   std::map<std::uint64_t, Holder> holders_;       // permits this instance holds, by n
@@ -173,12 +249,30 @@ class RedisLimiter final : public detail::LimiterImpl {
   std::uint64_t config_generation_ = 0;
   std::uint64_t heartbeats_sent_ = 0;
   std::optional<boost::asio::steady_timer> heartbeat_timer_;
+  std::optional<boost::asio::steady_timer> seats_timer_;
+
+  // Recovery.
+  bool restore_needed_ = false;
+  bool restore_in_flight_ = false;
+  bool clean_extras_ = false;  // a cancel may not have reached Redis: the restore removes leftovers
+  Clock::time_point fence_until_{};
+  Clock::time_point last_good_beat_sent_{};
+  EngineStatus engine_;
+  Clock::time_point fence_seen_since_{};  // accounting of engine_.fenced_time
+
+  // Link health and the degraded modes.
+  Link link_ = Link::up;
+  Clock::time_point failing_since_{}, degraded_since_{}, up_since_{};
+  std::optional<core::LimiterState> local_;  // degraded, policy local
+  bool seats_expired_ = false;
 
   std::atomic<std::uint64_t> heartbeats_{0};
   std::atomic<std::uint64_t> restores_{0};
   std::atomic<std::uint64_t> lost_wakes_{0};
   std::atomic<std::uint64_t> orphans_{0};
   std::atomic<bool> subscribed_{false};
+  std::atomic<bool> registered_{false};
+  std::atomic<bool> degraded_{false};
 };
 
 /// The limiter `name` of a backend made by make_redis_backend (nullptr for

@@ -38,7 +38,7 @@ enum class Error : int {
   disconnected,  ///< the connection dropped before the reply came
   closed,        ///< the client was closed
   protocol,      ///< the server sent bytes that are not RESP
-  bad_url,       ///< a redis:// URL could not be parsed
+  no_script,     ///< Redis did not have the script (NOSCRIPT) and the call was not repeated
 };
 
 const boost::system::error_category& error_category() noexcept;

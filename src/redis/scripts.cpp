@@ -35,17 +35,40 @@ std::vector<std::string> command(std::string_view verb, std::string_view script_
 Script::Script(std::string_view name, std::string_view text)
     : name_(name), text_(text), sha_(sha1_hex(text)) {}
 
+namespace scripts {
+std::vector<std::vector<std::string>> preload_commands() {
+  std::vector<std::vector<std::string>> out;
+  for (const Script* s : {&kAcquire, &kRelease, &kCancel, &kHeartbeat, &kRestore, &kConfigure, &kSnapshot})
+    out.push_back({"SCRIPT", "LOAD", std::string(s->text())});
+  return out;
+}
+}  // namespace scripts
+
 void call_script(Connection& connection, const Script& script, const std::vector<std::string>& keys,
-                 const std::vector<std::string>& args, Connection::Callback callback) {
-  connection.exec(command("EVALSHA", script.sha(), keys, args),
-                  [conn = connection.shared_from_this(), &script, keys, args, callback = std::move(callback)](
-                      boost::system::error_code ec, Reply reply) mutable {
-                    if (!ec && reply.is_error() && reply.str.rfind("NOSCRIPT", 0) == 0) {
-                      conn->exec(command("EVAL", script.text(), keys, args), std::move(callback));
-                      return;
-                    }
-                    std::move(callback)(ec, std::move(reply));
-                  });
+                 const std::vector<std::string>& args, Connection::Callback callback,
+                 std::function<bool()> still_wanted) {
+  connection.exec(
+      command("EVALSHA", script.sha(), keys, args),
+      [conn = connection.shared_from_this(), &script, keys, args, callback = std::move(callback),
+       still_wanted = std::move(still_wanted)](boost::system::error_code ec, Reply reply) mutable {
+        if (ec || !reply.is_error() || reply.str.rfind("NOSCRIPT", 0) != 0) {
+          std::move(callback)(ec, std::move(reply));
+          return;
+        }
+        if (still_wanted && !still_wanted()) {
+          conn->exec({"SCRIPT", "LOAD", std::string(script.text())}, [](boost::system::error_code, Reply) {});
+          std::move(callback)(make_error_code(Error::no_script), Reply{});
+          return;
+        }
+        // Loaded and called again in one pipeline: nothing of ours can run in between.
+        conn->exec({"SCRIPT", "LOAD", std::string(script.text())}, [](boost::system::error_code, Reply) {});
+        conn->exec(command("EVALSHA", script.sha(), keys, args),
+                   [callback = std::move(callback)](boost::system::error_code ec2, Reply r2) mutable {
+                     if (!ec2 && r2.is_error() && r2.str.rfind("NOSCRIPT", 0) == 0)
+                       return std::move(callback)(make_error_code(Error::no_script), Reply{});
+                     std::move(callback)(ec2, std::move(r2));
+                   });
+      });
 }
 
 }  // namespace fairgate::redis

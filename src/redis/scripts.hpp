@@ -4,6 +4,7 @@
 
 #include "redis/connection.hpp"
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,12 +34,20 @@ extern const Script kHeartbeat;
 extern const Script kRestore;
 extern const Script kConfigure;
 extern const Script kSnapshot;
+
+/// Every script, for Connection::set_preload (SCRIPT LOAD on each connect).
+std::vector<std::vector<std::string>> preload_commands();
 }  // namespace scripts
 
-/// Calls `script` with EVALSHA; when Redis answers NOSCRIPT (a new server, a
-/// restart, a failover, another cluster node) it sends the text once with EVAL,
-/// which also caches it. `callback` runs once on the connection's strand.
+/// Calls `script` with EVALSHA. Scripts are loaded on every (re)connect before
+/// any call (Connection::set_preload), so NOSCRIPT means the script cache was
+/// flushed while connected (SCRIPT FLUSH). The call did not run then, but calls
+/// sent after it may have: it is repeated (after SCRIPT LOAD) only if
+/// `still_wanted` (empty = always) says so at that moment, since only the caller
+/// knows whether running it late is still right; otherwise `callback` gets
+/// Error::no_script. `callback` runs once on the connection's strand.
 void call_script(Connection& connection, const Script& script, const std::vector<std::string>& keys,
-                 const std::vector<std::string>& args, Connection::Callback callback);
+                 const std::vector<std::string>& args, Connection::Callback callback,
+                 std::function<bool()> still_wanted = {});
 
 }  // namespace fairgate::redis

@@ -89,8 +89,6 @@ void check_instance(const std::string& id, std::string_view field) {
 void check_limiter(const LimiterConfig& l, const std::string& prefix) {
   if (auto e = validate_limiter_name(l.name)) fail(prefix, e->problem);
   if (auto e = validate(l.settings)) fail(prefix + "." + e->field, e->problem);
-  if (l.on_redis_down != "local" && l.on_redis_down != "open" && l.on_redis_down != "closed")
-    fail(prefix + ".on_redis_down", fmt::format("\"{}\" is not one of local, open, closed", l.on_redis_down));
 }
 
 LimiterConfig read_limiter(const std::string& name, const toml::table& t) {
@@ -124,9 +122,17 @@ LimiterConfig read_limiter(const std::string& name, const toml::table& t) {
     } else if (k == "max_per_tenant") {
       l.settings.max_per_tenant = static_cast<std::uint32_t>(get_int(node, field, 1, kMaxConcurrentLimit));
     } else if (k == "on_redis_down") {
-      l.on_redis_down = get_string(node, field);
+      const auto policy = get_string(node, field);
+      if (policy == "local")
+        l.settings.on_redis_down = RedisDownPolicy::local;
+      else if (policy == "open")
+        l.settings.on_redis_down = RedisDownPolicy::open;
+      else if (policy == "closed")
+        l.settings.on_redis_down = RedisDownPolicy::closed;
+      else
+        fail(field, fmt::format("\"{}\" is not one of local, open, closed", policy));
     } else if (k == "local_share") {
-      l.local_share = static_cast<std::uint32_t>(get_int(node, field, 1, kMaxConcurrentLimit));
+      l.settings.local_share = static_cast<std::uint32_t>(get_int(node, field, 0, kMaxConcurrentLimit));
     } else {
       fail(field, "unknown key");
     }
@@ -186,6 +192,12 @@ void read_redis(const toml::table& t, RedisBackendOptions& r) {
       r.heartbeat_interval = get_ms(node, field, 10, 60'000);
     } else if (k == "liveness_ttl_ms") {
       r.liveness_ttl = get_ms(node, field, 20, 600'000);
+    } else if (k == "recovery_fence_ms") {
+      r.recovery_fence = get_ms(node, field, 0, 3'600'000);
+    } else if (k == "degrade_after_ms") {
+      r.degrade_after = get_ms(node, field, 1, 600'000);
+    } else if (k == "recover_after_ms") {
+      r.recover_after = get_ms(node, field, 0, 600'000);
     } else {
       fail(field, "unknown key");
     }

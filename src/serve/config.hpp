@@ -28,12 +28,7 @@ class ConfigError : public std::runtime_error {
 /// One limiter to open at start-up.
 struct LimiterConfig {
   std::string name;
-  Settings settings;
-  /// Degradation policy while Redis is unreachable (D1): local | open | closed.
-  /// Accepted and validated; the backend's current behaviour is "closed"
-  /// (acquires end `unavailable`) until the degraded modes land.
-  std::string on_redis_down = "local";
-  std::uint32_t local_share = 1;
+  Settings settings;  ///< includes on_redis_down and local_share (D1)
 };
 
 /// HTTP protections (S7) and server tuning: the `[server]` table.

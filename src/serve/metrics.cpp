@@ -69,8 +69,25 @@ std::string render_metrics(const Backend& backend, const Metrics& metrics, std::
         [](const Snapshot& s) { return s.settings.max_concurrent; });
   gauge("fairgate_enabled", "1 when the limiter enforces its cap.",
         [](const Snapshot& s) { return s.settings.enabled ? 1 : 0; });
-  gauge("fairgate_degraded", "1 while the limiter runs on its Redis-down fallback.",
-        [](const Snapshot&) { return 0; });
+  gauge("fairgate_degraded", "1 while the limiter runs on its on_redis_down policy (Redis unreachable).",
+        [](const Snapshot& s) { return s.engine.degraded ? 1 : 0; });
+  counter("fairgate_degraded_seconds_total", "Time the limiter spent degraded (on_redis_down policy).",
+          [](const Snapshot& s) { return fmt::format("{:.3f}", s.engine.degraded_time.count() / 1000.0); });
+  counter("fairgate_degraded_entries_total", "Times the limiter entered degraded mode.",
+          [](const Snapshot& s) { return s.engine.degraded_entries; });
+  gauge("fairgate_fenced", "1 while the limiter's state in Redis is fenced after a re-creation (no grants).",
+        [](const Snapshot& s) { return s.engine.fence_left.count() > 0 ? 1 : 0; });
+  counter("fairgate_fenced_seconds_total", "Time this instance saw the limiter fenced.",
+          [](const Snapshot& s) { return fmt::format("{:.3f}", s.engine.fenced_time.count() / 1000.0); });
+  counter("fairgate_state_restores_total",
+          "Restores of this instance's permits and waiters Redis acknowledged.",
+          [](const Snapshot& s) { return s.engine.restores; });
+  counter("fairgate_state_recreations_total",
+          "Times this instance found the limiter's state gone from Redis and created it again.",
+          [](const Snapshot& s) { return s.engine.state_recreations; });
+  counter("fairgate_overshoot_restored_total",
+          "Permits this instance restored above the cap (its work outlived its liveness in Redis).",
+          [](const Snapshot& s) { return s.engine.overshoot_restored; });
   counter("fairgate_acquires_total", "Acquire requests started on this instance.",
           [](const Snapshot& s) { return s.stats.acquires; });
   counter("fairgate_grants_total", "Requests granted on this instance.",
@@ -106,6 +123,13 @@ std::string render_metrics(const Backend& backend, const Metrics& metrics, std::
     single("fairgate_redis_errors_total", "counter",
            "Redis client errors of this instance (command timeouts, disconnects, error replies).",
            health.errors);
+    header(out, "fairgate_redis_command_failures_total", "counter",
+           "Failed Redis commands of this instance, by kind.");
+    out += fmt::format("fairgate_redis_command_failures_total{{kind=\"timeout\"}} {}\n", health.timeouts);
+    out +=
+        fmt::format("fairgate_redis_command_failures_total{{kind=\"disconnect\"}} {}\n", health.disconnects);
+    out += fmt::format("fairgate_redis_command_failures_total{{kind=\"error_reply\"}} {}\n",
+                       health.error_replies);
   }
   single("fairgate_http_requests_total", "counter", "HTTP requests read.", load(metrics.http_requests));
   single("fairgate_http_bad_requests_total", "counter", "Malformed or refused HTTP requests (4xx).",

@@ -325,13 +325,20 @@ awaitable<bool> route_put_limiter(std::shared_ptr<Session> self, const Request& 
   auto update = parse_settings_update(req.body(), bad);
   if (!update)
     co_return co_await send_error(*self, req, http::status::bad_request, "bad_request", bad.message);
-  auto applied = limiter->configure(*update);
-  if (!applied) {
-    co_return co_await send_error(*self, req, http::status::bad_request, "bad_request",
-                                  applied.error().message());
+  // 200 only once the change is in force cluster-wide (on Redis: Redis
+  // confirmed it); 503 with the reason when it could not be applied.
+  const SettingsUpdate change = *update;
+  ConfigureResult applied = co_await limiter->async_configure(change, use_awaitable);
+  if (applied.error == make_error_code(Errc::invalid_settings)) {
+    co_return co_await send_error(*self, req, http::status::bad_request, "bad_request", applied.message);
+  }
+  if (applied.error) {
+    Response res = error_response(http::status::service_unavailable, req, "unavailable", applied.message);
+    res.set(http::field::retry_after, "1");
+    co_return co_await send(*self, std::move(res)) && req.keep_alive();
   }
   Snapshot snap = limiter->snapshot();
-  snap.settings = *applied;
+  snap.settings = applied.settings;
   Response res = json_response(http::status::ok, req, limiter_json(snap, sh.backend->kind(), false));
   co_return co_await send(*self, std::move(res)) && req.keep_alive();
 }
@@ -358,11 +365,25 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
   if (seg.size() == 1 && seg[0] == "healthz") {
     if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET");
     json::object o;
-    o["status"] = "ok";
     const BackendHealth health = sh.backend->health();
-    o["redis"] = !health.remote ? "none" : health.connected ? "up" : "down";
+    const bool redis_down = health.remote && (!health.connected || health.degraded_limiters > 0);
+    // 503 only when this instance can admit nothing: shutting down, or every
+    // limiter degraded with on_redis_down = closed (docs/serve.md).
+    bool can_admit = true;
+    if (health.degraded_limiters > 0) {
+      can_admit = false;
+      for (const auto& l : sh.backend->limiters()) {
+        const Snapshot snap = l.snapshot();
+        if (!snap.engine.degraded || snap.settings.on_redis_down != RedisDownPolicy::closed) can_admit = true;
+      }
+    }
+    const bool stopping = sh.stopping.load();
+    o["status"] = stopping ? "stopping" : redis_down ? "degraded" : "ok";
+    o["redis"] = !health.remote ? "none" : redis_down ? "down" : "up";
     o["backend"] = sh.backend->kind();
-    Response res = json_response(http::status::ok, req, o);
+    if (health.remote) o["degraded_limiters"] = health.degraded_limiters;
+    Response res =
+        json_response(stopping || !can_admit ? http::status::service_unavailable : http::status::ok, req, o);
     co_return co_await send(s, std::move(res)) && req.keep_alive();
   }
   if (seg.size() == 1 && seg[0] == "metrics") {

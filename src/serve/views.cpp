@@ -22,7 +22,7 @@ json::object limiter_json(const Snapshot& s, std::string_view backend, bool deta
   o["enabled"] = s.settings.enabled;
   o["when_disabled"] = to_string(s.settings.when_disabled);
   o["backend"] = backend;
-  o["degraded"] = false;
+  o["degraded"] = s.engine.degraded;
   o["tenant_fairness"] = s.settings.tenant_fairness;
   if (s.settings.max_per_tenant)
     o["max_per_tenant"] = *s.settings.max_per_tenant;
@@ -32,6 +32,19 @@ json::object limiter_json(const Snapshot& s, std::string_view backend, bool deta
     o["estimated_wait_ms"] = s.estimated_wait->count();
   else
     o["estimated_wait_ms"] = nullptr;
+  if (backend == "redis") {
+    // Recovery (docs/design.md): where the settings in force came from, and
+    // whether grants are held back or served by the on_redis_down policy.
+    o["settings_source"] = s.engine.settings_source;
+    o["on_redis_down"] = to_string(s.settings.on_redis_down);
+    if (s.settings.local_share)
+      o["local_share"] = *s.settings.local_share;
+    else
+      o["local_share"] = nullptr;
+    if (s.engine.degraded && s.settings.on_redis_down == RedisDownPolicy::local)
+      o["local_cap"] = s.engine.local_cap;
+    o["fence_left_ms"] = s.engine.fence_left.count();
+  }
   json::object stats;
   stats["acquires"] = s.stats.acquires;
   stats["grants"] = s.stats.grants;

@@ -522,23 +522,39 @@ TEST(RedisBackendTest, ShutdownEndsWaitersAndCleansRedis) {
   ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 2s));
 }
 
-TEST(RedisBackendTest, UnreachableRedisRejectsAsUnavailable) {
+// D1 with a Redis that was never reachable. `closed`: rejected `unavailable`
+// within about one command timeout (never after max_wait). `local` (default),
+// with no seat held: the request is not rejected for Redis' sake, it waits (in
+// order) and ends at its max wait.
+TEST(RedisBackendTest, UnreachableRedisClosedRejectsAtOnceLocalWaits) {
   auto o = fast_options();
   o.url = "redis://127.0.0.1:1";  // nothing listens there
   o.command_timeout = 100ms;
   Instance a(o);
-  Limiter lim = a.open(test_name(), cap(1));
+  Settings closed = cap(1);
+  closed.on_redis_down = fairgate::RedisDownPolicy::closed;
+  Limiter strict = a.open(test_name() + "-closed", closed);
+  Limiter lenient = a.open(test_name() + "-local", cap(1));
   const auto t0 = Clock::now();
-  auto probe = acquire(lim);
+  auto probe = acquire(strict);
+  AcquireOptions wait_1s;
+  wait_1s.max_wait = 1500ms;
+  auto waiter = acquire(lenient, wait_1s);
   ASSERT_TRUE(wait_until([&] { return probe->done(); }, 5s));
   EXPECT_EQ(probe->outcome(), Outcome::rejected);
   EXPECT_EQ(probe->reason(), RejectReason::unavailable);
   EXPECT_NE(probe->message().find("unavailable"), std::string::npos) << probe->message();
-  EXPECT_LE(Clock::now() - t0, 2s);
+  EXPECT_LE(Clock::now() - t0, 1s) << "closed answers within about one command timeout";
+  ASSERT_TRUE(wait_until([&] { return waiter->done(); }, 5s));
+  EXPECT_EQ(waiter->outcome(), Outcome::timed_out) << waiter->message();
+  EXPECT_GE(waiter->at() - t0, 1400ms) << "local: it waited for its whole max wait";
   const auto health = a.backend->health();
   EXPECT_TRUE(health.remote);
   EXPECT_FALSE(health.connected) << "nothing listens on port 1";
   EXPECT_GT(health.errors, 0u) << "the failed acquire and heartbeats count as Redis errors";
+  EXPECT_GT(health.disconnects, 0u);
+  EXPECT_EQ(health.degraded_limiters, 2u) << "both limiters degraded after degrade_after (1 s)";
+  EXPECT_TRUE(strict.snapshot().engine.degraded);
 }
 
 // Backend::health() of a reachable Redis, and of the memory backend.

@@ -37,8 +37,8 @@ class RedisScriptsTest : public ::testing::Test {
     // A fresh limiter name per test: its own hash tag, its own keys.
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     name_ = std::string("{") + info->name() + "}";
-    keys_ = {"t:" + name_ + ":cfg", "t:" + name_ + ":holders", "t:" + name_ + ":queue", "t:" + name_ + ":seq",
-             "t:" + name_ + ":instances"};
+    keys_ = {"t:" + name_ + ":cfg", "t:" + name_ + ":holders",   "t:" + name_ + ":queue",
+             "t:" + name_ + ":seq", "t:" + name_ + ":instances", "t:" + name_ + ":byinst"};
     wake_ = "t:" + name_ + ":wake:";
   }
   void TearDown() override {
@@ -60,13 +60,33 @@ class RedisScriptsTest : public ::testing::Test {
     EXPECT_FALSE(reply.is_error()) << s.name() << ": " << reply.str;
     return reply;
   }
-  Reply heartbeat(const std::string& inst, int max = 2, int ttl_ms = 3000, std::string max_queue = "") {
-    return call(scripts::kHeartbeat,
-                {inst, std::to_string(ttl_ms), "0", std::to_string(max), max_queue, "1", "pass", "20000"});
+  /// A heartbeat of `inst` that holds `holders` permits (0: nothing to restore, so it
+  /// registers at once); no recovery fence unless `fence_ms`.
+  Reply heartbeat(const std::string& inst, int max = 2, int ttl_ms = 3000, std::string max_queue = "",
+                  int holders = 0, int fence_ms = 0, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{inst,
+                                  std::to_string(ttl_ms),
+                                  "0",
+                                  std::to_string(fence_ms),
+                                  std::to_string(holders),
+                                  "0",
+                                  "max_concurrent",
+                                  std::to_string(max),
+                                  "max_queue",
+                                  max_queue,
+                                  "enabled",
+                                  "1",
+                                  "when_disabled",
+                                  "pass",
+                                  "max_wait_ms",
+                                  "20000"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return call(scripts::kHeartbeat, args);
   }
   Reply acquire(const std::string& inst, int n, int max_wait_ms = 10000) {
     return call(scripts::kAcquire, {inst, std::to_string(n), std::to_string(max_wait_ms)});
   }
+  std::string cancel(const std::string& id) { return call(scripts::kCancel, {id}).elements.at(0).str; }
   std::int64_t zcard(int key) { return std::stoll(server().command({"ZCARD", keys_[key]})); }
 
   // Subscribes to the wake channels of `instances`; messages land in wakes_.
@@ -120,7 +140,7 @@ TEST_F(RedisScriptsTest, GrantsUpToTheCapThenQueuesInOrder) {
   for (int n = 3; n <= 6; ++n) {
     auto r = acquire("a", n);
     ASSERT_EQ(r.elements.at(0).str, "queued");
-    EXPECT_EQ(r.elements.at(3).integer, n - 2) << "position at the back of the queue";
+    EXPECT_EQ(r.elements.at(2).integer, n - 2) << "position at the back of the queue";
   }
   EXPECT_EQ(zcard(1), 2) << "never more holders than max_concurrent";
   EXPECT_EQ(zcard(2), 4);
@@ -158,16 +178,22 @@ TEST_F(RedisScriptsTest, ReleaseGrantsTheHeadAndWakesOnlyItsInstance) {
 TEST_F(RedisScriptsTest, CancelRemovesAWaiterOrReturnsAGrantMadeMeanwhile) {
   heartbeat("a", 1);
   ASSERT_EQ(acquire("a", 1).elements.at(0).str, "granted");
-  auto w2 = acquire("a", 2).elements.at(1).str;
-  auto w3 = acquire("a", 3).elements.at(1).str;
-  EXPECT_EQ(call(scripts::kCancel, {w2}).elements.at(0).str, "removed");
-  EXPECT_EQ(zcard(2), 1);
+  ASSERT_EQ(acquire("a", 2).elements.at(0).str, "queued");
+  ASSERT_EQ(acquire("a", 3).elements.at(0).str, "queued");
+  ASSERT_EQ(acquire("a", 10).elements.at(0).str, "queued");
+  // By request id: the caller need not have seen the acquire's reply.
+  EXPECT_EQ(cancel("a|2"), "removed");
+  EXPECT_EQ(zcard(2), 2);
+  EXPECT_EQ(zcard(5), 2) << "the per-instance index follows the queue";
+  EXPECT_EQ(cancel("a|1|"), "unknown") << "ids are matched whole";
   call(scripts::kRelease, {"a|1"});  // a|3 is granted now
   EXPECT_EQ(server().command({"ZSCORE", keys_[1], "a|3"}), "0");
   // ...but its caller had already given up: cancel returns the permit.
-  EXPECT_EQ(call(scripts::kCancel, {w3}).elements.at(0).str, "released");
-  EXPECT_EQ(zcard(1), 0) << "no permit leaks when a grant races a cancel";
-  EXPECT_EQ(call(scripts::kCancel, {w3}).elements.at(0).str, "unknown");
+  EXPECT_EQ(cancel("a|3"), "released");
+  EXPECT_EQ(server().command({"ZSCORE", keys_[1], "a|10"}), "0") << "and it went to the next waiter";
+  EXPECT_EQ(zcard(1), 1) << "no permit leaks when a grant races a cancel";
+  EXPECT_EQ(cancel("a|3"), "unknown");
+  EXPECT_EQ(cancel("a|99"), "unknown") << "an acquire that never reached Redis";
 }
 
 TEST_F(RedisScriptsTest, ExpiredHeadIsSkipped) {
@@ -199,9 +225,15 @@ TEST_F(RedisScriptsTest, HeartbeatReapsADeadInstanceAndDispatches) {
   for (auto& e : hb.elements.at(1).elements) held.push_back(e.str);
   EXPECT_EQ(held, (std::vector<std::string>{"live|1", "live|2"}));
   EXPECT_EQ(zcard(2), 0) << "the dead instance's waiter left the queue";
-  EXPECT_EQ(acquire("dead", 4).elements.at(0).str, "dead") << "a dead instance must re-register first";
-  EXPECT_EQ(heartbeat("dead", 2).elements.at(0).integer, 1) << "and is told its state was lost";
-  EXPECT_EQ(heartbeat("dead", 2).elements.at(0).integer, 0);
+  EXPECT_EQ(zcard(5), 0) << "and the per-instance index";
+  EXPECT_EQ(acquire("dead", 4).elements.at(0).str, "lost") << "a reaped instance must re-register first";
+  EXPECT_EQ(heartbeat("dead", 2, 3000, "", /*holders=*/2).elements.at(0).integer, 1)
+      << "one that still holds permits is told to restore them";
+  EXPECT_EQ(heartbeat("dead", 2, 3000, "", /*holders=*/2).elements.at(0).integer, 1)
+      << "level-triggered: it is told again until it has restored";
+  EXPECT_EQ(acquire("dead", 5).elements.at(0).str, "lost") << "and nothing is granted to it meanwhile";
+  EXPECT_EQ(heartbeat("dead", 2).elements.at(0).integer, 0)
+      << "one with nothing to restore registers at once";
 }
 
 TEST_F(RedisScriptsTest, HotConfigRaisesAtOnceAndLowersWithoutRevoking) {
@@ -229,24 +261,48 @@ TEST_F(RedisScriptsTest, BoundedQueueAndDisabledModes) {
   EXPECT_EQ(full.elements.at(0).str, "rejected");
   EXPECT_EQ(full.elements.at(1).str, "queue_full");
   EXPECT_EQ(acquire("a", 5, /*max_wait_ms=*/0).elements.at(1).str, "timeout") << "max_wait 0 never queues";
-  call(scripts::kConfigure, {"enabled", "0", "when_disabled", "reject"});
-  EXPECT_EQ(acquire("a", 6).elements.at(1).str, "disabled");
-  call(scripts::kConfigure, {"when_disabled", "pass"});
+  call(scripts::kConfigure, {"enabled", "0", "when_disabled", "pass"});
   EXPECT_EQ(zcard(1), 3) << "pass-through grants the waiters too";
-  EXPECT_EQ(acquire("a", 7).elements.at(0).str, "granted");
+  call(scripts::kConfigure, {"enabled", "1", "when_disabled", "reject"});
+  ASSERT_EQ(acquire("a", 6).elements.at(0).str, "queued");
+  ASSERT_EQ(acquire("a", 7).elements.at(0).str, "queued");
+  call(scripts::kConfigure, {"enabled", "0"});
+  EXPECT_EQ(zcard(2), 0)
+      << "disabled in reject mode: the waiters leave (their instances end them, 'disabled')";
+  EXPECT_EQ(zcard(5), 0);
+  EXPECT_EQ(acquire("a", 8).elements.at(1).str, "disabled");
+  call(scripts::kConfigure, {"when_disabled", "pass"});
+  EXPECT_EQ(acquire("a", 9).elements.at(0).str, "granted");
 }
 
 TEST_F(RedisScriptsTest, RestorePutsBackALostInstancesState) {
   heartbeat("a", 1);
-  server().command({"DEL", keys_[0], keys_[1], keys_[2], keys_[4]});  // Redis lost everything
-  EXPECT_EQ(acquire("a", 9).elements.at(0).str, "dead");
-  auto hb = heartbeat("a", 1);
+  server().command({"DEL", keys_[0], keys_[1], keys_[2], keys_[4], keys_[5]});  // Redis lost everything
+  EXPECT_EQ(acquire("a", 9).elements.at(0).str, "lost");
+  EXPECT_EQ(call(scripts::kConfigure, {"max_wait_ms", "5000"}).elements.at(0).str, "lost")
+      << "a configure never writes a partial config into a lost state";
+  EXPECT_EQ(server().command({"EXISTS", keys_[0]}), "0");
+  auto hb = heartbeat("a", 1, 3000, "", /*holders=*/2);
   EXPECT_EQ(hb.elements.at(0).integer, 1) << "lost";
-  auto r = call(scripts::kRestore, {"a", "2", "a|1", "a|2", "a|3|99999999999999", "a|4|99999999999999"});
-  EXPECT_EQ(r.elements.at(0).integer, 2);
+  EXPECT_EQ(hb.elements.at(8).integer, 1) << "the state was created again";
+  EXPECT_EQ(server().command({"HGET", keys_[0], "max_concurrent"}), "1") << "with the instance's settings";
+  // Permits a|1, a|2 (granted by Redis), waiters a|3 (with its old order score) and a|4 (never queued).
+  auto r = call(scripts::kRestore, {"a", "3000", "0",     "",  "2", "1", "", "r",     "2", "", "r",  //
+                                    "3", "7",    "99999", "1", "",  "4", "", "99999", "1", ""});
+  ASSERT_EQ(r.elements.at(0).str, "ok");
   EXPECT_EQ(r.elements.at(1).integer, 2);
+  EXPECT_EQ(r.elements.at(2).integer, 2);
   EXPECT_EQ(zcard(1), 2) << "running work is counted again (above the cap: never revoked)";
   EXPECT_EQ(zcard(2), 2);
+  const std::string head = server().command({"ZRANGE", keys_[2], "0", "0", "WITHSCORES"});
+  EXPECT_EQ(head.substr(0, 4), "a|3|");
+  EXPECT_EQ(head.substr(head.find('\n') + 1), "7") << "a restored waiter keeps its order score";
+  EXPECT_EQ(acquire("a", 5).elements.at(0).str, "queued") << "registered again";
+  auto again = call(scripts::kRestore, {"a", "3000", "0",     "",  "2", "1", "", "r",     "2", "", "r",  //
+                                        "3", "7",    "99999", "1", "",  "4", "", "99999", "1", ""});
+  EXPECT_EQ(again.elements.at(1).integer, 0) << "idempotent";
+  EXPECT_EQ(again.elements.at(2).integer, 0);
+  EXPECT_EQ(zcard(2), 3);
 }
 
 // The cost of a grant inside Redis must not grow with the number of waiters
@@ -270,7 +326,9 @@ TEST_F(RedisScriptsTest, CommandsPerGrantStayFlatFrom10To1000Waiters) {
     int holder = 1;
     const auto before = total_calls();
     for (int i = 0; i < kCycles; ++i) {
-      call(scripts::kRelease, {inst + "|" + std::to_string(holder)});
+      // As the C++ client releases: with the permit's tenant ('' here), so
+      // Redis need not look it up.
+      call(scripts::kRelease, {inst + "|" + std::to_string(holder), ""});
       ++holder;
       acquire(inst, ++n);
     }
@@ -302,7 +360,7 @@ TEST_F(RedisScriptsTest, CommandsPerGrantUnderTenantFairnessStayFlatInWaitersAnd
     return sum;
   };
   auto cost = [&](int waiters, int tenants, const std::string& inst) {
-    call(scripts::kHeartbeat, {inst, "60000", "0", "1", "", "1", "pass", "20000", "1", ""});
+    heartbeat(inst, 1, 60000, "", 0, 0, {"tenant_fairness", "1"});
     std::map<int, std::string> tenant_of;
     int n = 0;
     auto arrive = [&] {

@@ -183,13 +183,15 @@ class RawSse {
 
 TEST(ServeRedis, SigtermReleasesHeldPermitsAndLeavesTheQueue) {
   // A long liveness TTL: a grant within a few seconds can only come from an
-  // explicit release at shutdown, not from reaping a dead instance.
+  // explicit release at shutdown, not from reaping a dead instance. (No
+  // recovery fence: the new limiter would otherwise grant nothing for 21 s.)
   std::vector<std::unique_ptr<Serve>> servers;
   for (int i = 0; i < 2; ++i) {
     auto args = redis_args("sigterm-" + std::to_string(i));
     args.insert(args.end(), {"--limiter", "sigterm-a=1"});
     servers.push_back(std::make_unique<Serve>(
-        "admin_token = \"t\"\n[redis]\nliveness_ttl_ms = 20000\nheartbeat_ms = 1000\n", args));
+        "admin_token = \"t\"\n[redis]\nliveness_ttl_ms = 20000\nheartbeat_ms = 1000\nrecovery_fence_ms = 0\n",
+        args));
   }
   Serve& a = *servers[0];
   Serve& b = *servers[1];
@@ -262,13 +264,23 @@ TEST(ServeConfigFile, EveryKeyOfTheExampleIsReadAndRedisDownIsReported) {
   EXPECT_NE(limiters.find(R"("name":"document-upload","max_concurrent":10)"), std::string::npos) << limiters;
   EXPECT_NE(limiters.find(R"("degraded":false,"tenant_fairness":true,"max_per_tenant":2)"), std::string::npos)
       << limiters;
-  const auto health = http_exchange(url, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-  EXPECT_NE(health.find(R"({"status":"ok","redis":"down")"), std::string::npos) << health;
-  const auto acquire = http_exchange(
-      url,
-      "POST /v1/limiters/chat/acquire?max_wait_ms=1000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_NE(limiters.find(R"("on_redis_down":"local","local_share":1)"), std::string::npos) << limiters;
+  EXPECT_NE(limiters.find(R"("name":"document-upload")"), std::string::npos) << limiters;
+  // document-upload runs on_redis_down = closed: rejected at once, 503.
+  const auto acquire = http_exchange(url,
+                                     "POST /v1/limiters/document-upload/acquire?max_wait_ms=10000 "
+                                     "HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(acquire.rfind("HTTP/1.1 503", 0), 0u) << acquire;
   EXPECT_NE(acquire.find(R"("reason":"unavailable")"), std::string::npos) << acquire;
+  // chat runs local with local_share = 1: once degraded (1 s), one request is served locally.
+  const auto local = http_exchange(
+      url,
+      "POST /v1/limiters/chat/acquire?max_wait_ms=5000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(local.rfind("HTTP/1.1 200", 0), 0u) << local;
+  EXPECT_NE(local.find(R"("permit":")"), std::string::npos) << local;
+  const auto health = http_exchange(url, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(health.rfind("HTTP/1.1 200", 0), 0u) << "chat can still admit: " << health;
+  EXPECT_NE(health.find(R"({"status":"degraded","redis":"down")"), std::string::npos) << health;
   EXPECT_EQ(child.stop(SIGTERM, kSanitized ? 60s : 20s), 0);
 }
 

@@ -15,31 +15,37 @@ namespace fairgate {
 
 class AcquireResult;
 struct AcquireOptions;
+struct ConfigureResult;
+struct SettingsUpdate;
 
 namespace detail {
 
 class LimiterImpl;
 
-/// A one-shot completion handler. complete() must be called at most once; it
-/// never runs the handler inline, it posts it to the handler's executor.
-class Completion {
+/// A one-shot completion handler for a result of type R. complete() must be
+/// called at most once; it never runs the handler inline, it posts it to the
+/// handler's executor.
+template <typename R>
+class BasicCompletion {
  public:
-  virtual ~Completion() = default;
-  virtual void complete(AcquireResult result) = 0;
+  virtual ~BasicCompletion() = default;
+  virtual void complete(R result) = 0;
 };
+using Completion = BasicCompletion<AcquireResult>;
+using ConfigureCompletion = BasicCompletion<ConfigureResult>;
 
 /// Wraps an Asio completion handler. While pending it keeps the handler's
 /// executor busy (work guard), so a use_future caller or an io_context::run()
 /// does not return early.
-template <typename Handler>
-class CompletionBox final : public Completion {
+template <typename Handler, typename R = AcquireResult>
+class CompletionBox final : public BasicCompletion<R> {
  public:
   CompletionBox(Handler handler, const boost::asio::any_io_executor& fallback)
       : handler_(std::move(handler)),
         work_(boost::asio::make_work_guard(boost::asio::get_associated_executor(handler_, fallback))) {}
 
-  // Defined in limiter.hpp, where AcquireResult is complete.
-  void complete(AcquireResult result) override;
+  // Defined in limiter.hpp, where the result types are complete.
+  void complete(R result) override;
 
  private:
   Handler handler_;
@@ -47,15 +53,18 @@ class CompletionBox final : public Completion {
       work_;
 };
 
-template <typename Handler>
-std::unique_ptr<Completion> make_completion(Handler handler, const boost::asio::any_io_executor& fallback) {
-  return std::make_unique<CompletionBox<Handler>>(std::move(handler), fallback);
+template <typename R = AcquireResult, typename Handler>
+std::unique_ptr<BasicCompletion<R>> make_completion(Handler handler,
+                                                    const boost::asio::any_io_executor& fallback) {
+  return std::make_unique<CompletionBox<Handler, R>>(std::move(handler), fallback);
 }
 
 /// Non-template entry points implemented in the library.
 boost::asio::any_io_executor executor_of(const LimiterImpl& impl);
 void start_acquire(LimiterImpl& impl, AcquireOptions options, std::unique_ptr<Completion> completion,
                    boost::asio::cancellation_slot slot);
+void start_configure(LimiterImpl& impl, const SettingsUpdate& update,
+                     std::unique_ptr<ConfigureCompletion> completion);
 
 }  // namespace detail
 }  // namespace fairgate

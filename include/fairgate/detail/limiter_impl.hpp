@@ -34,6 +34,10 @@ class LimiterImpl : public std::enable_shared_from_this<LimiterImpl> {
   virtual Snapshot snapshot() const = 0;
   virtual Settings settings() const = 0;
   virtual boost::system::result<Settings, SettingsError> configure(const SettingsUpdate& update) = 0;
+
+  /// Applies `update` and completes once it is in force (see
+  /// Limiter::async_configure). Default: configure(), which is synchronous.
+  virtual void start_configure(const SettingsUpdate& update, std::unique_ptr<ConfigureCompletion> completion);
 };
 
 }  // namespace fairgate::detail

@@ -1,20 +1,20 @@
--- cancel.lua — a waiter gives up (timeout, cancellation, client gone).
--- KEYS: see lib.lua.  ARGV[2] queue member "inst|n|deadline[|weight|tenant]"
+-- cancel.lua — a request gives up (timeout, cancellation, client gone), by its id: the
+-- caller need not know whether its acquire reached Redis, or what it answered.
+-- KEYS: see lib.lua.  ARGV[2] request id "inst|n"
 -- Returns:
---   {'removed'}   it was still waiting: it left the queue (and its tenant's queue;
+--   {'removed'}   it was waiting: it left the queue (and its tenant's queue;
 --                 a tenant whose last waiter leaves leaves the rotation)
 --   {'released'}  it had been granted meanwhile: that permit was returned
 --                 and passed on (the caller had already given up)
---   {'unknown'}   neither waiting nor holding (already gone)
-local member = ARGV[2]
-local _, id, _, _, tenant = split_waiter(member)
-if redis.call('ZREM', K_QUEUE, member) == 1 then
-  local cfg = load_cfg()
-  if cfg and cfg.tmode then t_remove(cfg, tenant, member) end
+--   {'unknown'}   neither waiting nor holding (already gone, or never arrived)
+local id = ARGV[2]
+local cfg = load_cfg()
+local member = find_waiter(id)
+if member then
+  waiter_remove(cfg, member)
   return {'removed'}
 end
-local cfg = load_cfg()
-if holder_remove(cfg, id, tenant) == 1 then
+if holder_remove(cfg, id, nil) == 1 then
   dispatch(cfg, now_ms())
   return {'released'}
 end

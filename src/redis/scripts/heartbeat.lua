@@ -1,41 +1,102 @@
--- heartbeat.lua — one instance says it is alive (about once a second).
+-- heartbeat.lua — one instance says it is alive (about once a second), and learns whether
+-- Redis still has what it holds.
 -- KEYS: see lib.lua.
 -- ARGV[2] instance id, ARGV[3] liveness TTL ms, ARGV[4] key expiry ms (0 = leave as is),
--- ARGV[5..11] defaults if the limiter has no config yet:
---   max_concurrent, max_queue ('' = unbounded), enabled, when_disabled, max_wait_ms,
---   tenant_fairness ('1'|'0', optional), max_per_tenant ('' = none, optional)
--- Extends the liveness, reaps dead instances and dispatches (so a crashed
--- holder's permits move on without waiting for a new arrival).
--- Returns {lost, held, head_seq, queued, in_use, cfg (flat field/value list), reaped, granted}:
---   lost     1 when this instance was unknown or its liveness had run out:
---            its permits and waiters may have been reaped; it must restore them
---   held     this instance's permits as Redis knows them (a waiter of ours that
---            appears here was granted, even if the wake message was lost)
---   head_seq sequence of the queue head (0 if empty), for positions
-local inst, ttl, expiry = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+-- ARGV[5] recovery fence ms (how long a created state grants nothing; 0 = no fence),
+-- ARGV[6] permits this instance holds, ARGV[7] waiters it has queued in Redis,
+-- ARGV[8..] the instance's current settings as field, value pairs: a field missing from cfg
+--           is filled from them (one by one, never "only if cfg is empty")
+-- Creates the state when it is gone (see lib.lua: new epoch, arrival counter moved past every
+-- older order score, fenced for ARGV[5] ms). Extends this instance's liveness — even if it had
+-- run out, as long as nobody reaped it: an instance never reaps itself. If no liveness ran
+-- past now, Redis was away (nobody could reach it for a TTL): every liveness is extended
+-- instead of reaping. Then reaps dead instances and dispatches (so a crashed holder's permits
+-- move on without waiting for a new arrival).
+-- An instance that is not registered (new, reaped, or the state is new) is registered here
+-- only when it has nothing to restore (ARGV[6] = ARGV[7] = 0); otherwise 'lost' says:
+-- restore first (restore.lua registers it together with what it holds, atomically).
+-- Returns {lost, held, head_order, queued, in_use, cfg, reaped, granted, created, away,
+--          fence_left_ms, my_waiters, epoch, older, instances}:
+--   lost        1: this instance is not registered: restore.lua before anything else
+--   held        this instance's permits as Redis knows them (a waiter of ours that appears
+--               here was granted, even if the wake message was lost)
+--   head_order  order score of the queue head (0 if empty), for positions
+--   cfg         flat field/value list of the settings (and engine fields)
+--   created     1 when this call created the state (it was gone)
+--   away        1 when every liveness had run out (Redis was away) and was extended
+--   my_waiters  this instance's waiters in Redis (level-triggered loss detection)
+--   older       waiters whose order score is below the epoch (restored from an older state)
+--   instances   the registered instances (ids), for local shares while Redis is unreachable
+local inst, ttl, expiry, fence_ms = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local has_state = tonumber(ARGV[6]) > 0 or tonumber(ARGV[7]) > 0
 local now = now_ms()
--- Reap first: if this instance's own liveness ran out it is reaped here like
--- any dead one, and ZADD then adds it anew, which is what 'lost' means.
-local reaped = reap(now)
-local lost = redis.call('ZADD', K_INSTANCES, now + ttl, inst)
 local flat = redis.call('HGETALL', K_CFG)
-if #flat == 0 then
-  redis.call('HSET', K_CFG, 'max_concurrent', ARGV[5], 'max_queue', ARGV[6], 'enabled', ARGV[7],
-             'when_disabled', ARGV[8], 'max_wait_ms', ARGV[9], 'tenant_fairness', ARGV[10] or '0',
-             'max_per_tenant', ARGV[11] or '')
-  flat = redis.call('HGETALL', K_CFG)
+local h = hash_of(flat)
+local created, changed = 0, false
+if not h.epoch then
+  local epoch = now * 1000
+  redis.call('HSET', K_CFG, 'epoch', int(epoch), 'fence_until', int(fence_ms > 0 and now + fence_ms or 0),
+             'fence_credit', 0)
+  local seq = tonumber(redis.call('GET', K_SEQ) or '0')
+  if seq < epoch then redis.call('SET', K_SEQ, int(epoch)) end
+  created, changed = 1, true
 end
-local cfg = cfg_from_flat(flat)
+for i = 8, #ARGV - 1, 2 do
+  if h[ARGV[i]] == nil then
+    redis.call('HSET', K_CFG, ARGV[i], ARGV[i + 1])
+    changed = true
+  end
+end
+if changed then flat = redis.call('HGETALL', K_CFG) end
+local cfg = make_cfg(hash_of(flat))
+
+local list = redis.call('ZRANGE', K_INSTANCES, 0, -1, 'WITHSCORES')
+local top, mine = nil, nil
+for i = 1, #list, 2 do
+  local d = tonumber(list[i + 1])
+  if list[i] == inst then mine = d end
+  if d >= 0 and (top == nil or d > top) then top = d end
+end
+local away = 0
+if top ~= nil and top <= now then
+  away = 1
+  for i = 1, #list, 2 do
+    if tonumber(list[i + 1]) >= 0 then redis.call('ZADD', K_INSTANCES, now + ttl, list[i]) end
+  end
+end
+local lost = 0
+if (mine ~= nil and mine >= 0) or (mine == nil and not has_state) then
+  redis.call('ZADD', K_INSTANCES, now + ttl, inst)
+else
+  lost = 1
+end
+local reaped = reap(now, inst, list, away == 1)
 local granted, in_use = dispatch(cfg, now)
-local held = redis.call('ZRANGEBYLEX', K_HOLDERS, '[' .. inst .. '|', '(' .. inst .. '}')
+local held, my_waiters = {}, 0
+if lost == 0 then
+  local lo, hi = range_of(inst)
+  held = redis.call('ZRANGEBYLEX', K_HOLDERS, lo, hi)
+  my_waiters = redis.call('ZLEXCOUNT', K_BYINST, lo, hi)
+end
 local head = redis.call('ZRANGE', K_QUEUE, 0, 0, 'WITHSCORES')
-local head_seq = head[2] and tonumber(head[2]) or 0
+local head_order = head[2] and tonumber(head[2]) or 0
 local queued = head[2] and redis.call('ZCARD', K_QUEUE) or 0
+local older = 0
+if head_order > 0 and head_order < cfg.epoch then
+  older = redis.call('ZCOUNT', K_QUEUE, '-inf', '(' .. int(cfg.epoch))
+end
 if expiry > 0 then
-  for i = 1, 5 do redis.call('PEXPIRE', KEYS[i], expiry) end
+  for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], expiry) end
   redis.call('PEXPIRE', K_PTENANT, expiry)
-  if cfg and cfg.tmode then
+  if cfg.tmode then
     for _, key in ipairs(TENANT_KEYS) do redis.call('PEXPIRE', key, expiry) end
   end
 end
-return {lost, held, head_seq, queued, in_use, flat, reaped, granted}
+local ids = {}
+for i = 1, #list, 2 do
+  local d = tonumber(list[i + 1])
+  if list[i] ~= inst and (d > now or (away == 1 and d >= 0)) then ids[#ids + 1] = list[i] end
+end
+if lost == 0 then ids[#ids + 1] = inst end
+return {lost, held, head_order, queued, in_use, flat, reaped, granted, created, away,
+        math.max(0, cfg.fence - now), my_waiters, cfg.epoch, older, ids}

@@ -2,60 +2,89 @@
 --
 -- Keys (all of one limiter share the hash tag {L}, so Redis Cluster keeps them
 -- on one shard):
---   KEYS[1] cfg        hash  max_concurrent, max_queue ('' = unbounded), enabled ('1'|'0'),
---                            when_disabled ('pass'|'reject'), max_wait_ms,
---                            tenant_fairness ('1'|'0'), max_per_tenant ('' = none)
+--   KEYS[1] cfg        hash  settings: max_concurrent, max_queue ('' = unbounded), enabled ('1'|'0'),
+--                            when_disabled ('pass'|'reject'), max_wait_ms, tenant_fairness ('1'|'0'),
+--                            max_per_tenant ('' = none); engine fields: epoch (the state's
+--                            generation, see below), fence_until (ms: no grant before it)
 --   KEYS[2] holders    zset  "inst|n" -> 0      (score 0: lex ranges find one instance's permits)
---   KEYS[3] queue      zset  waiter member -> sequence (the global FIFO; all waiters, every mode)
+--   KEYS[3] queue      zset  waiter member -> order score (the global FIFO; all waiters, every mode)
 --                            member: "inst|n|deadline_ms" (tenant '' and weight 1), else
 --                            "inst|n|deadline_ms|weight|tenant"
---   KEYS[4] seq        string INCR counter of arrivals
---   KEYS[5] instances  zset  instance id -> liveness deadline (ms, Redis time)
+--   KEYS[4] seq        string INCR counter of arrivals (the order score of the next one)
+--   KEYS[5] instances  zset  instance id -> liveness deadline (ms, Redis time); -1 while a dead
+--                            instance is being reaped
+--   KEYS[6] byinst     zset  every waiter member -> 0: lex ranges find one instance's waiters
+--                            (reaping, cancel by request id, restore) without scanning the queue
 -- Keys built here from KEYS[1] (same prefix, same hash tag {L}) for tenants (F12):
 --   ptenant   hash  permit id -> tenant, for permits of a non-empty tenant (every mode)
 -- and, only while the config is tenant-aware (tenant_fairness = 1 or max_per_tenant set):
---   tq:<t>    zset  waiter member -> sequence: tenant t's FIFO
+--   tq:<t>    zset  waiter member -> order score: tenant t's FIFO
 --   tready    zset  tenant -> score: the tenants that wait and are below their cap, in
 --                   dispatch order (fairness: rotation ticket from trot; else the
---                   sequence of the tenant's oldest waiter = global FIFO skipping capped tenants)
+--                   order score of the tenant's oldest waiter = global FIFO skipping capped tenants)
 --   tparked   set   tenants that wait but hold max_per_tenant permits (not in tready)
 --   tholders  hash  tenant -> permits held
 --   tcredit   hash  tenant -> grants left in its current turn (absent: a turn starts with
 --                   the weight of its oldest waiter)
 --   trot      string INCR rotation ticket
--- ARGV[1] is always the wake channel prefix; an instance's channel is ARGV[1] .. inst.
+-- ARGV[1] is always the wake channel prefix; an instance's channel is ARGV[1] .. inst. A wake
+-- message is a permit id "inst|n" (granted), or "!cfg" (the settings changed: heartbeat now).
+--
+-- The state and its epoch (docs/design.md, "Recovery"): the state exists while cfg holds an
+-- epoch. Only the heartbeat creates it (new limiter, or Redis lost it: FLUSHALL, a restart
+-- without persistence, expiry), with epoch = Redis time in ms x 1000, which is also where the
+-- arrival counter restarts: every order score of the new state is above every score of an
+-- older one (fewer than 1,000 arrivals per ms), so waiters restored with their old score stay
+-- ahead of arrivals made since, in their old order. A created state is fenced until fence_until,
+-- so every instance that was alive has re-registered its permits before the count is trusted:
+-- meanwhile a grant is made only in place of a permit released (fence_credit), never on top.
+-- Every other script answers 'lost' (and changes nothing) when the state is gone.
 --
 -- Invariants every script keeps:
---   I1 no overshoot: a holder is added only when ZCARD holders < max_concurrent
---      (or the limiter is disabled in pass-through mode, or an instance restores
---      permits it already held);
---   I2 FIFO: waiters are granted only from the head of the queue (lowest sequence);
+--   I1 no overshoot: a holder is added only when ZCARD holders < max_concurrent and, while the
+--      state is fenced, only in place of a permit released during the fence (or the limiter is
+--      disabled in pass-through mode, or an instance restores permits it already holds);
+--   I2 FIFO: waiters are granted only from the head of the queue (lowest order score);
 --      a newcomer is granted at once only when the queue is empty;
 --   I3 every script that can free room ends in dispatch(), so after any script
---      the queue is empty or there is no room;
+--      the queue is empty, or there is no room (while fenced: no released permit left;
+--      the instances heartbeat when the fence ends);
 --   I4 a waiter past its deadline, or whose instance is dead, is never granted;
+--   I5 a waiter is in queue iff it is in byinst (q_add / q_remove);
 --   tenant-aware: I2' FIFO within a tenant (grants only from the head of tq:<t>);
 --   I3' after any script there is no room or tready is empty (every waiter's tenant
 --   is parked); I6 a grant to tenant t happens only while tholders[t] < max_per_tenant
 --   (while enabled); a tenant in tready gets a turn before any tenant behind it gets a
---   second one (no starvation). Every step is O(log n): no script scans the tenants
---   per grant (configure and reaping a dead instance do work proportional to what
---   they change).
+--   second one (no starvation). Every step is O(log n): no script scans the tenants or
+--   the queue per grant (configure, restore and reaping a dead instance do work
+--   proportional to what they change).
 --   time is Redis server time (TIME), never a client clock.
 -- Instance ids match [A-Za-z0-9._-]+ (no '|', no glob characters).
 
-local K_CFG, K_HOLDERS, K_QUEUE, K_SEQ, K_INSTANCES = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local K_CFG, K_HOLDERS, K_QUEUE, K_SEQ, K_INSTANCES, K_BYINST = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
+    KEYS[5], KEYS[6]
 local WAKE_PREFIX = ARGV[1]
 local BASE = string.sub(K_CFG, 1, -4)  -- "prefix:{L}:" (K_CFG ends in "cfg")
 local K_PTENANT, K_TREADY, K_TPARKED = BASE .. 'ptenant', BASE .. 'tready', BASE .. 'tparked'
 local K_THOLDERS, K_TCREDIT, K_TROT = BASE .. 'tholders', BASE .. 'tcredit', BASE .. 'trot'
 local TENANT_KEYS = {K_TREADY, K_TPARKED, K_THOLDERS, K_TCREDIT, K_TROT}
+-- At most this many permits and waiters of dead instances are reaped per script call; the
+-- rest on the next heartbeats (a dead instance's waiters are never granted meanwhile).
+local REAP_BUDGET = 1000
 
 local function tq(t) return BASE .. 'tq:' .. t end
 
+-- Integers above 10^14 (epochs, order scores) must not go through Lua's "%.14g".
+local function int(x) return string.format('%d', x) end
+
+-- Redis time in ms, read once per script call (a script runs in an instant).
+local NOW = nil
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not NOW then
+    local t = redis.call('TIME')
+    NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return NOW
 end
 
 -- member -> inst, "inst|n", deadline, weight, tenant
@@ -67,24 +96,64 @@ local function split_waiter(member)
 end
 
 local function make_member(id, deadline, weight, tenant)
-  if tenant == '' and weight == 1 then return id .. '|' .. deadline end
-  return id .. '|' .. deadline .. '|' .. weight .. '|' .. tenant
+  if tenant == '' and weight == 1 then return id .. '|' .. int(deadline) end
+  return id .. '|' .. int(deadline) .. '|' .. weight .. '|' .. tenant
 end
 
+-- The waiters of one instance, or of one request "inst|n", are one lex range of byinst.
+local function range_of(prefix) return '[' .. prefix .. '|', '(' .. prefix .. '}' end
+
+local function find_waiter(id)
+  local lo, hi = range_of(id)
+  return redis.call('ZRANGEBYLEX', K_BYINST, lo, hi, 'LIMIT', 0, 1)[1]
+end
+
+local function q_add(member, score)
+  redis.call('ZADD', K_QUEUE, int(score), member)
+  redis.call('ZADD', K_BYINST, 0, member)
+end
+
+local function q_remove(member)
+  redis.call('ZREM', K_BYINST, member)
+  return redis.call('ZREM', K_QUEUE, member)
+end
+
+-- True when no instance's liveness runs past `now`: nobody reached Redis for a whole TTL, so
+-- Redis itself was away (stopped, restarted with its data, unreachable): not a crash of all.
+local function redis_was_away(now)
+  local top = redis.call('ZRANGE', K_INSTANCES, -1, -1, 'WITHSCORES')
+  return top[2] == nil or tonumber(top[2]) <= now
+end
+
+-- Registered in the current state and not being reaped.
+local function registered(inst)
+  local d = redis.call('ZSCORE', K_INSTANCES, inst)
+  return d ~= false and tonumber(d) >= 0
+end
+
+-- May a waiter of `inst` be granted? Its liveness runs, or every liveness ran out together
+-- (Redis was away: the first heartbeat after it extends them all).
 local function alive(inst, now)
-  local deadline = redis.call('ZSCORE', K_INSTANCES, inst)
-  return deadline ~= false and tonumber(deadline) > now
+  local d = redis.call('ZSCORE', K_INSTANCES, inst)
+  if d == false then return false end
+  d = tonumber(d)
+  if d > now then return true end
+  if d < 0 then return false end
+  return redis_was_away(now)
 end
 
-local function make_cfg(max_concurrent, enabled, when_disabled, max_queue, fairness, per_tenant)
-  if not max_concurrent then return nil end
+local function make_cfg(h)
+  if not h.epoch or not h.max_concurrent then return nil end
   local c = {
-    max = tonumber(max_concurrent),
-    enabled = enabled ~= '0',
-    pass = when_disabled ~= 'reject',
-    max_queue = tonumber(max_queue or ''),
-    fair = fairness == '1',
-    per_tenant = tonumber(per_tenant or ''),
+    max = tonumber(h.max_concurrent),
+    enabled = h.enabled ~= '0',
+    pass = h.when_disabled ~= 'reject',
+    max_queue = tonumber(h.max_queue or ''),
+    fair = h.tenant_fairness == '1',
+    per_tenant = tonumber(h.max_per_tenant or ''),
+    epoch = tonumber(h.epoch),
+    fence = tonumber(h.fence_until or '0') or 0,
+    credit = tonumber(h.fence_credit or '0') or 0,
   }
   c.tmode = c.fair or c.per_tenant ~= nil
   -- The per-tenant cap binds only while enabled (pass-through limits nothing).
@@ -92,23 +161,42 @@ local function make_cfg(max_concurrent, enabled, when_disabled, max_queue, fairn
   return c
 end
 
+local CFG_FIELDS = {'max_concurrent', 'enabled', 'when_disabled', 'max_queue', 'tenant_fairness',
+                    'max_per_tenant', 'epoch', 'fence_until', 'fence_credit'}
+
+-- The limiter's config and engine fields; nil when the state is gone.
 local function load_cfg()
-  local v = redis.call('HMGET', K_CFG, 'max_concurrent', 'enabled', 'when_disabled', 'max_queue',
-                       'tenant_fairness', 'max_per_tenant')
-  return make_cfg(v[1], v[2], v[3], v[4], v[5], v[6])
+  local v = redis.call('HMGET', K_CFG, unpack(CFG_FIELDS))
+  local h = {}
+  for i, f in ipairs(CFG_FIELDS) do if v[i] then h[f] = v[i] end end
+  return make_cfg(h)
 end
 
--- The config from an HGETALL reply (flat field/value list); nil if empty.
-local function cfg_from_flat(flat)
+-- A flat field/value list (HGETALL) as a table.
+local function hash_of(flat)
   local h = {}
   for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
-  return make_cfg(h.max_concurrent, h.enabled, h.when_disabled, h.max_queue, h.tenant_fairness,
-                  h.max_per_tenant)
+  return h
 end
 
-local function has_room(cfg, holders)
+-- While fenced, the holders Redis counts may be fewer than those running (not
+-- every instance has restored yet): a grant is made only in place of a permit
+-- released meanwhile (fence_credit), so the true count never grows (I1).
+local function fenced(cfg, now) return cfg.fence > now end
+
+-- Room for one more grant now (I1).
+local function has_room(cfg, holders, now)
   if not cfg.enabled then return cfg.pass end
-  return holders < cfg.max
+  if holders >= cfg.max then return false end
+  return not fenced(cfg, now) or cfg.credit > 0
+end
+
+-- A grant was made: while fenced it uses up one released permit.
+local function took_room(cfg, now)
+  if cfg.enabled and fenced(cfg, now) then
+    cfg.credit = cfg.credit - 1
+    redis.call('HINCRBY', K_CFG, 'fence_credit', -1)
+  end
 end
 
 local function held_by(t) return tonumber(redis.call('HGET', K_THOLDERS, t) or '0') end
@@ -129,8 +217,8 @@ local function t_place(cfg, t)
   redis.call('ZADD', K_TREADY, score, t)
 end
 
-local function t_enqueue(cfg, t, member, seq)
-  redis.call('ZADD', tq(t), seq, member)
+local function t_enqueue(cfg, t, member, score)
+  redis.call('ZADD', tq(t), int(score), member)
   if redis.call('ZCARD', tq(t)) == 1 then t_place(cfg, t) end
 end
 
@@ -149,10 +237,21 @@ local function t_remove(cfg, t, member)
   end
 end
 
+-- Removes waiter `member` from the queue and, tenant-aware, from its tenant's queue.
+-- Returns 1, or 0 when it was not waiting.
+local function waiter_remove(cfg, member)
+  if q_remove(member) == 0 then return 0 end
+  if cfg and cfg.tmode then
+    local _, _, _, _, t = split_waiter(member)
+    t_remove(cfg, t, member)
+  end
+  return 1
+end
+
 local function holder_add(cfg, id, t)
   redis.call('ZADD', K_HOLDERS, 0, id)
   if t ~= '' then redis.call('HSET', K_PTENANT, id, t) end
-  if cfg.tmode then redis.call('HINCRBY', K_THOLDERS, t, 1) end
+  if cfg and cfg.tmode then redis.call('HINCRBY', K_THOLDERS, t, 1) end
 end
 
 -- Removes permit `id` of tenant `t` (nil: look it up). A parked tenant that
@@ -160,6 +259,10 @@ end
 -- `id` held nothing.
 local function holder_remove(cfg, id, t)
   if redis.call('ZREM', K_HOLDERS, id) == 0 then return 0 end
+  if cfg and cfg.fence > 0 and fenced(cfg, now_ms()) then
+    cfg.credit = cfg.credit + 1
+    redis.call('HINCRBY', K_CFG, 'fence_credit', 1)
+  end
   if t == nil then t = redis.call('HGET', K_PTENANT, id) or '' end
   if t ~= '' then redis.call('HDEL', K_PTENANT, id) end
   if cfg and cfg.tmode then
@@ -178,7 +281,7 @@ end
 -- Tenant-aware dispatch: serve the head of the first tenant in tready.
 local function dispatch_tenants(cfg, now, holders)
   local granted = 0
-  while has_room(cfg, holders) do
+  while has_room(cfg, holders, now) do
     local t = redis.call('ZRANGE', K_TREADY, 0, 0)[1]
     if not t then break end
     local held = cfg.cap and held_by(t) or 0
@@ -192,11 +295,12 @@ local function dispatch_tenants(cfg, now, holders)
       park(t)  -- its cap was lowered: skip it until one of its permits returns
     else
       redis.call('ZREM', key, head)
-      redis.call('ZREM', K_QUEUE, head)
+      q_remove(head)
       local inst, id, deadline, weight = split_waiter(head)
       local ok = deadline > now and alive(inst, now)
       if ok then
         holder_add(cfg, id, t)
+        took_room(cfg, now)
         redis.call('PUBLISH', WAKE_PREFIX .. inst, id)
         holders = holders + 1
         granted = granted + 1
@@ -234,13 +338,14 @@ local function dispatch(cfg, now)
   local holders = redis.call('ZCARD', K_HOLDERS)
   if cfg.tmode then return dispatch_tenants(cfg, now, holders) end
   local granted = 0
-  while has_room(cfg, holders) do
+  while has_room(cfg, holders, now) do
     local head = redis.call('ZRANGE', K_QUEUE, 0, 0)[1]
     if not head then break end
-    redis.call('ZREM', K_QUEUE, head)
+    q_remove(head)
     local inst, id, deadline, _, t = split_waiter(head)
     if deadline > now and alive(inst, now) then
       holder_add(cfg, id, t)
+      took_room(cfg, now)
       redis.call('PUBLISH', WAKE_PREFIX .. inst, id)
       holders = holders + 1
       granted = granted + 1
@@ -249,37 +354,67 @@ local function dispatch(cfg, now)
   return granted, holders
 end
 
--- Removes instances whose liveness ran out, with their permits and waiters
--- (and their tenants' counts). Returns the number of permits returned.
-local function reap(now)
-  local dead = redis.call('ZRANGEBYSCORE', K_INSTANCES, '-inf', now)
-  if #dead == 0 then return 0 end
-  local cfg = load_cfg()
+-- Removes up to `budget` permits and waiters of instance `inst` (they go with
+-- it). Returns permits returned, members removed, and whether none is left.
+local function purge(cfg, inst, budget)
+  local lo, hi = range_of(inst)
+  local returned, removed = 0, 0
+  local ids = redis.call('ZRANGEBYLEX', K_HOLDERS, lo, hi, 'LIMIT', 0, budget)
+  for _, id in ipairs(ids) do returned = returned + holder_remove(cfg, id, nil) end
+  local left = budget - #ids
+  local members = {}
+  if left > 0 then members = redis.call('ZRANGEBYLEX', K_BYINST, lo, hi, 'LIMIT', 0, left) end
+  for _, member in ipairs(members) do removed = removed + waiter_remove(cfg, member) end
+  return returned, #ids + #members, (#ids < budget and #members < left)
+end
+
+-- Reaps the instances whose liveness ran out (listed in `list`, a ZRANGE
+-- instances WITHSCORES reply), never `self`: their permits return and their
+-- waiters leave (with their tenants' counts). Work is bounded by REAP_BUDGET;
+-- an instance not yet done stays with score -1 and goes on at the next call.
+-- With `only_tombstones`, only those already started. Returns permits returned.
+local function reap(now, self, list, only_tombstones)
+  local budget = REAP_BUDGET
+  local cfg = nil
   local returned = 0
-  for _, inst in ipairs(dead) do
-    local ids = redis.call('ZRANGEBYLEX', K_HOLDERS, '[' .. inst .. '|', '(' .. inst .. '}')
-    for _, id in ipairs(ids) do returned = returned + holder_remove(cfg, id, nil) end
-    local cursor = '0'
-    repeat
-      local page = redis.call('ZSCAN', K_QUEUE, cursor, 'MATCH', inst .. '|*', 'COUNT', 1000)
-      cursor = page[1]
-      for i = 1, #page[2], 2 do
-        local member = page[2][i]
-        redis.call('ZREM', K_QUEUE, member)
-        if cfg and cfg.tmode then
-          local _, _, _, _, t = split_waiter(member)
-          t_remove(cfg, t, member)
-        end
-      end
-    until cursor == '0'
-    redis.call('ZREM', K_INSTANCES, inst)
+  for i = 1, #list, 2 do
+    local inst, deadline = list[i], tonumber(list[i + 1])
+    if inst ~= self and deadline <= now and (deadline < 0 or not only_tombstones) then
+      if budget <= 0 then break end
+      cfg = cfg or load_cfg()
+      if deadline >= 0 then redis.call('ZADD', K_INSTANCES, -1, inst) end
+      local r, used, done = purge(cfg, inst, budget)
+      returned = returned + r
+      budget = budget - used
+      if done then redis.call('ZREM', K_INSTANCES, inst) end
+    end
   end
   return returned
 end
 
+-- Removes every waiter (disabled in reject mode: their instances end them with
+-- 'disabled' when they see the config). O(tenants) plus the queue's deletion.
+local function clear_waiters(cfg)
+  if cfg.tmode then
+    local tenants = redis.call('ZRANGE', K_TREADY, 0, -1)
+    for _, t in ipairs(redis.call('SMEMBERS', K_TPARKED)) do tenants[#tenants + 1] = t end
+    for _, t in ipairs(tenants) do redis.call('DEL', tq(t)) end
+    redis.call('DEL', K_TREADY, K_TPARKED, K_TCREDIT)
+  end
+  redis.call('DEL', K_QUEUE, K_BYINST)
+end
+
+-- Tells every registered instance to heartbeat now (its settings changed).
+local function notify_instances()
+  local list = redis.call('ZRANGE', K_INSTANCES, 0, -1, 'WITHSCORES')
+  for i = 1, #list, 2 do
+    if tonumber(list[i + 1]) >= 0 then redis.call('PUBLISH', WAKE_PREFIX .. list[i], '!cfg') end
+  end
+end
+
 -- After a config change that touches tenants (tenant_fairness, max_per_tenant,
 -- enabled): rebuilds the tenant structures from what is there. Waiters keep
--- their sequence; the rotation restarts in order of each tenant's oldest waiter.
+-- their order score; the rotation restarts in order of each tenant's oldest waiter.
 local function rebuild_tenants(old, cfg)
   local was = old and old.tmode
   local tenants = {}
@@ -313,4 +448,20 @@ local function rebuild_tenants(old, cfg)
   end
   table.sort(order, function(a, b) return a[1] < b[1] end)
   for _, e in ipairs(order) do t_place(cfg, e[2]) end
+end
+
+-- Position of the waiter with order score `score` (1 = next), as acquire
+-- reports it: its rank in the global FIFO; with tenant fairness an estimate
+-- min((k-1)*T + r, queued), k = rank in its tenant's queue, T = tenants that
+-- wait, r = its tenant's place in the rotation (T when parked) — as
+-- core::LimiterState::position().
+local function position_of(cfg, member, tenant)
+  local rank = redis.call('ZRANK', K_QUEUE, member)
+  if not rank then return 0 end
+  if not (cfg.tmode and cfg.fair) then return rank + 1 end
+  local k = (redis.call('ZRANK', tq(tenant), member) or 0) + 1
+  local tenants = redis.call('ZCARD', K_TREADY) + redis.call('SCARD', K_TPARKED)
+  local r = redis.call('ZRANK', K_TREADY, tenant)
+  local turn = r and r + 1 or tenants
+  return math.min((k - 1) * tenants + turn, redis.call('ZCARD', K_QUEUE))
 end

@@ -1,37 +1,95 @@
--- restore.lua — an instance that was reported lost puts back what it still has.
+-- restore.lua — an instance (re-)registers together with everything it holds and waits for,
+-- atomically: after a loss (FLUSHALL, a restart, a failover that lost writes), after it was
+-- reaped (paused or cut off longer than the TTL), or after running on its on_redis_down
+-- policy. Idempotent: what Redis still has is kept, what is missing is added.
 -- KEYS: see lib.lua.
--- ARGV[2] instance id, ARGV[3] number of permits P, ARGV[4 .. 3+P] permits
--- "inst|n" or "inst|n|tenant", then the queue members of its waiters, oldest first.
--- Permits are added back even above the cap (and a tenant's cap): the work is
--- running and is never revoked (like lowering max_concurrent); no new grant
--- happens until below it.
--- Waiters get new sequence numbers at the back of the queue (their old place
--- is unknown once state was lost). Returns {permits restored, waiters restored}.
-local inst, count = ARGV[2], tonumber(ARGV[3])
+-- ARGV[2] instance id, ARGV[3] liveness TTL ms, ARGV[4] recovery fence ms,
+-- ARGV[5] n below which this instance's waiters in Redis that are not listed are removed
+--         (requests that ended while their cancel could not reach Redis); '' = keep them,
+-- ARGV[6] P, then P permits as (n, tenant, kind) triples, kind 'r' = Redis had granted it,
+--         'l' = granted locally while Redis was unreachable,
+-- then the waiters, oldest first, as (n, order, remaining_ms, weight, tenant) groups; order is
+--         the order score Redis gave it ('' = never queued in Redis: it gets a new one)
+-- Permits are added back even above the cap (and a tenant's cap): the work is running and is
+-- never revoked (like lowering max_concurrent); no new grant happens until below it. A waiter
+-- keeps its order score, so it goes back to its old place, ahead of everyone who arrived
+-- after it; a listed waiter that Redis had granted meanwhile is reported, not re-queued.
+-- Permits of kind 'r' missing while this instance was registered mean Redis lost writes (a
+-- failover): the state is fenced for ARGV[4] ms, as after a re-creation, so that the other
+-- instances can restore what they lost before anything more is granted.
+-- Returns {'ok', permits_added, waiters_added, granted, orders, held, in_use, fence_left_ms,
+--          was_registered, fenced}: granted = n of listed waiters that hold a permit now,
+-- orders = flat (n, order score) of listed waiters that wait, held = this instance's permits in
+-- Redis. Or {'lost'} when the state is gone (the heartbeat creates it first).
+local inst, ttl, fence_ms, clean_below = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local count = tonumber(ARGV[6])
 local cfg = load_cfg()
-local permits, waiters = 0, 0
-for i = 4, 3 + count do
-  local id, tenant = string.match(ARGV[i], '^([^|]+|[^|]+)|(.*)$')
-  if not id then id, tenant = ARGV[i], '' end
+if not cfg then return {'lost'} end
+local now = now_ms()
+local mine = redis.call('ZSCORE', K_INSTANCES, inst)
+local was_registered = mine ~= false and tonumber(mine) >= 0
+if mine ~= false and not was_registered then
+  -- Reaped halfway: finish it (what it had is re-added below from the list).
+  repeat local _, _, done = purge(cfg, inst, REAP_BUDGET) until done
+end
+redis.call('ZADD', K_INSTANCES, now + ttl, inst)
+
+local permits, missing_granted = 0, 0
+local first_waiter = 7 + 3 * count
+for i = 7, first_waiter - 1, 3 do
+  local id, tenant, kind = inst .. '|' .. ARGV[i], ARGV[i + 1], ARGV[i + 2]
   if redis.call('ZSCORE', K_HOLDERS, id) == false then
-    if cfg then
-      holder_add(cfg, id, tenant)
-    else
-      redis.call('ZADD', K_HOLDERS, 0, id)
-    end
+    local member = find_waiter(id)
+    if member then waiter_remove(cfg, member) end  -- granted locally while it waited in Redis
+    holder_add(cfg, id, tenant)
     permits = permits + 1
+    if kind == 'r' then missing_granted = missing_granted + 1 end
   end
 end
-for i = 4 + count, #ARGV do
-  if redis.call('ZSCORE', K_QUEUE, ARGV[i]) == false then
-    local seq = redis.call('INCR', K_SEQ)
-    redis.call('ZADD', K_QUEUE, seq, ARGV[i])
-    if cfg and cfg.tmode then
-      local _, _, _, _, tenant = split_waiter(ARGV[i])
-      t_enqueue(cfg, tenant, ARGV[i], seq)
-    end
+local fenced = 0
+if was_registered and missing_granted > 0 and fence_ms > 0 and cfg.fence < now + fence_ms then
+  cfg.fence, cfg.credit = now + fence_ms, 0
+  redis.call('HSET', K_CFG, 'fence_until', int(cfg.fence), 'fence_credit', 0)
+  fenced = 1
+end
+
+local listed, waiters = {}, 0
+for i = first_waiter, #ARGV - 4, 5 do
+  local n, order, remaining = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local id = inst .. '|' .. n
+  listed[n] = true
+  if redis.call('ZSCORE', K_HOLDERS, id) == false and not find_waiter(id) and remaining > 0 then
+    local score = order ~= '' and tonumber(order) or redis.call('INCR', K_SEQ)
+    local member = make_member(id, now + remaining, tonumber(ARGV[i + 3]), ARGV[i + 4])
+    q_add(member, score)
+    if cfg.tmode then t_enqueue(cfg, ARGV[i + 4], member, score) end
     waiters = waiters + 1
   end
 end
-dispatch(cfg, now_ms())
-return {permits, waiters}
+local lo, hi = range_of(inst)
+if clean_below then
+  for _, member in ipairs(redis.call('ZRANGEBYLEX', K_BYINST, lo, hi)) do
+    local _, id = split_waiter(member)
+    local n = string.sub(id, #inst + 2)
+    if not listed[n] and (tonumber(n) or 0) < clean_below then waiter_remove(cfg, member) end
+  end
+end
+
+local _, in_use = dispatch(cfg, now)
+local granted, orders = {}, {}
+for i = first_waiter, #ARGV - 4, 5 do
+  local n = ARGV[i]
+  local id = inst .. '|' .. n
+  if redis.call('ZSCORE', K_HOLDERS, id) then
+    granted[#granted + 1] = n
+  else
+    local member = find_waiter(id)
+    if member then
+      orders[#orders + 1] = n
+      orders[#orders + 1] = tonumber(redis.call('ZSCORE', K_QUEUE, member))
+    end
+  end
+end
+local held = redis.call('ZRANGEBYLEX', K_HOLDERS, lo, hi)
+return {'ok', permits, waiters, granted, orders, held, in_use, math.max(0, cfg.fence - now),
+        was_registered and 1 or 0, fenced}
