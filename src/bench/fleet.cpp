@@ -51,6 +51,15 @@ std::vector<std::string> worker_argv(const std::string& executable, const Worker
   if (o.system == "fairgate") {
     if (!o.tenant.empty()) flag("--tenant", o.tenant);
     if (o.tenant_fairness) flag("--tenant-fairness", "1");
+    // Recovery and degraded modes: only when not the defaults.
+    const WorkerOptions defaults;
+    if (o.on_redis_down != defaults.on_redis_down) flag("--on-redis-down", o.on_redis_down);
+    if (o.local_share) flag("--local-share", std::to_string(*o.local_share));
+    if (o.recovery_fence) flag("--recovery-fence-ms", ms(*o.recovery_fence));
+    if (o.degrade_after != defaults.degrade_after) flag("--degrade-after-ms", ms(o.degrade_after));
+    if (o.recover_after != defaults.recover_after) flag("--recover-after-ms", ms(o.recover_after));
+    if (o.reject_pause != defaults.reject_pause) flag("--reject-pause-ms", ms(o.reject_pause));
+    if (o.announce) argv.push_back("--announce");
   }
   return argv;
 }

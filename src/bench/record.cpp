@@ -24,6 +24,7 @@ std::string to_json(const RequestRecord& r) {
   o["arrive"] = r.arrive_ns;
   o["grant"] = r.grant_ns;
   o["release"] = r.release_ns;
+  if (r.end_ns != 0) o["end"] = r.end_ns;
   o["queued"] = r.queued;
   if (r.sequence != 0) o["seq"] = r.sequence;
   o["outcome"] = r.outcome;
@@ -49,6 +50,7 @@ std::optional<RequestRecord> request_from_json(std::string_view text) {
     r.outcome = json::value_to<std::string>(o.at("outcome"));
     if (const auto* reason = o.if_contains("reason")) r.reason = json::value_to<std::string>(*reason);
     if (const auto* seq = o.if_contains("seq")) r.sequence = json::value_to<std::uint64_t>(*seq);
+    if (const auto* end = o.if_contains("end")) r.end_ns = json::value_to<std::int64_t>(*end);
   } catch (const std::exception&) {
     return std::nullopt;
   }

@@ -25,6 +25,7 @@ struct RequestRecord {
   std::int64_t arrive_ns = 0;   ///< acquire called
   std::int64_t grant_ns = 0;    ///< grant received (0 if none)
   std::int64_t release_ns = 0;  ///< release called (0 if none)
+  std::int64_t end_ns = 0;      ///< ended without a permit (0 if granted, or unknown)
   bool queued = false;          ///< it had to wait in the queue
   /// Its place in the limiter's arrival order as the limiter saw it (0 when
   /// unknown or never queued): fairgate's QueueStatus::sequence.

@@ -43,11 +43,18 @@ class Worker : public std::enable_shared_from_this<Worker> {
     o.liveness_ttl = options_.liveness_ttl;
     o.command_timeout = options_.command_timeout;
     o.key_expiry = std::chrono::minutes(10);
+    o.recovery_fence = options_.recovery_fence;
+    o.degrade_after = options_.degrade_after;
+    o.recover_after = options_.recover_after;
     backend_ = make_redis_backend(io_.get_executor(), o);
     Settings settings;
     settings.max_concurrent = options_.max_concurrent;
     settings.max_wait = std::chrono::minutes(10);
     settings.tenant_fairness = options_.tenant_fairness;
+    settings.on_redis_down = options_.on_redis_down == "open"     ? RedisDownPolicy::open
+                             : options_.on_redis_down == "closed" ? RedisDownPolicy::closed
+                                                                  : RedisDownPolicy::local;
+    settings.local_share = options_.local_share;
     auto opened = backend_->open(options_.limiter, settings);
     if (!opened) throw std::runtime_error(opened.error().message());
     limiter_ = *opened;
@@ -65,6 +72,8 @@ class Worker : public std::enable_shared_from_this<Worker> {
       release_held();
     } else if (line == "mark") {
       event(fmt::format(R"({{"ev":"mark","t":{},"commands":{}}})", now_ns(), commands()));
+    } else if (line == "status") {
+      status();
     } else if (line == "exit") {
       exit();
     } else {
@@ -191,6 +200,27 @@ class Worker : public std::enable_shared_from_this<Worker> {
     }
   }
 
+  void status() {
+    if (!limiter_.valid()) return;
+    const Snapshot snap = limiter_.snapshot();
+    const auto& e = snap.engine;
+    event(fmt::format(
+        R"({{"ev":"status","t":{},"degraded":{},"local_cap":{},"fence_left_ms":{},"restores":{},"recreations":{},)"
+        R"("degraded_entries":{},"overshoot_restored":{},"settings_source":"{}","in_use":{},"queued":{},)"
+        R"("holders":{},"waiters":{},"max_concurrent":{},"lost_wakes_recovered":{},"orphans_released":{}}})",
+        now_ns(), e.degraded ? "true" : "false", e.local_cap, e.fence_left.count(), e.restores,
+        e.state_recreations, e.degraded_entries, e.overshoot_restored, e.settings_source, snap.in_use,
+        snap.queued, snap.holders.size(), snap.waiters.size(), snap.settings.max_concurrent,
+        impl_ ? impl_->lost_wakes_recovered() : 0, impl_ ? impl_->orphans_released() : 0));
+  }
+
+  /// With `announce`, the release is on the wire before Redis can hand the
+  /// permit on: a parent that kills us never counts it as held too long.
+  void announce_release(const RequestRecord& rec) {
+    if (options_.announce)
+      event(fmt::format(R"({{"ev":"release","i":{},"t":{}}})", rec.index, rec.release_ns));
+  }
+
   void answered(Request& r) {
     if (r.answered) return;
     r.answered = true;
@@ -205,9 +235,11 @@ class Worker : public std::enable_shared_from_this<Worker> {
     if (result.granted()) {
       rec.grant_ns = now_ns();
       rec.outcome = "granted";
+      if (options_.announce) event(fmt::format(R"({{"ev":"grant","i":{},"t":{}}})", rec.index, rec.grant_ns));
       const milliseconds hold = random_between(options_.hold_min, options_.hold_max);
       if (hold.count() == 0 || exiting_) {
         rec.release_ns = now_ns();
+        announce_release(rec);
         result.permit().release();
         ended(request);
         return;
@@ -216,6 +248,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
       request->timer.emplace(io_, hold);
       request->timer->async_wait([self = shared_from_this(), request, permit](boost::system::error_code) {
         request->record.release_ns = now_ns();
+        self->announce_release(request->record);
         permit->release();
         self->ended(request);
       });
@@ -223,6 +256,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
     }
     rec.outcome = std::string(to_string(result.outcome()));
     rec.reason = std::string(to_string(result.reason()));
+    rec.end_ns = now_ns();
     ended(request);
   }
 
@@ -232,15 +266,16 @@ class Worker : public std::enable_shared_from_this<Worker> {
     std::erase(live_, request);
     --outstanding_;
     if (options_.closed_loop && !exiting_ && std::chrono::steady_clock::now() - go_at_ < options_.duration) {
-      launch(next_index_++, request->client, milliseconds(0));
+      const bool pause = !request->record.granted() && options_.reject_pause.count() > 0;
+      launch(next_index_++, request->client, pause ? options_.reject_pause : milliseconds(0));
       return;
     }
     if (outstanding_ == 0) finish();
   }
 
   void finish() {
-    event(fmt::format(R"({{"ev":"done","t":{},"commands":{},"lost_wakes_recovered":{}}})", now_ns(),
-                      commands(), impl_ ? impl_->lost_wakes_recovered() : 0));
+    event(fmt::format(R"({{"ev":"done","t":{},"commands":{},"lost_wakes_recovered":{},"requests":{}}})",
+                      now_ns(), commands(), impl_ ? impl_->lost_wakes_recovered() : 0, next_index_));
   }
 
   void hold() {

@@ -13,12 +13,19 @@
 //   hold     acquire `holders` permits and keep them: {"ev":"holding",...}
 //   release  release them: {"ev":"released",...}
 //   mark     {"ev":"mark","t":ns,"commands":n} (commands sent to Redis so far)
+//   status   {"ev":"status",...}: the limiter's engine status on this instance
+//            (degraded, restores, fence_left_ms, in_use, queued, ...)
 //   exit     (or EOF) leave the queue, release everything, exit 0
+// With `announce`, every grant and every release is also printed (and
+// flushed) when it happens, {"ev":"grant"|"release","i":index,"t":ns} — the
+// release before Redis hears of it —, so a parent that kills this process
+// with -9 knows exactly which permits it held (the fault-injection tests).
 // Timestamps are CLOCK_MONOTONIC nanoseconds (record.hpp).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace fairgate::bench {
@@ -53,6 +60,17 @@ struct WorkerOptions {
   /// ...and whether the limiter runs with tenant fairness (its first heartbeat
   /// creates the limiter's config, so every worker of a run passes the same).
   bool tenant_fairness = false;
+  /// Recovery and degraded modes (RedisBackendOptions, Settings::on_redis_down).
+  std::string on_redis_down = "local";
+  std::optional<std::uint32_t> local_share;
+  std::optional<std::chrono::milliseconds> recovery_fence;  ///< unset: the backend's default
+  std::chrono::milliseconds degrade_after{1000};
+  std::chrono::milliseconds recover_after{1000};
+  /// Print {"ev":"grant",...} at every grant.
+  bool announce = false;
+  /// Closed loop: pause after a request that ended without a permit (so a
+  /// limiter that rejects at once does not make a client spin).
+  std::chrono::milliseconds reject_pause{50};
 };
 
 /// Runs the worker on this thread until `exit` or EOF on stdin. Returns the exit code.

@@ -175,6 +175,8 @@ Command add_bench_worker_command(CLI::App& root) {
     long heartbeat_ms = 1000, ttl_ms = 3000, command_timeout_ms = 1000, hold_min_ms = 0, hold_max_ms = 0,
          max_wait_ms = 30000;
     long spread_ms = 0, duration_ms = 0;
+    long recovery_fence_ms = -1, degrade_after_ms = 1000, recover_after_ms = 1000, reject_pause_ms = 50;
+    long local_share = -1;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* app = root.add_subcommand("bench-worker", "One instance of `fairgate bench` (internal)");
@@ -200,6 +202,13 @@ Command add_bench_worker_command(CLI::App& root) {
   app->add_option("--seed", f->o.seed);
   app->add_option("--tenant", f->o.tenant);
   app->add_option("--tenant-fairness", f->o.tenant_fairness);
+  app->add_option("--on-redis-down", f->o.on_redis_down)->check(CLI::IsMember({"local", "open", "closed"}));
+  app->add_option("--local-share", f->local_share);
+  app->add_option("--recovery-fence-ms", f->recovery_fence_ms);
+  app->add_option("--degrade-after-ms", f->degrade_after_ms);
+  app->add_option("--recover-after-ms", f->recover_after_ms);
+  app->add_option("--reject-pause-ms", f->reject_pause_ms);
+  app->add_flag("--announce", f->o.announce);
   return Command{app, [f]() {
                    bench::WorkerOptions o = f->o;
                    o.heartbeat_interval = milliseconds(f->heartbeat_ms);
@@ -211,6 +220,11 @@ Command add_bench_worker_command(CLI::App& root) {
                    o.spread = milliseconds(f->spread_ms);
                    o.duration = milliseconds(f->duration_ms);
                    o.closed_loop = o.clients > 0;
+                   if (f->recovery_fence_ms >= 0) o.recovery_fence = milliseconds(f->recovery_fence_ms);
+                   if (f->local_share >= 0) o.local_share = static_cast<std::uint32_t>(f->local_share);
+                   o.degrade_after = milliseconds(f->degrade_after_ms);
+                   o.recover_after = milliseconds(f->recover_after_ms);
+                   o.reject_pause = milliseconds(f->reject_pause_ms);
                    return bench::run_worker(o);
                  }};
 }

@@ -60,6 +60,7 @@ class ErrorCategory final : public boost::system::error_category {
     switch (static_cast<Error>(ev)) {
       case Error::timeout: return "Redis command timed out";
       case Error::disconnected: return "Redis connection lost";
+      case Error::not_sent: return "no connection to Redis (the command was not sent)";
       case Error::closed: return "Redis client closed";
       case Error::protocol: return "Redis protocol error";
       case Error::no_script: return "Redis lost the script cache (NOSCRIPT); the call did not run";
@@ -136,6 +137,12 @@ void Connection::close() {
     self->queued_.clear();
     for (auto& p : in_flight) fail(p, Error::closed);
     for (auto& p : queued) fail(p, Error::closed);
+  });
+}
+
+void Connection::drop(const char* why) {
+  asio::dispatch(strand_, [self = shared_from_this(), why] {
+    if (self->state_ == State::ready || self->state_ == State::connecting) self->reset(why);
   });
 }
 
@@ -406,7 +413,7 @@ void Connection::on_deadline_timer() {
     arm_deadline_timer(next);
   }
   for (auto& p : expired) fail(p, Error::timeout);
-  for (auto& p : unsent) fail(p, Error::disconnected);
+  for (auto& p : unsent) fail(p, Error::not_sent);
 }
 
 }  // namespace fairgate::redis

@@ -6,9 +6,10 @@
 //
 // Invariants:
 //  * Every exec() callback is called exactly once, on the connection's strand:
-//    with the reply, or with Error::timeout (sent, no reply in time) /
-//    disconnected (the connection dropped, or there was none to send it on
-//    before its timeout) / closed.
+//    with the reply, or with Error::timeout (sent, no reply in time: it may
+//    still run) / disconnected (the connection dropped: it may have run) /
+//    not_sent (no connection to send it on before its timeout: it never ran)
+//    / closed.
 //  * Replies are matched to commands in order (RESP2 pipelining). A command
 //    that timed out keeps its slot, so the late reply is discarded, never
 //    given to the next command. If the oldest command is far overdue the
@@ -78,6 +79,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void start();
   /// Fails every waiting command with Error::closed and stops. Idempotent.
   void close();
+  /// Drops the connection now (in-flight commands fail with disconnected,
+  /// whatever was received but not read is discarded) and reconnects.
+  void drop(const char* why);
 
   /// Sends one command (thread-safe). `callback` runs once on the strand.
   void exec(std::vector<std::string> args, Callback callback,

@@ -468,7 +468,26 @@ void RedisLimiter::on_wake(const std::string& message) {
     heartbeat();
     return;
   }
-  if (auto n = parse_own(message)) on_granted(*n, message, false);
+  const auto n = parse_own(message);
+  if (!n) return;
+  bool suspect = false;
+  {
+    // A wake that comes after this instance's liveness may have run out can
+    // be stale: Redis may have reaped it and handed the permit on since. Then
+    // it is not trusted; the heartbeat's held list (or the restore) says
+    // whether the permit is still ours.
+    std::lock_guard lock(mu_);
+    const auto& o = context_->options;
+    if (last_good_beat_sent_ != Clock::time_point{} &&
+        Clock::now() - last_good_beat_sent_ >= o.liveness_ttl - o.command_timeout) {
+      suspect = true;
+    }
+  }
+  if (suspect) {
+    heartbeat();
+    return;
+  }
+  on_granted(*n, message, false);
 }
 
 void RedisLimiter::on_deadline(const RequestPtr& request) {
@@ -510,17 +529,30 @@ void RedisLimiter::forget_locked(const RequestPtr& request) {
   if (request->timer) request->timer->cancel();
 }
 
-void RedisLimiter::send_release(const std::string& id, const char* what, const std::string* tenant) {
+void RedisLimiter::send_release(const std::string& id, const char* /*what*/, const std::string* tenant) {
   std::vector<std::string> args{id};
   if (tenant) args.push_back(*tenant);
   call(scripts::kRelease, std::move(args),
-       [ctx = std::weak_ptr<BackendContext>(context_), name = name_, id, what](boost::system::error_code ec,
-                                                                               Reply reply) {
+       [self = std::weak_ptr<LimiterImpl>(weak_from_this()), id](boost::system::error_code ec, Reply reply) {
          if (!ec && !reply.is_error()) return;
          // A permit whose release is lost is still ours in Redis: the next
          // heartbeat lists it, nobody owns it here, and it is released as an orphan.
-         if (auto c = ctx.lock()) c->count_failure(ec);
+         auto s = self.lock();
+         if (!s) return;
+         auto& me = static_cast<RedisLimiter&>(*s);
+         me.context_->count_failure(ec);
+         if (auto n = me.parse_own(id)) me.on_release_failed(*n, ec);
+         if (ec) me.note_failure(ec);
        });
+}
+
+void RedisLimiter::on_release_failed(std::uint64_t n, boost::system::error_code ec) {
+  // Only a release that was never sent certainly did not run: that seat is
+  // still ours in Redis. One that timed out may still run (a stalled Redis
+  // runs it when it wakes) and free the seat for someone else.
+  if (ec != make_error_code(Error::not_sent)) return;
+  std::lock_guard lock(mu_);
+  unsent_releases_.insert(n);
 }
 
 void RedisLimiter::send_cancel(std::uint64_t n) {
@@ -539,6 +571,12 @@ void RedisLimiter::send_cancel(std::uint64_t n) {
 }
 
 void RedisLimiter::release_orphans(const std::vector<std::string>& ids) {
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& id : ids) {
+      if (auto n = parse_own(id)) unsent_releases_.erase(*n);
+    }
+  }
   for (const auto& id : ids) {
     orphans_.fetch_add(1, std::memory_order_relaxed);
     send_release(id, "release of an orphan permit");
@@ -903,7 +941,8 @@ void RedisLimiter::send_restore() {
     }
   }
   call(scripts::kRestore, std::move(args),
-       [self = std::weak_ptr<LimiterImpl>(weak_from_this())](boost::system::error_code ec, Reply reply) {
+       [self = std::weak_ptr<LimiterImpl>(weak_from_this()), sent_at = Clock::now()](
+           boost::system::error_code ec, Reply reply) {
          auto s = self.lock();
          if (!s) return;
          auto& me = static_cast<RedisLimiter&>(*s);
@@ -930,6 +969,10 @@ void RedisLimiter::send_restore() {
            return;
          }
          me.note_success();
+         {
+           std::lock_guard lock(me.mu_);
+           if (is_array(reply, 1) && reply.elements[0].str == "ok") me.last_good_beat_sent_ = sent_at;
+         }
          me.on_restore_reply(reply);
        });
 }
@@ -959,6 +1002,7 @@ void RedisLimiter::on_restore_reply(const Reply& reply) {
       const milliseconds fence_left(integer_of(e[7]));
       note_fence_locked(now, fence_left);
       for (auto& [n, h] : holders_) h.local = false;
+      const bool was_open = link_ == Link::recovering && settings_.on_redis_down == RedisDownPolicy::open;
       if (link_ == Link::recovering) leave_degraded_locked(now, logs);
       for (const auto& g : e[3].elements) {
         if (auto n = parse_number<std::uint64_t>(g.str)) grants.emplace_back(*n, permit_id(*n));
@@ -986,14 +1030,20 @@ void RedisLimiter::on_restore_reply(const Reply& reply) {
         logs.push_back(
             fmt::format("restored to Redis: {} permit(s) and {} waiter(s) it had lost", permits, waiters));
       }
-      if (permits > 0 && in_use_ > settings_.max_concurrent) {
-        const auto over = std::min(permits, in_use_ - settings_.max_concurrent);
+      // Orphans in the held list (seats reused here, releases that never
+      // reached Redis) are released right after: they are not running.
+      const std::size_t running = in_use_ - std::min(in_use_, orphans.size());
+      if (permits > 0 && running > settings_.max_concurrent) {
+        const auto over = std::min(permits, running - settings_.max_concurrent);
         engine_.overshoot_restored += over;
-        logs.push_back(fmt::format(
-            "{} restored permit(s) are above the cap ({} in use, max_concurrent {}): their work kept running "
-            "while Redis had let them go (this instance was paused or cut off longer than the liveness TTL); "
-            "nothing more is granted until below the cap",
-            over, in_use_, settings_.max_concurrent));
+        const char* cause = was_open
+                                ? "they were let through while Redis was unreachable (on_redis_down = open)"
+                                : "their work kept running while Redis had let them go (this instance was "
+                                  "paused or cut off longer than the liveness TTL)";
+        logs.push_back(
+            fmt::format("{} restored permit(s) are above the cap ({} in use, max_concurrent {}): {}; "
+                        "nothing more is granted until below the cap",
+                        over, running, settings_.max_concurrent, cause));
       }
       if (integer_of(e[9]) != 0) {
         logs.push_back(
@@ -1030,7 +1080,10 @@ void RedisLimiter::note_fence_locked(Clock::time_point now, milliseconds left) {
 
 void RedisLimiter::note_success() {
   std::lock_guard lock(mu_);
-  if (link_ == Link::failing) link_ = Link::up;  // a hiccup, over
+  if (link_ == Link::failing) {
+    link_ = Link::up;  // a hiccup, over: unsent releases come back as orphans in the next held list
+    unsent_releases_.clear();
+  }
 }
 
 void RedisLimiter::note_failure(boost::system::error_code ec) {
@@ -1073,7 +1126,8 @@ void RedisLimiter::enter_degraded_locked(Clock::time_point now, std::vector<std:
       // Cap-safe by default: the seats this instance holds are counted for it in
       // Redis (nobody reaps while Redis is away), so reusing them never adds to
       // the cluster total. A fixed local_share is the operator's choice.
-      const std::size_t cap = settings_.local_share ? *settings_.local_share : holders_.size();
+      const std::size_t cap =
+          settings_.local_share ? *settings_.local_share : holders_.size() + unsent_releases_.size();
       engine_.local_cap = cap;
       Settings local = settings_;
       local.max_concurrent = static_cast<std::uint32_t>(cap);
@@ -1083,7 +1137,8 @@ void RedisLimiter::enter_degraded_locked(Clock::time_point now, std::vector<std:
       logs.push_back(fmt::format(
           "degraded: Redis unreachable for {}; on_redis_down = local: {} seat(s) ({}), {} waiter(s) kept in "
           "order",
-          unreachable, cap, settings_.local_share ? "local_share" : "the permits it held", waiting.size()));
+          unreachable, cap, settings_.local_share ? "local_share" : "the permits Redis counts for it",
+          waiting.size()));
       // With other instances alive, Redis would reap this one's permits one
       // TTL after its last heartbeat if only this instance is cut off: its
       // seats are reusable until then.
@@ -1171,6 +1226,7 @@ void RedisLimiter::leave_degraded_locked(Clock::time_point now, std::vector<std:
   link_ = Link::up;
   degraded_.store(false);
   local_.reset();
+  unsent_releases_.clear();  // the restore's held list showed them: released as orphans
   if (seats_timer_) seats_timer_->cancel();
   logs.push_back(
       fmt::format("left degraded mode after {}: permits and waiters handed back to Redis", seconds(took)));

@@ -179,6 +179,7 @@ class RedisLimiter final : public detail::LimiterImpl {
   void forget_locked(const RequestPtr& request);
   /// `tenant`: the permit's tenant when known (saves Redis a lookup).
   void send_release(const std::string& id, const char* why, const std::string* tenant = nullptr);
+  void on_release_failed(std::uint64_t n, boost::system::error_code ec);
   void send_cancel(std::uint64_t n);
   void release_orphans(const std::vector<std::string>& ids);
 
@@ -256,7 +257,7 @@ class RedisLimiter final : public detail::LimiterImpl {
   bool restore_in_flight_ = false;
   bool clean_extras_ = false;  // a cancel may not have reached Redis: the restore removes leftovers
   Clock::time_point fence_until_{};
-  Clock::time_point last_good_beat_sent_{};
+  Clock::time_point last_good_beat_sent_{};  // a heartbeat (or restore) that found us registered
   EngineStatus engine_;
   Clock::time_point fence_seen_since_{};  // accounting of engine_.fenced_time
 
@@ -264,6 +265,10 @@ class RedisLimiter final : public detail::LimiterImpl {
   Link link_ = Link::up;
   Clock::time_point failing_since_{}, degraded_since_{}, up_since_{};
   std::optional<core::LimiterState> local_;  // degraded, policy local
+  // Permits released here whose release never reached Redis (not_sent): Redis
+  // still counts them for this instance, so they are seats while degraded.
+  // Released as orphans once Redis answers again.
+  std::set<std::uint64_t> unsent_releases_;
   bool seats_expired_ = false;
 
   std::atomic<std::uint64_t> heartbeats_{0};

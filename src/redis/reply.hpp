@@ -34,8 +34,9 @@ struct Reply {
 /// Failures of the client (a Redis error reply is not one of these: it is a
 /// Reply of Type::error).
 enum class Error : int {
-  timeout = 1,   ///< no reply within the command timeout
-  disconnected,  ///< the connection dropped before the reply came
+  timeout = 1,   ///< sent, but no reply within the command timeout (it may still run)
+  disconnected,  ///< the connection dropped before the reply came (it may have run)
+  not_sent,      ///< no connection to send it on before its timeout: it never reached Redis
   closed,        ///< the client was closed
   protocol,      ///< the server sent bytes that are not RESP
   no_script,     ///< Redis did not have the script (NOSCRIPT) and the call was not repeated

@@ -1,0 +1,265 @@
+// fault_cycles — the engine-faults figures (bench/faults.sh runs it): the
+// faults of faults_test.cpp, each repeated many times on one long run of real
+// instances (`fairgate bench-worker`) against a real redis-server, judged the
+// same way (harness.hpp). Prints one JSON line per fault kind:
+//   {"fault", "cycles", "survived" (cycles after which Redis had the whole state
+//    back in time / the dead instance was reaped in time), "instances", "killed",
+//    "requests", "grants", "max_holders", "cap", "max_overshoot", "lost",
+//    "timeouts", "unavailable", "back_to_whole_ms" {p50, max} (fault over →
+//    Redis holds every permit and waiter of the instances again; kill9: kill →
+//    the dead instance's permits and waiters are gone), "fence_ms" (how long
+//    grants were held back after a re-creation, as Redis said), "problems"}
+//   usage: fault_cycles [--kind K[,K...]] [--cycles N] [--kill-cycles N]
+//   kinds: kill9 restart aof flushall script_flush sigstop debug_sleep client_kill partition
+#include "faults/harness.hpp"
+
+#include <boost/json.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <sstream>
+#include <thread>
+
+namespace {
+
+using namespace std::chrono_literals;
+using fairgate::faults::Cluster;
+using fairgate::faults::Report;
+using fairgate::faults::Route;
+using fairgate::faults::RunOptions;
+using std::chrono::milliseconds;
+namespace json = boost::json;
+
+struct Figures {
+  std::string fault;
+  std::size_t cycles = 0, survived = 0;
+  std::vector<double> back_ms;
+  double fence_ms = 0;
+  Report report;
+};
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5))];
+}
+
+std::string to_line(const Figures& f, std::uint32_t cap) {
+  json::object o;
+  o["fault"] = f.fault;
+  o["cycles"] = f.cycles;
+  o["survived"] = f.survived;
+  o["instances"] = f.report.instances;
+  o["killed"] = f.report.killed;
+  o["requests"] = f.report.requests;
+  o["grants"] = f.report.grants;
+  o["max_holders"] = f.report.max_holders;
+  o["cap"] = cap;
+  o["max_overshoot"] = f.report.overshoot;
+  o["lost"] = f.report.lost;
+  o["timeouts"] = f.report.timeouts;
+  o["unavailable"] = f.report.unavailable;
+  json::object back;
+  back["p50"] = percentile(f.back_ms, 0.5);
+  back["max"] = percentile(f.back_ms, 1.0);
+  o["back_to_whole_ms"] = back;
+  o["fence_ms"] = f.fence_ms;
+  json::array problems;
+  for (const auto& p : f.report.problems) problems.push_back(json::string(p));
+  o["problems"] = problems;
+  return json::serialize(o);
+}
+
+void sleep(milliseconds d) { std::this_thread::sleep_for(d); }
+
+/// How long Redis says the state is fenced from now (ms), 0 if not.
+double fence_left_ms(Cluster& c) {
+  const std::string until = c.redis().command({"HGET", c.key("cfg"), "fence_until"});
+  const std::string time = c.redis().command({"TIME"});
+  try {
+    const auto nl = time.find('\n');
+    const double now = std::stod(time.substr(0, nl)) * 1000 + std::stod(time.substr(nl + 1)) / 1000;
+    return std::max(0.0, std::stod(until) - now);
+  } catch (...) {
+    return 0;
+  }
+}
+
+RunOptions base(const std::string& limiter, milliseconds duration) {
+  RunOptions o;
+  o.limiter = limiter;
+  o.duration = duration;
+  return o;
+}
+
+/// One long run with `cycles` injections of a Redis fault; `inject` returns
+/// when the fault is over (Redis back).
+Figures redis_fault(const std::string& kind, std::size_t cycles, milliseconds period,
+                    const std::function<void(Cluster&)>& inject,
+                    fairgate::test::RedisServer::Options redis = {}, bool netns = false) {
+  Figures f;
+  f.fault = kind;
+  f.cycles = cycles;
+  const auto per_cycle = period + 6s;
+  Cluster c(base("cycles-" + kind, per_cycle * static_cast<long>(cycles) + 5s), std::move(redis), netns);
+  if (netns)
+    c.start(Route::netns);
+  else
+    c.start();
+  c.start();
+  c.start();
+  c.go();
+  const auto t0 = fairgate::faults::Clock::now();
+  for (std::size_t i = 0; i < cycles; ++i) {
+    sleep(period);
+    inject(c);
+    f.fence_ms = std::max(f.fence_ms, fence_left_ms(c));
+    if (auto whole = c.wait_whole(20s)) {
+      ++f.survived;
+      f.back_ms.push_back(static_cast<double>(whole->count()));
+    }
+    std::fprintf(stderr, "fault_cycles: %s %zu/%zu\n", kind.c_str(), i + 1, cycles);
+  }
+  // The clients stop at the end of their duration; no need to wait for it all.
+  (void)t0;
+  f.report = c.finish(per_cycle * static_cast<long>(cycles) + 60s);
+  return f;
+}
+
+Figures kill9(std::size_t cycles) {
+  Figures f;
+  f.fault = "kill9";
+  f.cycles = cycles;
+  Cluster c(base("cycles-kill9", milliseconds(1500) * static_cast<long>(cycles) + 5s));
+  c.start();
+  c.start();
+  c.start();
+  c.go();
+  for (std::size_t i = 0; i < cycles; ++i) {
+    sleep(400ms);
+    auto victim = c.live().front();
+    const std::string id = victim->id();
+    victim->kill9();
+    const auto killed_at = fairgate::faults::Clock::now();
+    c.start().send("go");
+    // Reaped: nothing of the dead instance left in Redis.
+    const auto deadline = killed_at + c.options().ttl + c.options().heartbeat * 4 + 2s;
+    for (;;) {
+      const std::string lo = "[" + id + "|", hi = "(" + id + "}";
+      const bool gone = c.redis().command({"ZLEXCOUNT", c.key("holders"), lo, hi}) == "0" &&
+                        c.redis().command({"ZLEXCOUNT", c.key("byinst"), lo, hi}) == "0" &&
+                        c.redis().command({"ZSCORE", c.key("instances"), id}) == "(nil)";
+      const auto now = fairgate::faults::Clock::now();
+      if (gone) {
+        ++f.survived;
+        f.back_ms.push_back(std::chrono::duration<double, std::milli>(now - killed_at).count());
+        break;
+      }
+      if (now > deadline) break;
+      sleep(10ms);
+    }
+    if ((i + 1) % 10 == 0) std::fprintf(stderr, "fault_cycles: kill9 %zu/%zu\n", i + 1, cycles);
+  }
+  f.report = c.finish(milliseconds(1500) * static_cast<long>(cycles) + 60s);
+  return f;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string kinds = "kill9,restart,aof,flushall,script_flush,sigstop,debug_sleep,client_kill,partition";
+  std::size_t cycles = 20, kill_cycles = 100;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "fault_cycles: %s: missing value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--kind") {
+      kinds = value();
+    } else if (a == "--cycles") {
+      cycles = std::stoul(value());
+    } else if (a == "--kill-cycles") {
+      kill_cycles = std::stoul(value());
+    } else if (a == "--help" || a == "-h") {
+      std::puts(
+          "usage: fault_cycles [--kind K[,K...]] [--cycles N (20)] [--kill-cycles N (100)]\n"
+          "kinds: kill9 restart aof flushall script_flush sigstop debug_sleep client_kill partition\n"
+          "One JSON line per kind on stdout (see the top of tests/faults/fault_cycles.cpp); progress on "
+          "stderr.");
+      return 0;
+    } else {
+      std::fprintf(stderr, "fault_cycles: %s: unknown option\n", a.c_str());
+      return 2;
+    }
+  }
+  int status = 0;
+  std::stringstream list(kinds);
+  for (std::string kind; std::getline(list, kind, ',');) {
+    Figures f;
+    const RunOptions defaults;
+    if (kind == "kill9") {
+      f = kill9(kill_cycles);
+    } else if (kind == "restart") {
+      f = redis_fault(kind, cycles, 1000ms, [](Cluster& c) { c.redis().restart(); });
+    } else if (kind == "aof") {
+      fairgate::test::RedisServer::Options aof;
+      aof.appendonly = true;
+      f = redis_fault(
+          kind, cycles, 1000ms,
+          [](Cluster& c) {
+            c.redis().kill_hard();
+            sleep(c.options().ttl + 500ms);
+            c.redis().start_again();
+          },
+          aof);
+    } else if (kind == "flushall") {
+      f = redis_fault(kind, cycles, 1000ms, [](Cluster& c) { c.redis().command({"FLUSHALL"}); });
+    } else if (kind == "script_flush") {
+      f = redis_fault(kind, cycles, 500ms, [](Cluster& c) { c.redis().command({"SCRIPT", "FLUSH"}); });
+    } else if (kind == "sigstop") {
+      f = redis_fault(kind, cycles, 1000ms, [](Cluster& c) {
+        c.redis().stop_process();
+        sleep(c.options().ttl + 500ms);
+        c.redis().continue_process();
+      });
+    } else if (kind == "debug_sleep") {
+      f = redis_fault(kind, cycles, 800ms, [](Cluster& c) {
+        c.redis().command({"DEBUG", "SLEEP", "0.6"}, 10s);
+      });
+    } else if (kind == "client_kill") {
+      f = redis_fault(kind, cycles, 500ms, [](Cluster& c) {
+        c.redis().command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
+        c.redis().command({"CLIENT", "KILL", "TYPE", "pubsub"});
+      });
+    } else if (kind == "partition") {
+      if (auto why = fairgate::test::NetNamespace::unavailable_reason()) {
+        std::fprintf(stderr, "fault_cycles: partition: %s\n", why->c_str());
+        status = 1;
+        continue;
+      }
+      f = redis_fault(
+          kind, cycles, 1000ms,
+          [](Cluster& c) {
+            c.netns().partition();
+            sleep(c.options().ttl * 2);
+            c.netns().heal();
+          },
+          {}, /*netns=*/true);
+    } else {
+      std::fprintf(stderr, "fault_cycles: %s: unknown kind\n", kind.c_str());
+      return 2;
+    }
+    std::puts(to_line(f, defaults.cap).c_str());
+    std::fflush(stdout);
+    if (!f.report.ok() || f.survived != f.cycles) status = 1;
+  }
+  return status;
+}

@@ -1,0 +1,405 @@
+// The engine-faults suite (label "faults"): real `fairgate bench-worker`
+// processes on a real redis-server, each fault injected for real while the
+// clients loop (acquire, hold 20-80 ms, release; more clients than permits, so
+// there is always a queue). Every run is judged from the clients' own
+// timestamps by Cluster::finish (harness.hpp): overshoot 0, every request ends
+// exactly once, no timeout and no "unavailable" (the max wait is 30 s, far
+// longer than any fault), Redis empty once everybody left. Some tests check
+// more (the fence, the gap rule, the degraded policies, the state after Redis
+// returns).
+#include "faults/harness.hpp"
+
+#include <gtest/gtest.h>
+#include <boost/json.hpp>
+
+#include <signal.h>
+
+#include <thread>
+
+namespace {
+
+using namespace std::chrono_literals;
+using fairgate::faults::Cluster;
+using fairgate::faults::Report;
+using fairgate::faults::Route;
+using fairgate::faults::RunOptions;
+using fairgate::faults::Worker;
+using fairgate::test::RedisServer;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+#ifdef FAIRGATE_FAULTS_SANITIZED
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
+std::string test_name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
+
+RunOptions run(std::size_t clients = 3) {
+  RunOptions o;
+  o.limiter = test_name();
+  o.clients = clients;
+  o.duration = kSanitized ? 8s : 5s;
+  // Sanitized processes are several times slower: no spurious timeouts.
+  o.command_timeout = kSanitized ? 400ms : 300ms;
+  return o;
+}
+
+milliseconds finish_within(const RunOptions& o) { return o.duration + 30s; }
+
+/// Some holders still run when a long fault ends: reaping them (instead of
+/// waiting for their instance) would show as an overshoot.
+RunOptions long_holds(RunOptions o) {
+  o.hold_min = 300ms;
+  o.hold_max = 3000ms;
+  o.duration += 2s;
+  return o;
+}
+
+void sleep(milliseconds d) { std::this_thread::sleep_for(d); }
+
+std::int64_t sum(Cluster& c, const char* field) {
+  std::int64_t total = 0;
+  for (auto* w : c.live()) {
+    if (auto st = w->status()) {
+      const auto& v = st->at(field);
+      total += v.is_bool() ? (v.get_bool() ? 1 : 0) : v.to_number<std::int64_t>();
+    }
+  }
+  return total;
+}
+
+/// Grants made (client time) inside [from, to).
+std::size_t grants_between(Cluster& c, std::int64_t from, std::int64_t to) {
+  std::size_t n = 0;
+  for (auto* w : c.all()) {
+    w->drain();
+    for (const auto& [i, t] : w->grants()) n += (t >= from && t < to) ? 1 : 0;
+  }
+  return n;
+}
+
+#define EXPECT_RUN_OK(report) EXPECT_TRUE((report).ok()) << (report).summary()
+
+// --- state loss ----------------------------------------------------------------
+
+TEST(Faults, FlushallMidRun) {
+  Cluster c(run());
+  c.start();
+  c.start();
+  c.go();
+  sleep(1500ms);
+  const auto created_before = sum(c, "recreations");  // 1: the first start created it
+  ASSERT_EQ(c.redis().command({"FLUSHALL"}), "OK");
+  sleep(300ms);
+  EXPECT_EQ(c.redis().command({"HEXISTS", c.key("cfg"), "epoch"}), "1") << "the state was created again";
+  const auto whole = c.wait_whole(10s);
+  EXPECT_TRUE(whole) << "Redis had every permit and waiter of the instances again";
+  EXPECT_GE(sum(c, "restores"), 1) << "the instances restored what they held";
+  EXPECT_EQ(sum(c, "recreations"), created_before + 1) << "exactly one instance created the state again";
+  EXPECT_EQ(sum(c, "overshoot_restored"), 0);
+  const Report r = c.finish(finish_within(c.options()));
+  EXPECT_RUN_OK(r);
+  EXPECT_GT(r.grants, 20u) << "and the limiter kept working";
+}
+
+TEST(Faults, FlushallTwiceInARowAndDuringTheFence) {
+  Cluster c(run());
+  c.start();
+  c.start();
+  c.go();
+  sleep(1200ms);
+  ASSERT_EQ(c.redis().command({"FLUSHALL"}), "OK");
+  sleep(150ms);  // inside the fence (ttl + heartbeat = 1.25 s), restores under way
+  ASSERT_EQ(c.redis().command({"FLUSHALL"}), "OK");
+  EXPECT_TRUE(c.wait_whole(10s));
+  const Report r = c.finish(finish_within(c.options()));
+  EXPECT_RUN_OK(r);
+}
+
+TEST(Faults, ScriptFlushMidRun) {
+  Cluster c(run());
+  c.start();
+  c.start();
+  c.go();
+  for (int i = 0; i < 3; ++i) {
+    sleep(700ms);
+    ASSERT_EQ(c.redis().command({"SCRIPT", "FLUSH"}), "OK");
+  }
+  const Report r = c.finish(finish_within(c.options()));
+  EXPECT_RUN_OK(r);
+  EXPECT_GT(r.grants, 20u);
+}
+
+TEST(Faults, RestartWithoutPersistence) {
+  Cluster c(run());
+  c.start();
+  c.start();
+  c.go();
+  sleep(1500ms);
+  const auto created_before = sum(c, "recreations");
+  c.redis().restart();  // kill -9, then up again on the same port: everything is gone
+  EXPECT_TRUE(c.wait_whole(15s));
+  EXPECT_EQ(sum(c, "recreations"), created_before + 1);
+  const Report r = c.finish(finish_within(c.options()));
+  EXPECT_RUN_OK(r);
+}
+
+// Redis away for longer than the TTL, its data kept (AOF): on its return
+// nobody is reaped (the gap rule) and everybody goes on.
+TEST(Faults, RestartWithAofAfterAnOutageLongerThanTheTtl) {
+  RedisServer::Options aof;
+  aof.appendonly = true;
+  Cluster c(long_holds(run()), aof);
+  c.start();
+  c.start();
+  c.go();
+  sleep(1500ms);
+  const auto created_before = sum(c, "recreations");
+  c.redis().kill_hard();
+  sleep(c.options().ttl + 1000ms);
+  c.redis().start_again();
+  EXPECT_TRUE(c.wait_whole(15s));
+  EXPECT_EQ(sum(c, "recreations"), created_before) << "the data survived: no state was created again";
+  EXPECT_EQ(sum(c, "overshoot_restored"), 0) << "nobody was reaped, so nothing came back above the cap";
+  const Report r = c.finish(finish_within(c.options()));
+  EXPECT_RUN_OK(r);
+}
+
+// --- stalls ----------------------------------------------------------------------
+
+TEST(Faults, SigstopOfRedisLongerThanTheTtl) {
+  Cluster c(long_holds(run()));
+  c.start();
+  c.start();
+  c.go();
+  sleep(1500ms);
+  c.redis().stop_process();
+  sleep(c.options().ttl + 1000ms);
+  c.redis().continue_process();
+  EXPECT_TRUE(c.wait_whole(15s));
+  EXPECT_EQ(sum(c, "overshoot_restored"), 0) << "an outage is not a crash: nobody was reaped";
+  const Report r = c.finish(finish_within(c.options()));
+  EXPECT_RUN_OK(r);
+}
+
+// Replies time out (DEBUG SLEEP > command timeout) but Redis is back before
+// degrade_after: a hiccup, never a rejection (the clients have 30 s).
+TEST(Faults, DebugSleepLongerThanTheCommandTimeoutIsNotARejection) {
+  Cluster c(run());
+  c.start();
+  c.start();
+  c.go();
+  for (int i = 0; i < 3; ++i) {
+    sleep(800ms);
+    c.redis().command({"DEBUG", "SLEEP", kSanitized ? "0.8" : "0.6"}, 10s);
+  }
+  EXPECT_EQ(sum(c, "degraded_entries"), 0) << "shorter than degrade_after: not degraded";
+  const Report r = c.finish(finish_within(c.options()));
+  EXPECT_RUN_OK(r);
+  EXPECT_EQ(r.unavailable, 0u);
+}
+
+TEST(Faults, ClientKillOfEveryConnection) {
+  Cluster c(run());
+  c.start();
+  c.start();
+  c.go();
+  for (int i = 0; i < 4; ++i) {
+    sleep(600ms);
+    c.redis().command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
+    c.redis().command({"CLIENT", "KILL", "TYPE", "pubsub"});
+  }
+  const Report r = c.finish(finish_within(c.options()));
+  EXPECT_RUN_OK(r);
+  EXPECT_GT(r.grants, 20u);
+}
+
+// --- the network -----------------------------------------------------------------
+
+// One instance cut off from Redis (nftables drop inside its own network
+// namespace) for longer than the TTL: the other goes on with the whole cap;
+// the cut-off one reuses its seats only while Redis still counts them, then
+// waits; back, it restores and its waiters are served.
+TEST(Faults, PartitionOfOneInstanceLongerThanTheTtl) {
+  if (auto why = fairgate::test::NetNamespace::unavailable_reason()) {
+    if (std::getenv("FAIRGATE_REQUIRE_NETNS")) FAIL() << *why;
+    GTEST_SKIP() << *why;
+  }
+  Cluster c(run(), {}, /*with_netns=*/true);
+  Worker& cut = c.start(Route::netns);
+  c.start();
+  c.go();
+  sleep(1500ms);
+  c.netns().partition();
+  sleep(c.options().ttl * 2 + 500ms);
+  c.netns().heal();
+  EXPECT_TRUE(c.wait_whole(20s));
+  const auto st = cut.status();
+  ASSERT_TRUE(st);
+  EXPECT_GE(st->at("degraded_entries").to_number<int>(), 1) << "the cut-off instance ran on its policy";
+  const Report r = c.finish(finish_within(c.options()));
+  EXPECT_RUN_OK(r);
+}
+
+TEST(Faults, ProxyStallsCutsAndDelays) {
+  Cluster c(run());
+  c.start(Route::proxy);
+  c.start();
+  c.go();
+  sleep(800ms);
+  c.proxy().stall();  // replies time out for a while, shorter than degrade_after
+  sleep(600ms);
+  c.proxy().resume();
+  sleep(400ms);
+  c.proxy().cut();  // every connection through it closed
+  sleep(400ms);
+  c.proxy().set_delay(40ms);
+  sleep(800ms);
+  c.proxy().set_delay(0ms);
+  const Report r = c.finish(finish_within(c.options()));
+  EXPECT_RUN_OK(r);
+  EXPECT_GT(r.grants, 20u);
+}
+
+// --- crashes -----------------------------------------------------------------------
+
+TEST(Faults, KillMinus9OfInstancesInALoop) {
+  RunOptions o = run();
+  o.duration = kSanitized ? 12s : 8s;
+  Cluster c(o);
+  c.start();
+  c.start();
+  c.start();
+  c.go();
+  for (int i = 0; i < 4; ++i) {
+    sleep(1200ms);
+    auto live = c.live();
+    live.front()->kill9();
+    Worker& fresh = c.start();
+    fresh.send("go");
+  }
+  const Report r = c.finish(finish_within(o));
+  EXPECT_RUN_OK(r);
+  EXPECT_EQ(r.killed, 4u);
+}
+
+// --- the degraded policies, and the state after Redis returns -----------------------
+
+// local: while Redis is away the instances serve their own waiters, in order,
+// with the seats they held (permits Redis still counts for them: cap-safe),
+// for as long as Redis would still count them; back, everything is handed to
+// Redis. Long holds, so that seats are held when Redis goes away, and a TTL
+// long enough for the seats to outlive degrade_after.
+TEST(Faults, PolicyLocalServesFromItsSeatsWhileRedisIsAway) {
+  RunOptions o = run();
+  o.ttl = 4s;
+  o.heartbeat = 500ms;
+  o.fence = 0ms;  // not about the fence: grants from the start
+  o.hold_min = 3000ms;
+  o.hold_max = 4500ms;
+  o.duration = kSanitized ? 10s : 7s;
+  Cluster c(o);
+  c.start();
+  c.start();
+  c.go();
+  sleep(1000ms);  // the first 3 hold until 3-4.5 s: still held when the instances degrade (at 2 s)
+  c.redis().stop_process();
+  const auto stopped = fairgate::bench::now_ns();
+  sleep(o.degrade_after + 2000ms);
+  EXPECT_GE(sum(c, "degraded"), 1) << "degraded after degrade_after";
+  const auto resumed = fairgate::bench::now_ns();
+  c.redis().continue_process();
+  const std::size_t served = grants_between(
+      c, stopped + std::chrono::duration_cast<std::chrono::nanoseconds>(o.degrade_after + 100ms).count(),
+      resumed);
+  EXPECT_GT(served, 0u) << "requests were served locally, in seats released meanwhile, while Redis was away";
+  EXPECT_TRUE(c.wait_whole(15s)) << "back: permits and waiters handed back to Redis";
+  const Report r = c.finish(finish_within(o));
+  EXPECT_RUN_OK(r);
+}
+
+// local_share: the operator's fixed share while Redis is away (here one
+// instance, so nobody else uses the cap): at most that many at once, and
+// served even with no seat held when Redis went away.
+TEST(Faults, PolicyLocalShareServesThatManyAtOnce) {
+  RunOptions o = run(4);
+  o.local_share = 2;
+  o.hold_min = o.hold_max = 50ms;
+  Cluster c(o);
+  c.start();
+  c.go();
+  sleep(1500ms);
+  c.redis().stop_process();
+  const auto stopped = fairgate::bench::now_ns();
+  sleep(o.degrade_after + 1500ms);
+  const auto resumed = fairgate::bench::now_ns();
+  c.redis().continue_process();
+  const auto from =
+      stopped + std::chrono::duration_cast<std::chrono::nanoseconds>(o.degrade_after + 200ms).count();
+  EXPECT_GT(grants_between(c, from, resumed), 5u) << "served locally while Redis was away";
+  EXPECT_TRUE(c.wait_whole(15s));
+  const Report r = c.finish(finish_within(o));
+  EXPECT_RUN_OK(r);
+  // While degraded at most local_share at once: measured from the records of that window.
+  std::vector<std::pair<std::int64_t, std::int64_t>> during;
+  for (auto* w : c.all()) {
+    for (const auto& rec : w->records()) {
+      if (rec.granted() && rec.grant_ns >= from && rec.grant_ns < resumed)
+        during.emplace_back(rec.grant_ns, rec.release_ns);
+    }
+  }
+  EXPECT_LE(fairgate::faults::max_concurrent(during), 2u);
+}
+
+// open: while Redis is away everything is let through (the cap is not
+// enforced, by choice); back, the permits are registered (above the cap) and
+// nothing more is granted until below it.
+TEST(Faults, PolicyOpenLetsEverythingThroughAndRecovers) {
+  RunOptions o = run(4);
+  o.policy = "open";
+  o.hold_min = o.hold_max = 50ms;
+  Cluster c(o);
+  c.start();
+  c.start();
+  c.go();
+  sleep(1500ms);
+  c.redis().stop_process();
+  sleep(o.degrade_after + 1000ms);
+  EXPECT_EQ(sum(c, "degraded"), 2);
+  c.redis().continue_process();
+  EXPECT_TRUE(c.wait_whole(15s));
+  const Report r = c.finish(finish_within(o), false, /*overshoot_allowed=*/true);
+  EXPECT_RUN_OK(r);
+  EXPECT_GT(r.max_holders, o.cap) << "open: 8 clients ran at once while Redis was away";
+}
+
+// closed: while Redis is away new requests are rejected "unavailable" at once
+// (within about one command timeout, never after max_wait); back, the
+// clients are served again.
+TEST(Faults, PolicyClosedRejectsAtOnceWhileRedisIsAway) {
+  RunOptions o = run();
+  o.policy = "closed";
+  Cluster c(o);
+  c.start();
+  c.start();
+  c.go();
+  sleep(1500ms);
+  c.redis().kill_hard();
+  sleep(o.degrade_after + 1000ms);
+  c.redis().start_again();
+  EXPECT_TRUE(c.wait_whole(15s));
+  const Report r = c.finish(finish_within(o), /*expect_unavailable=*/true);
+  EXPECT_RUN_OK(r);
+  EXPECT_GT(r.unavailable, 0u) << "arrivals were rejected while Redis was away";
+  for (auto* w : c.all()) {
+    for (const auto& rec : w->records()) {
+      if (rec.reason != "unavailable") continue;
+      EXPECT_LE(rec.end_ns - rec.arrive_ns, std::chrono::nanoseconds(2s).count())
+          << "rejected within about one command timeout (after detection), never after its max wait";
+    }
+  }
+}
+
+}  // namespace
