@@ -2,7 +2,7 @@
 # bench/run.sh — regenerates bench/RESULTS.md and bench/results.png.
 #
 # Every system (fairgate and the peers of bench/peers/) runs the workloads of
-# ../shared/spec/bench.md back to back on ONE fresh redis-server started here
+# docs/bench.md back to back on ONE fresh redis-server started here
 # on a free loopback port, through the same driver (`fairgate bench --system`)
 # and the same analyzer. The physical floor (redis-benchmark PING and a trivial
 # EVALSHA, redis-cli --latency) is measured on the same server in the same run.

@@ -285,6 +285,9 @@ std::string run_plan(const BenchOptions& o, const Plan& p,
     wo.liveness_ttl = o.liveness_ttl;
     // The backend wants one command's timeout below the TTL (--ttl 1s, say).
     wo.command_timeout = std::min(wo.command_timeout, o.liveness_ttl / 2);
+    // A limiter made for this run alone: no instance from before can hold
+    // permits in it, so no recovery fence (it would hold back the first grants).
+    wo.recovery_fence = std::chrono::milliseconds(0);
     wo.closed_loop = p.closed_loop;
     wo.requests = p.requests_per_instance;
     wo.spread = p.spread;
@@ -395,8 +398,8 @@ std::string run_plan(const BenchOptions& o, const Plan& p,
   out.set("leftover_holders", std::stoull(admin.command({"ZCARD", key + "holders"})));
   out.set("leftover_waiters", std::stoull(admin.command({"ZCARD", key + "queue"})));
   admin.command({"DEL", key + "cfg", key + "holders", key + "queue", key + "seq", key + "instances",
-                 key + "ptenant", key + "tready", key + "tparked", key + "tholders", key + "tcredit",
-                 key + "trot"});
+                 key + "byinst", key + "ptenant", key + "tready", key + "tparked", key + "tholders",
+                 key + "tcredit", key + "trot"});
   for (const auto& w : workers) {
     if (!w.tenant.empty()) admin.command({"DEL", key + "tq:" + w.tenant});
   }
@@ -468,6 +471,7 @@ std::string run_crash(const BenchOptions& o, const std::function<void(const std:
     wo.liveness_ttl = o.liveness_ttl;
     // The backend wants one command's timeout below the TTL (--ttl 1s, say).
     wo.command_timeout = std::min(wo.command_timeout, o.liveness_ttl / 2);
+    wo.recovery_fence = std::chrono::milliseconds(0);  // a limiter of this run alone
     wo.seed = o.seed * 1000 + w;
     // Longer than the bound: a waiter never gives up before the driver does.
     wo.max_wait = o.crash_bound + 60s;
@@ -512,7 +516,8 @@ std::string run_crash(const BenchOptions& o, const std::function<void(const std:
     if (std::string_view(e.what()).find("timed out") != 0) throw;
   }
   b.exit_all();
-  admin.command({"DEL", key + "cfg", key + "holders", key + "queue", key + "seq", key + "instances"});
+  admin.command(
+      {"DEL", key + "cfg", key + "holders", key + "queue", key + "seq", key + "instances", key + "byinst"});
 
   if (!o.records_path.empty()) {
     std::ofstream file(o.records_path, std::ios::app);

@@ -444,7 +444,9 @@ class Demo {
       f << "# fairgate demo --redis: written by the demo, removed when it ends\n";
       f << "listen = \"127.0.0.1:0\"\n\n[redis]\n";
       f << "url = " << toml_string(config_.redis) << "\n";
-      f << "key_prefix = " << toml_string(prefix) << "\n\n";
+      // Keys of this run alone (the prefix names its pid): no instance from
+      // before can hold permits under them, so no recovery fence.
+      f << "key_prefix = " << toml_string(prefix) << "\nrecovery_fence_ms = 0\n\n";
       f << "[limiters." << kLimiterName << "]\nmax_concurrent = " << config_.seats
         << "\nmax_wait_ms = " << real_max_wait_.count() << "\n\n";
       f << "[server]\nshutdown_grace_ms = 1000\n\n";

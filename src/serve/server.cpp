@@ -655,6 +655,44 @@ awaitable<void> shutdown_on_signal(std::shared_ptr<Shared> sh, net::signal_set& 
   sh->io.stop();
 }
 
+/// One line of the settings in force and where they come from (docs/serve.md, "Which settings win").
+std::string describe_settings(const Snapshot& snap) {
+  const Settings& st = snap.settings;
+  std::string line = fmt::format(
+      "max_concurrent={}, max_wait={}ms, max_queue={}, enabled={}", st.max_concurrent, st.max_wait.count(),
+      st.max_queue ? std::to_string(*st.max_queue) : "none", st.enabled ? "true" : "false");
+  if (!st.enabled) line += fmt::format(", when_disabled={}", to_string(st.when_disabled));
+  if (st.tenant_fairness) line += ", tenant_fairness=true";
+  if (st.max_per_tenant) line += fmt::format(", max_per_tenant={}", *st.max_per_tenant);
+  line += fmt::format(", on_redis_down={}", to_string(st.on_redis_down));
+  if (st.local_share) line += fmt::format(", local_share={}", *st.local_share);
+  return line;
+}
+
+/// Redis: once each limiter has heard from Redis (or after a few seconds),
+/// one line per limiter with the settings in force and their source.
+awaitable<void> report_effective_settings(std::shared_ptr<Shared> sh, std::FILE* out) {
+  net::steady_timer timer(co_await net::this_coro::executor);
+  const auto deadline = std::chrono::steady_clock::now() + 3s;
+  for (;;) {
+    bool all = true;
+    for (const auto& l : sh->backend->limiters()) all = all && l.snapshot().engine.settings_source == "redis";
+    if (all || std::chrono::steady_clock::now() >= deadline || sh->stopping.load()) break;
+    timer.expires_after(20ms);
+    co_await timer.async_wait(nothrow);
+  }
+  for (const auto& l : sh->backend->limiters()) {
+    const Snapshot snap = l.snapshot();
+    const char* source = snap.engine.settings_source == "redis"
+                             ? "in force cluster-wide (stored in Redis, where they win over this config)"
+                             : "this instance's own: not confirmed by Redis yet (unreachable?)";
+    const std::string text =
+        fmt::format("fairgate serve: limiter {}: {} — {}\n", snap.name, describe_settings(snap), source);
+    std::fputs(text.c_str(), out);
+  }
+  std::fflush(out);
+}
+
 std::string describe_limiters(const ServeConfig& cfg) {
   std::string out;
   for (const auto& l : cfg.limiters) {
@@ -748,6 +786,7 @@ int run_server(const ServeConfig& config, std::FILE* out) {
     std::fputs(note.c_str(), out);
   }
   std::fflush(out);
+  if (config.redis) net::co_spawn(io, report_effective_settings(sh, out), net::detached);
 
   std::vector<std::thread> threads;
   for (unsigned i = 1; i < config.server.threads; ++i) threads.emplace_back([&io] { io.run(); });

@@ -64,10 +64,10 @@ std::string to_line(const Figures& f, std::uint32_t cap) {
   o["timeouts"] = f.report.timeouts;
   o["unavailable"] = f.report.unavailable;
   json::object back;
-  back["p50"] = percentile(f.back_ms, 0.5);
-  back["max"] = percentile(f.back_ms, 1.0);
+  back["p50"] = static_cast<std::int64_t>(percentile(f.back_ms, 0.5));
+  back["max"] = static_cast<std::int64_t>(percentile(f.back_ms, 1.0));
   o["back_to_whole_ms"] = back;
-  o["fence_ms"] = f.fence_ms;
+  o["fence_ms"] = static_cast<std::int64_t>(f.fence_ms);
   json::array problems;
   for (const auto& p : f.report.problems) problems.push_back(json::string(p));
   o["problems"] = problems;
@@ -76,14 +76,18 @@ std::string to_line(const Figures& f, std::uint32_t cap) {
 
 void sleep(milliseconds d) { std::this_thread::sleep_for(d); }
 
-/// How long Redis says the state is fenced from now (ms), 0 if not.
-double fence_left_ms(Cluster& c) {
-  const std::string until = c.redis().command({"HGET", c.key("cfg"), "fence_until"});
-  const std::string time = c.redis().command({"TIME"});
+/// The state's epoch and fence as Redis has them ("" when there is no state).
+std::pair<std::string, std::string> epoch_and_fence(Cluster& c) {
+  return {c.redis().command({"HGET", c.key("cfg"), "epoch"}),
+          c.redis().command({"HGET", c.key("cfg"), "fence_until"})};
+}
+
+/// The fence of a state created since `before_epoch` (ms), 0 if none was.
+double fence_of_new_state(Cluster& c, const std::string& before_epoch) {
+  const auto [epoch, fence] = epoch_and_fence(c);
+  if (epoch == before_epoch || epoch.empty() || epoch[0] == '(') return 0;
   try {
-    const auto nl = time.find('\n');
-    const double now = std::stod(time.substr(0, nl)) * 1000 + std::stod(time.substr(nl + 1)) / 1000;
-    return std::max(0.0, std::stod(until) - now);
+    return std::max(0.0, std::stod(fence) - std::stod(epoch) / 1000.0);
   } catch (...) {
     return 0;
   }
@@ -116,12 +120,13 @@ Figures redis_fault(const std::string& kind, std::size_t cycles, milliseconds pe
   const auto t0 = fairgate::faults::Clock::now();
   for (std::size_t i = 0; i < cycles; ++i) {
     sleep(period);
+    const std::string before = epoch_and_fence(c).first;
     inject(c);
-    f.fence_ms = std::max(f.fence_ms, fence_left_ms(c));
     if (auto whole = c.wait_whole(20s)) {
       ++f.survived;
       f.back_ms.push_back(static_cast<double>(whole->count()));
     }
+    f.fence_ms = std::max(f.fence_ms, fence_of_new_state(c, before));
     std::fprintf(stderr, "fault_cycles: %s %zu/%zu\n", kind.c_str(), i + 1, cycles);
   }
   // The clients stop at the end of their duration; no need to wait for it all.

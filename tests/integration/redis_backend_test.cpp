@@ -574,4 +574,161 @@ TEST(RedisBackendTest, HealthOfAReachableRedis) {
   EXPECT_TRUE(memory.connected);
 }
 
+// --- recovery ---------------------------------------------------------------
+
+/// Redis loses this limiter's keys (as FLUSHALL would, without touching
+/// other tests' keys when FAIRGATE_TEST_REDIS shares one server).
+void lose_state(const std::string& limiter) {
+  server().command({"EVAL",
+                    "for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end return 1",
+                    "0", "fairgate:{" + limiter + "}:*"});
+}
+
+fairgate::ConfigureResult configure_and_wait(Limiter& lim, const fairgate::SettingsUpdate& update) {
+  std::promise<fairgate::ConfigureResult> done;
+  lim.async_configure(update, [&](fairgate::ConfigureResult r) { done.set_value(std::move(r)); });
+  auto f = done.get_future();
+  EXPECT_EQ(f.wait_for(10s), std::future_status::ready);
+  return f.get();
+}
+
+// async_configure completes once Redis applied the change (cluster-wide), and
+// says 'unavailable' (nothing changed) when Redis cannot confirm it.
+TEST(RedisBackendTest, AsyncConfigureConfirmsOrSaysUnavailable) {
+  const std::string name = test_name();
+  Instance a(fast_options());
+  Limiter lim = a.open(name, cap(3));
+  ASSERT_TRUE(wait_until([&] { return a.impl(name)->ready(); }, 5s));
+  fairgate::SettingsUpdate two;
+  two.max_concurrent = 2;
+  const auto ok = configure_and_wait(lim, two);
+  EXPECT_FALSE(ok.error) << ok.message;
+  EXPECT_EQ(ok.settings.max_concurrent, 2u);
+  EXPECT_EQ(server().command({"HGET", key(name, "cfg"), "max_concurrent"}), "2")
+      << "in Redis when it completes";
+  fairgate::SettingsUpdate bad;
+  bad.max_concurrent = 0;
+  const auto invalid = configure_and_wait(lim, bad);
+  EXPECT_EQ(invalid.error, make_error_code(fairgate::Errc::invalid_settings));
+  EXPECT_NE(invalid.message.find("max_concurrent"), std::string::npos) << invalid.message;
+
+  auto o = fast_options();
+  o.url = "redis://127.0.0.1:1";
+  o.command_timeout = 100ms;
+  Instance down(o);
+  Limiter unreachable = down.open(name + "-down", cap(3));
+  const auto refused = configure_and_wait(unreachable, two);
+  EXPECT_EQ(refused.error, make_error_code(fairgate::Errc::unavailable)) << refused.message;
+  EXPECT_NE(refused.message.find("Redis did not confirm"), std::string::npos) << refused.message;
+  EXPECT_EQ(unreachable.settings().max_concurrent, 3u) << "not applied here either";
+}
+
+// Redis loses the state after a cluster-wide change: the state comes back with
+// the settings in force (max_concurrent 1), not with the start-up ones (3).
+TEST(RedisBackendTest, AStateLostAfterAChangeComesBackWithTheCurrentSettings) {
+  const std::string name = test_name();
+  Instance a(fast_options());
+  Limiter lim = a.open(name, cap(3));
+  ASSERT_TRUE(wait_until([&] { return a.impl(name)->ready(); }, 5s));
+  fairgate::SettingsUpdate one;
+  one.max_concurrent = 1;
+  ASSERT_FALSE(configure_and_wait(lim, one).error);
+  lose_state(name);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return server().command({"HGET", key(name, "cfg"), "epoch"}) != "(nil)";
+      },
+      5s));
+  EXPECT_EQ(server().command({"HGET", key(name, "cfg"), "max_concurrent"}), "1");
+  EXPECT_EQ(lim.settings().max_concurrent, 1u);
+  // A change right after a loss: never a partial config, the rest comes back too.
+  lose_state(name);
+  fairgate::SettingsUpdate wait5;
+  wait5.max_wait = 5000ms;
+  const auto r = configure_and_wait(lim, wait5);
+  EXPECT_FALSE(r.error) << r.message;
+  EXPECT_EQ(server().command({"HGET", key(name, "cfg"), "max_wait_ms"}), "5000");
+  EXPECT_EQ(server().command({"HGET", key(name, "cfg"), "max_concurrent"}), "1");
+  EXPECT_EQ(server().command({"HGET", key(name, "cfg"), "enabled"}), "1");
+}
+
+// Disabled in reject mode: the waiters of every instance end with 'disabled'
+// at once (as on the memory backend), not at their deadlines.
+TEST(RedisBackendTest, DisablingInRejectModeEndsTheWaitersOfEveryInstance) {
+  const std::string name = test_name();
+  Instance a(fast_options());
+  Instance b(fast_options());
+  Limiter la = a.open(name, cap(1));
+  Limiter lb = b.open(name, cap(1));
+  auto holder = acquire(la);
+  ASSERT_TRUE(wait_until([&] { return holder->done(); }));
+  auto wa = acquire_queued(la, 60s);
+  auto wb = acquire_queued(lb, 60s);
+  fairgate::SettingsUpdate off;
+  off.enabled = false;
+  off.when_disabled = fairgate::DisabledMode::reject;
+  const auto t0 = Clock::now();
+  ASSERT_FALSE(configure_and_wait(la, off).error);
+  ASSERT_TRUE(wait_until([&] { return wa->done() && wb->done(); }, 5s));
+  EXPECT_EQ(wa->reason(), RejectReason::disabled);
+  EXPECT_EQ(wb->reason(), RejectReason::disabled) << "the other instance too";
+  EXPECT_LT(wb->at() - t0, 1s) << "told at once ('!cfg'), not at its next heartbeat or its deadline";
+  EXPECT_EQ(zcard(name, "queue"), 0);
+  holder->release();
+}
+
+// An acquire whose reply comes after the request gave up: the request is
+// cancelled in Redis by its id, so no phantom waiter stays in the queue.
+TEST(RedisBackendTest, AnAcquireAnsweredAfterItsTimeoutLeavesNoPhantom) {
+  const std::string name = test_name();
+  auto o = fast_options();
+  o.command_timeout = 150ms;
+  Instance a(o);
+  Limiter lim = a.open(name, cap(1));
+  auto holder = acquire(lim);
+  ASSERT_TRUE(wait_until([&] { return holder->done(); }));
+  std::thread sleeper([] { server().command({"DEBUG", "SLEEP", "0.4"}, 5s); });
+  std::this_thread::sleep_for(50ms);
+  AcquireOptions short_wait;
+  short_wait.max_wait = 200ms;
+  auto gone = acquire(lim, short_wait);  // reaches Redis while it sleeps
+  ASSERT_TRUE(wait_until([&] { return gone->done(); }, 5s));
+  EXPECT_EQ(gone->outcome(), Outcome::timed_out);
+  sleeper.join();
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "queue") == 0 && zcard(name, "byinst") == 0; }, 3s))
+      << "the waiter it left in Redis was cancelled by id";
+  holder->release();
+  auto next = acquire(lim);
+  ASSERT_TRUE(wait_until([&] { return next->done(); }));
+  EXPECT_EQ(next->outcome(), Outcome::granted) << "the permit was not handed to the phantom";
+}
+
+// A Redis stall shorter than a waiter's max wait is never a rejection: the
+// acquire that timed out is asked again (idempotently) when Redis answers.
+TEST(RedisBackendTest, AStallShorterThanTheMaxWaitIsNotARejection) {
+  const std::string name = test_name();
+  auto o = fast_options();
+  o.command_timeout = 100ms;
+  Instance a(o);
+  Limiter lim = a.open(name, cap(50));
+  ASSERT_TRUE(
+      wait_until([&] { return a.impl(name)->ready() && !lim.snapshot().engine.fence_left.count(); }, 5s));
+  std::thread sleeper([] { server().command({"DEBUG", "SLEEP", "0.5"}, 5s); });
+  std::this_thread::sleep_for(50ms);
+  std::vector<std::shared_ptr<Probe>> probes;
+  for (int i = 0; i < 20; ++i) probes.push_back(acquire(lim));
+  sleeper.join();
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (auto& p : probes)
+          if (!p->done()) return false;
+        return true;
+      },
+      5s));
+  for (auto& p : probes) EXPECT_EQ(p->outcome(), Outcome::granted) << p->message();
+  EXPECT_EQ(zcard(name, "holders"), 20) << "each once: a retry never grants twice";
+  for (auto& p : probes) p->release();
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 3s));
+}
+
 }  // namespace

@@ -241,4 +241,57 @@ TEST_F(RedisConnectionTest, CloseFailsWaitingCommands) {
   EXPECT_EQ(exec(*c, {"PING"}).ec, Error::closed);
 }
 
+// Scripts are loaded on every (re)connect before anything that waited: after
+// a restart (empty script cache) the first EVALSHA finds its script.
+TEST_F(RedisConnectionTest, PreloadRunsBeforeEveryCommandOnEachConnect) {
+  RedisServer server;
+  const std::string script = "return 'preloaded'";
+  auto sha = exec(*connect(server), {"SCRIPT", "LOAD", script}).reply.str;
+  ASSERT_EQ(sha.size(), 40u);
+  ConnectionOptions o;
+  o.endpoint.port = server.port();
+  o.reconnect_min = 10ms;
+  auto c = Connection::create(io_.get_executor(), o);
+  connections_.push_back(c);
+  c->set_preload({{"SCRIPT", "LOAD", script}});
+  ASSERT_EQ(exec(*connect(server), {"SCRIPT", "FLUSH"}).reply.str, "OK");
+  // Queued before the connection exists: it must still run after the preload.
+  std::promise<Result> first;
+  c->exec(
+      {"EVALSHA", sha, "0"},
+      [&](boost::system::error_code ec, Reply r) {
+        first.set_value({ec, std::move(r)});
+      },
+      5s);
+  c->start();
+  auto r = first.get_future().get();
+  ASSERT_FALSE(r.ec) << r.ec.message();
+  EXPECT_EQ(r.reply.str, "preloaded") << r.reply.debug_string();
+  // Redis restarts (script cache empty); the reconnect preloads again.
+  server.restart();
+  auto again = exec(*c, {"EVALSHA", sha, "0"}, 5s);
+  ASSERT_FALSE(again.ec) << again.ec.message();
+  EXPECT_EQ(again.reply.str, "preloaded") << again.reply.debug_string();
+}
+
+// While a command waits, the reconnect backoff never exceeds its timeout: once
+// Redis is back, the next command goes through at once, although the backoff
+// had grown to reconnect_max.
+TEST_F(RedisConnectionTest, AWaitingCommandBringsTheReconnectForward) {
+  RedisServer server;
+  ConnectionOptions o;
+  o.endpoint.port = server.port();
+  o.reconnect_min = 20ms;
+  o.reconnect_max = 5s;
+  auto c = connect(o);
+  ASSERT_FALSE(exec(*c, {"PING"}, 2s).ec);
+  server.kill_hard();
+  std::this_thread::sleep_for(1500ms);  // failed attempts double the backoff: 20, 40, ... 640, 1280 ms
+  server.start_again();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = exec(*c, {"PING"}, 1s);
+  EXPECT_FALSE(r.ec) << r.ec.message();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 600ms);
+}
+
 }  // namespace

@@ -305,6 +305,163 @@ TEST_F(RedisScriptsTest, RestorePutsBackALostInstancesState) {
   EXPECT_EQ(zcard(2), 3);
 }
 
+// --- recovery (docs/design.md, "Recovery") --------------------------------
+
+std::int64_t redis_now_ms(RedisServer& server) {
+  const std::string t = server.command({"TIME"});
+  const auto nl = t.find('\n');
+  return std::stoll(t.substr(0, nl)) * 1000 + std::stoll(t.substr(nl + 1)) / 1000;
+}
+
+// A state created again is fenced: no grant on top of the count, even with
+// room, until the fence ends; meanwhile a permit released makes room for one.
+TEST_F(RedisScriptsTest, FencedStateGrantsOnlyInPlaceOfReleasedPermits) {
+  auto hb = heartbeat("a", /*max=*/3, 3000, "", /*holders=*/0, /*fence_ms=*/60000);
+  EXPECT_EQ(hb.elements.at(8).integer, 1) << "created";
+  EXPECT_GT(hb.elements.at(10).integer, 59000) << "fence_left_ms";
+  EXPECT_EQ(acquire("a", 1).elements.at(0).str, "queued") << "room, but the count is not trusted yet";
+  EXPECT_EQ(acquire("a", 2).elements.at(0).str, "queued");
+  EXPECT_EQ(zcard(1), 0);
+  // Instance b restores a permit it held before the loss (counted, never revoked).
+  call(scripts::kRestore, {"b", "3000", "60000", "", "1", "7", "", "r"});
+  EXPECT_EQ(zcard(1), 1);
+  EXPECT_EQ(zcard(2), 2) << "restoring gives no room either";
+  call(scripts::kRelease, {"b|7", ""});
+  EXPECT_EQ(server().command({"ZSCORE", keys_[1], "a|1"}), "0") << "a released permit goes to the head";
+  EXPECT_EQ(zcard(2), 1) << "exactly one: the fence never grants on top";
+  // Fence over: grants on top again (the instances heartbeat when it ends).
+  server().command({"HSET", keys_[0], "fence_until", std::to_string(redis_now_ms(server()) - 1)});
+  heartbeat("a", 3);
+  EXPECT_EQ(server().command({"ZSCORE", keys_[1], "a|2"}), "0");
+  EXPECT_EQ(heartbeat("a", 3).elements.at(10).integer, 0);
+}
+
+// Nobody could reach Redis for longer than the TTL: Redis was away, not the
+// instances. Their liveness is extended, nobody is reaped.
+TEST_F(RedisScriptsTest, OutageLongerThanTheTtlExtendsLivenessInsteadOfReaping) {
+  heartbeat("a", 2, /*ttl_ms=*/200);
+  heartbeat("b", 2, /*ttl_ms=*/200);
+  ASSERT_EQ(acquire("a", 1).elements.at(0).str, "granted");
+  ASSERT_EQ(acquire("b", 1).elements.at(0).str, "granted");
+  ASSERT_EQ(acquire("b", 2).elements.at(0).str, "queued");
+  std::this_thread::sleep_for(300ms);  // every liveness ran out: no instance reached Redis
+  auto hb = heartbeat("a", 2, 200);
+  EXPECT_EQ(hb.elements.at(9).integer, 1) << "away";
+  EXPECT_EQ(hb.elements.at(6).integer, 0) << "nothing reaped";
+  EXPECT_EQ(zcard(1), 2) << "b's permit is still counted";
+  EXPECT_EQ(zcard(2), 1) << "and its waiter still waits";
+  EXPECT_EQ(heartbeat("b", 2, 200, "", 1).elements.at(0).integer, 0) << "b was not lost";
+}
+
+// An instance whose own liveness ran out (paused) is never reaped by its own
+// heartbeat: as long as nobody else reaped it, its state is intact.
+TEST_F(RedisScriptsTest, AnInstanceNeverReapsItself) {
+  heartbeat("a", 2, /*ttl_ms=*/200);
+  heartbeat("live", 2, /*ttl_ms=*/60000);
+  ASSERT_EQ(acquire("a", 1).elements.at(0).str, "granted");
+  std::this_thread::sleep_for(300ms);
+  auto hb = heartbeat("a", 2, 200, "", /*holders=*/1);
+  EXPECT_EQ(hb.elements.at(0).integer, 0) << "not lost";
+  EXPECT_EQ(hb.elements.at(9).integer, 0) << "not an outage: 'live' reached Redis";
+  EXPECT_EQ(zcard(1), 1);
+}
+
+// Reaping a dead instance costs what it owned, bounded per call; its waiters
+// are never granted meanwhile.
+TEST_F(RedisScriptsTest, ReapingIsProportionalToWhatTheDeadOwnedAndBoundedPerCall) {
+  heartbeat("dead", 1, /*ttl_ms=*/200);
+  heartbeat("live", 1, /*ttl_ms=*/60000);
+  ASSERT_EQ(acquire("live", 1).elements.at(0).str, "granted");
+  ASSERT_EQ(acquire("live", 2).elements.at(0).str, "queued");
+  // 2,500 waiters of the dead instance queue behind live|2.
+  std::vector<std::string> args{"dead", "200", "0", "", "0"};
+  for (int n = 1; n <= 2500; ++n) args.insert(args.end(), {std::to_string(n), "", "600000", "1", ""});
+  call(scripts::kRestore, args);
+  ASSERT_EQ(zcard(2), 2501);
+  std::this_thread::sleep_for(300ms);
+  heartbeat("live", 1, 60000);
+  EXPECT_EQ(zcard(2), 1501) << "1,000 per call";
+  EXPECT_EQ(server().command({"ZSCORE", keys_[4], "dead"}), "-1") << "marked as being reaped";
+  call(scripts::kRelease, {"live|1", ""});
+  EXPECT_EQ(server().command({"ZSCORE", keys_[1], "live|2"}), "0");
+  call(scripts::kRelease, {"live|2", ""});
+  EXPECT_EQ(zcard(1), 0) << "a waiter of an instance being reaped is never granted";
+  heartbeat("live", 1, 60000);
+  heartbeat("live", 1, 60000);
+  EXPECT_EQ(zcard(2), 0);
+  EXPECT_EQ(zcard(5), 0);
+  EXPECT_EQ(server().command({"ZSCORE", keys_[4], "dead"}), "(nil)") << "gone once all it had is gone";
+}
+
+// After a loss, restored waiters go back to their old places, ahead of
+// whoever arrived since, in their old order across instances.
+TEST_F(RedisScriptsTest, RestoredWaitersKeepTheirOrderAheadOfLaterArrivals) {
+  heartbeat("a", 1);
+  heartbeat("b", 1);
+  ASSERT_EQ(acquire("a", 1).elements.at(0).str, "granted");
+  const auto a2 = acquire("a", 2).elements.at(1).integer;
+  const auto b1 = acquire("b", 1).elements.at(1).integer;
+  const auto a3 = acquire("a", 3).elements.at(1).integer;
+  server().command({"FLUSHALL"});
+  heartbeat("late", 1);  // creates the state (no fence here); a newcomer arrives first
+  ASSERT_EQ(acquire("late", 1).elements.at(0).str, "granted");
+  const auto newcomer = acquire("late", 2);
+  ASSERT_EQ(newcomer.elements.at(0).str, "queued");
+  EXPECT_GT(newcomer.elements.at(1).integer, a3) << "order scores of a new state are above every old one";
+  call(scripts::kRestore, {"b", "3000", "0", "", "0", "1", std::to_string(b1), "60000", "1", ""});
+  call(scripts::kRestore, {"a", "3000", "0", "", "1", "1", "", "r", "2", std::to_string(a2), "60000", "1", "",
+                           "3", std::to_string(a3), "60000", "1", ""});
+  EXPECT_EQ(zcard(1), 2) << "late|1 and the restored a|1 (above the cap of 1: never revoked)";
+  call(scripts::kRelease, {"late|1", ""});
+  EXPECT_EQ(zcard(1), 1) << "no grant while at the cap";
+  std::vector<std::string> order;
+  std::string holder = "a|1";
+  for (int i = 0; i < 4; ++i) {
+    call(scripts::kRelease, {holder, ""});
+    holder = server().command({"ZRANGE", keys_[1], "0", "-1"});  // the one holder now
+    order.push_back(holder);
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"a|2", "b|1", "a|3", "late|2"}));
+}
+
+TEST_F(RedisScriptsTest, AcquireRetryReportsWhatTheFirstCallDid) {
+  heartbeat("a", 1);
+  ASSERT_EQ(acquire("a", 1).elements.at(0).str, "granted");
+  const auto first = acquire("a", 2);
+  ASSERT_EQ(first.elements.at(0).str, "queued");
+  const auto retry = call(scripts::kAcquire, {"a", "2", "10000", "", "1", "1"});
+  EXPECT_EQ(retry.elements.at(0).str, "queued");
+  EXPECT_EQ(retry.elements.at(1).integer, first.elements.at(1).integer) << "the same place, not a second one";
+  EXPECT_EQ(zcard(2), 1);
+  call(scripts::kRelease, {"a|1", ""});
+  EXPECT_EQ(call(scripts::kAcquire, {"a", "2", "10000", "", "1", "1"}).elements.at(0).str, "granted");
+  EXPECT_EQ(zcard(1), 1);
+  EXPECT_EQ(call(scripts::kAcquire, {"a", "3", "10000", "", "1", "1"}).elements.at(0).str, "queued")
+      << "a retry of a call that never arrived is a first call";
+}
+
+TEST_F(RedisScriptsTest, MissingConfigFieldsAreFilledOneByOne) {
+  heartbeat("a", 3);
+  call(scripts::kConfigure, {"max_concurrent", "1"});
+  server().command({"HDEL", keys_[0], "max_wait_ms"});  // lost write, old version, hand edit...
+  heartbeat("a", /*max=*/3);
+  EXPECT_EQ(server().command({"HGET", keys_[0], "max_wait_ms"}), "20000") << "filled from the instance";
+  EXPECT_EQ(server().command({"HGET", keys_[0], "max_concurrent"}), "1") << "present fields are kept";
+}
+
+// Redis lost permits it had granted to a registered instance (a failover that
+// lost the last writes): the restore fences the state, so that the others can
+// restore theirs before anything more is granted.
+TEST_F(RedisScriptsTest, RestoreOfLostGrantedPermitsFencesTheState) {
+  heartbeat("a", 3);
+  const auto r = call(scripts::kRestore, {"a", "3000", "5000", "", "1", "9", "", "r"});
+  EXPECT_EQ(r.elements.at(9).integer, 1) << "fenced";
+  EXPECT_GT(r.elements.at(7).integer, 4000);
+  const auto local = call(scripts::kRestore, {"a", "3000", "5000", "", "1", "10", "", "l"});
+  EXPECT_EQ(local.elements.at(1).integer, 1);
+  EXPECT_EQ(local.elements.at(9).integer, 0) << "a permit granted locally (degraded) is no loss";
+}
+
 // The cost of a grant inside Redis must not grow with the number of waiters
 // (design.md F6): counted from INFO commandstats, not timed.
 TEST_F(RedisScriptsTest, CommandsPerGrantStayFlatFrom10To1000Waiters) {

@@ -281,6 +281,19 @@ TEST(ServeConfigFile, EveryKeyOfTheExampleIsReadAndRedisDownIsReported) {
   const auto health = http_exchange(url, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(health.rfind("HTTP/1.1 200", 0), 0u) << "chat can still admit: " << health;
   EXPECT_NE(health.find(R"({"status":"degraded","redis":"down")"), std::string::npos) << health;
+  // A change Redis cannot confirm is not answered 200 (it would be undone at
+  // the next heartbeat): 503 with the reason, nothing changed.
+  const std::string body = R"({"max_concurrent":5})";
+  const auto put = http_exchange(url,
+                                 "PUT /v1/limiters/chat HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                 "Authorization: Bearer change-me\r\nContent-Type: application/json\r\n"
+                                 "Content-Length: " +
+                                     std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_EQ(put.rfind("HTTP/1.1 503", 0), 0u) << put;
+  EXPECT_NE(put.find("Redis did not confirm the change"), std::string::npos) << put;
+  const auto after =
+      http_exchange(url, "GET /v1/limiters/chat HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_NE(after.find(R"("max_concurrent":3)"), std::string::npos) << after;
   EXPECT_EQ(child.stop(SIGTERM, kSanitized ? 60s : 20s), 0);
 }
 
