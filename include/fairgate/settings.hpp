@@ -38,6 +38,8 @@ enum class RedisDownPolicy : std::uint8_t {
 };
 
 std::string_view to_string(RedisDownPolicy policy) noexcept;
+/// "local" | "open" | "closed" → the policy; nullopt for anything else.
+std::optional<RedisDownPolicy> parse_redis_down_policy(std::string_view text) noexcept;
 
 /// Bounds enforced by validate(); exposed so front ends can print them.
 inline constexpr std::uint32_t kMaxConcurrentLimit = 1'000'000;

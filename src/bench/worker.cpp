@@ -51,9 +51,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
     settings.max_concurrent = options_.max_concurrent;
     settings.max_wait = std::chrono::minutes(10);
     settings.tenant_fairness = options_.tenant_fairness;
-    settings.on_redis_down = options_.on_redis_down == "open"     ? RedisDownPolicy::open
-                             : options_.on_redis_down == "closed" ? RedisDownPolicy::closed
-                                                                  : RedisDownPolicy::local;
+    settings.on_redis_down = parse_redis_down_policy(options_.on_redis_down).value_or(RedisDownPolicy::local);
     settings.local_share = options_.local_share;
     auto opened = backend_->open(options_.limiter, settings);
     if (!opened) throw std::runtime_error(opened.error().message());
@@ -74,6 +72,12 @@ class Worker : public std::enable_shared_from_this<Worker> {
       event(fmt::format(R"({{"ev":"mark","t":{},"commands":{}}})", now_ns(), commands()));
     } else if (line == "status") {
       status();
+    } else if (line == "stop") {
+      // Closed loop: no new requests; "done" once the running ones ended.
+      if (!stopped_) {
+        stopped_ = true;
+        if (going_ && outstanding_ == 0) finish();
+      }
     } else if (line == "exit") {
       exit();
     } else {
@@ -265,7 +269,8 @@ class Worker : public std::enable_shared_from_this<Worker> {
     std::fputs(line.c_str(), stdout);
     std::erase(live_, request);
     --outstanding_;
-    if (options_.closed_loop && !exiting_ && std::chrono::steady_clock::now() - go_at_ < options_.duration) {
+    if (options_.closed_loop && !exiting_ && !stopped_ &&
+        std::chrono::steady_clock::now() - go_at_ < options_.duration) {
       const bool pause = !request->record.granted() && options_.reject_pause.count() > 0;
       launch(next_index_++, request->client, pause ? options_.reject_pause : milliseconds(0));
       return;
@@ -309,7 +314,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
   std::shared_ptr<redis::RedisLimiter> impl_;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard_{io_.get_executor()};
   std::chrono::steady_clock::time_point started_{}, go_at_{};
-  bool going_ = false, exiting_ = false;
+  bool going_ = false, exiting_ = false, stopped_ = false;
   std::uint64_t next_index_ = 0;
   std::size_t outstanding_ = 0, answered_ = 0;
   std::vector<RequestPtr> live_;

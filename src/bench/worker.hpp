@@ -13,6 +13,7 @@
 //   hold     acquire `holders` permits and keep them: {"ev":"holding",...}
 //   release  release them: {"ev":"released",...}
 //   mark     {"ev":"mark","t":ns,"commands":n} (commands sent to Redis so far)
+//   stop     closed loop: start no more requests ("done" once the running ones end)
 //   status   {"ev":"status",...}: the limiter's engine status on this instance
 //            (degraded, restores, fence_left_ms, in_use, queued, ...)
 //   exit     (or EOF) leave the queue, release everything, exit 0

@@ -81,14 +81,9 @@ serve::LimiterConfig parse_limiter_spec(const std::string& spec) {
       if (!q) return fail(fmt::format("max_per_tenant: {}", q.error));
       l.settings.max_per_tenant = static_cast<std::uint32_t>(*q.value);
     } else if (key == "on_redis_down") {
-      if (value == "local")
-        l.settings.on_redis_down = RedisDownPolicy::local;
-      else if (value == "open")
-        l.settings.on_redis_down = RedisDownPolicy::open;
-      else if (value == "closed")
-        l.settings.on_redis_down = RedisDownPolicy::closed;
-      else
-        return fail(fmt::format("on_redis_down: \"{}\" is not one of local, open, closed", value));
+      const auto policy = parse_redis_down_policy(value);
+      if (!policy) return fail(fmt::format("on_redis_down: \"{}\" is not one of local, open, closed", value));
+      l.settings.on_redis_down = *policy;
     } else if (key == "local_share") {
       const auto q = parse_count(value, 0, kMaxConcurrentLimit);
       if (!q) return fail(fmt::format("local_share: {}", q.error));

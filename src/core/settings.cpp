@@ -22,6 +22,12 @@ std::string_view to_string(RedisDownPolicy policy) noexcept {
   return "?";
 }
 
+std::optional<RedisDownPolicy> parse_redis_down_policy(std::string_view text) noexcept {
+  for (const auto p : {RedisDownPolicy::local, RedisDownPolicy::open, RedisDownPolicy::closed})
+    if (text == to_string(p)) return p;
+  return std::nullopt;
+}
+
 void throw_exception_from_error(const SettingsError& error, const boost::source_location&) {
   throw std::invalid_argument(error.message());
 }

@@ -56,7 +56,6 @@ class RedisBackend final : public Backend, public std::enable_shared_from_this<R
     });
     context_->commands->start();
     context_->subscriber->start();
-    ping_subscriber();
   }
 
   std::string_view kind() const noexcept override { return "redis"; }
@@ -91,10 +90,6 @@ class RedisBackend final : public Backend, public std::enable_shared_from_this<R
   void shutdown() override {
     auto all = registry_.close();
     if (!all) return;
-    closed_.store(true);
-    boost::asio::post(context_->executor, [weak = weak_from_this()] {
-      if (auto self = weak.lock()) self->ping_timer_.cancel();
-    });
     for (auto& limiter : *all) limiter->shutdown();
     // No more waiters here: no more wake messages to hear. Grants that still
     // reach this instance are found by the heartbeats (which go on while
@@ -115,33 +110,10 @@ class RedisBackend final : public Backend, public std::enable_shared_from_this<R
     if (auto limiter = registry_.get(name)) limiter->on_wake(message.elements[2].str);
   }
 
-  // A wake message has no timeout: one held back by the network (a partition,
-  // then TCP retransmits) could arrive long after Redis reaped this instance
-  // and gave the permit to someone else. So the subscriber connection must
-  // answer a PING within the command timeout, every heartbeat interval, or it
-  // is dropped with whatever it had not delivered yet (and re-subscribed).
-  void ping_subscriber() {
-    std::weak_ptr<RedisBackend> weak = weak_from_this();
-    ping_timer_.expires_after(context_->options.heartbeat_interval);
-    ping_timer_.async_wait([weak](boost::system::error_code ec) {
-      auto self = weak.lock();
-      if (ec || !self || self->closed_.load()) return;
-      auto sub = self->context_->subscriber;
-      if (sub->connected()) {
-        sub->exec({"PING"}, [sub](boost::system::error_code e, redis::Reply) {
-          if (e == redis::make_error_code(redis::Error::timeout)) sub->drop("PING timed out");
-        });
-      }
-      self->ping_subscriber();
-    });
-  }
-
   friend std::shared_ptr<redis::RedisLimiter> redis::redis_limiter_of(const Backend&, std::string_view);
 
   const std::shared_ptr<redis::BackendContext> context_;
   detail::LimiterRegistry<redis::RedisLimiter> registry_;
-  boost::asio::steady_timer ping_timer_{context_->executor};
-  std::atomic<bool> closed_{false};
 };
 
 }  // namespace

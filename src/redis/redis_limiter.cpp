@@ -282,7 +282,10 @@ void RedisLimiter::route_locked(const RequestPtr& request, std::vector<RequestPt
   const auto now = Clock::now();
   if (link_ == Link::degraded) {
     switch (settings_.on_redis_down) {
-      case RedisDownPolicy::local: local_admit_locked(request, now); return;
+      case RedisDownPolicy::local:
+        if (!local_) break;  // the policy was changed to local while degraded: wait for Redis
+        local_admit_locked(request, now);
+        return;
       case RedisDownPolicy::open:
         request->ticket.resume(core::TicketEvent::grant);
         forget_locked(request);
@@ -295,6 +298,8 @@ void RedisLimiter::route_locked(const RequestPtr& request, std::vector<RequestPt
                    "limiter is unavailable: Redis is unreachable (on_redis_down = closed)");
         return;
     }
+    request->phase = Phase::unsent;
+    return;
   }
   // After a loss (until the restore is acknowledged) and while recovering
   // from degraded mode, acquires wait: they would run against a state that
@@ -409,8 +414,7 @@ void RedisLimiter::on_acquire_reply(const RequestPtr& request, boost::system::er
   if (kind == "lost") {
     {
       std::lock_guard lock(mu_);
-      registered_.store(false);
-      restore_needed_ = true;
+      restore_needed_ = true;  // the heartbeat it triggers says lost too (and drops stale wakes)
       if (request->ticket.pending() && request->phase == Phase::sending) request->phase = Phase::unsent;
     }
     heartbeat();  // reports lost too, then restores; the request is sent after that
@@ -472,14 +476,18 @@ void RedisLimiter::on_wake(const std::string& message) {
   if (!n) return;
   bool suspect = false;
   {
-    // A wake that comes after this instance's liveness may have run out can
-    // be stale: Redis may have reaped it and handed the permit on since. Then
-    // it is not trusted; the heartbeat's held list (or the restore) says
-    // whether the permit is still ours.
+    // A wake has no timeout: one held back by the network (a partition, then
+    // TCP retransmits) can come after Redis reaped this instance and handed
+    // the permit on. A wake that comes after this instance's liveness may have
+    // run out, or before a restore was acknowledged, is not trusted; the
+    // heartbeat's held list (or the restore) says whether the permit is ours.
+    // (Once a heartbeat says 'lost', the subscriber connection is dropped,
+    // so nothing it held back from before can come after the restore.)
     std::lock_guard lock(mu_);
     const auto& o = context_->options;
-    if (last_good_beat_sent_ != Clock::time_point{} &&
-        Clock::now() - last_good_beat_sent_ >= o.liveness_ttl - o.command_timeout) {
+    if ((last_good_beat_sent_ != Clock::time_point{} &&
+         Clock::now() - last_good_beat_sent_ >= o.liveness_ttl - o.command_timeout) ||
+        restore_needed_ || restore_in_flight_) {
       suspect = true;
     }
   }
@@ -798,8 +806,12 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const std::set<std::ui
   std::vector<std::pair<RequestPtr, QueueStatus>> positions;
   std::vector<RequestPtr> to_send;
   bool restore = false;
+  bool drop_subscriber = false;
   {
     std::lock_guard lock(mu_);
+    // Reaped (or the state is new): wakes held back from the registration
+    // that ended must never arrive after the next one.
+    drop_subscriber = lost && registered_.load();
     registered_.store(!lost);
     head_order_ = integer_of(e[2]);
     queued_ = count_of(e[3]);
@@ -884,6 +896,7 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const std::set<std::ui
       update_positions_locked(positions);
     }
   }
+  if (drop_subscriber) context_->subscriber->drop("this instance was not registered any more");
   for (auto& [request, status] : positions) post_position(request, status);
   for (const auto& [n, id] : grants) on_granted(n, id, /*recovered=*/true);
   release_orphans(orphans);
@@ -905,6 +918,21 @@ void RedisLimiter::end_all_disabled_locked() {
   }
 }
 
+std::vector<RedisLimiter::RequestPtr> RedisLimiter::waiting_oldest_first_locked() const {
+  // Those Redis had queued by their order score (the cluster-wide arrival
+  // order), then the others by their arrival here.
+  std::vector<RequestPtr> waiting;
+  for (const auto& [n, r] : requests_) {
+    if (r->ticket.pending()) waiting.push_back(r);
+  }
+  std::stable_sort(waiting.begin(), waiting.end(), [](const RequestPtr& a, const RequestPtr& b) {
+    const bool qa = a->order > 0, qb = b->order > 0;
+    if (qa != qb) return qa;
+    return qa ? a->order < b->order : a->n < b->n;
+  });
+  return waiting;
+}
+
 void RedisLimiter::send_restore() {
   const auto& o = context_->options;
   std::vector<std::string> args;
@@ -920,17 +948,7 @@ void RedisLimiter::send_restore() {
       args.push_back(holder.tenant);
       args.push_back(holder.local ? "l" : "r");
     }
-    // Waiters oldest first: those Redis had queued by their order score, then the others by arrival.
-    std::vector<RequestPtr> waiting;
-    for (const auto& [n, r] : requests_) {
-      if (r->ticket.pending()) waiting.push_back(r);
-    }
-    std::stable_sort(waiting.begin(), waiting.end(), [](const RequestPtr& a, const RequestPtr& b) {
-      const bool qa = a->order > 0, qb = b->order > 0;
-      if (qa != qb) return qa;
-      return qa ? a->order < b->order : a->n < b->n;
-    });
-    for (const auto& r : waiting) {
+    for (const auto& r : waiting_oldest_first_locked()) {
       r->reached = true;
       args.push_back(std::to_string(r->n));
       args.push_back(r->order > 0 ? std::to_string(r->order) : std::string());
@@ -1007,7 +1025,10 @@ void RedisLimiter::on_restore_reply(const Reply& reply) {
       for (const auto& g : e[3].elements) {
         if (auto n = parse_number<std::uint64_t>(g.str)) grants.emplace_back(*n, permit_id(*n));
       }
-      const auto& orders = e[4].elements;
+      // Degraded meanwhile (this restore went through, later calls did not):
+      // the local fallback keeps serving; the restore that ends it follows.
+      const bool still_degraded = link_ == Link::degraded;
+      const auto& orders = still_degraded ? std::vector<Reply>{} : e[4].elements;
       for (std::size_t i = 0; i + 1 < orders.size(); i += 2) {
         const auto n = parse_number<std::uint64_t>(orders[i].str);
         auto it = n ? requests_.find(*n) : requests_.end();
@@ -1021,14 +1042,15 @@ void RedisLimiter::on_restore_reply(const Reply& reply) {
       }
       // Requests that arrived while the restore was in flight.
       for (auto& [n, r] : requests_) {
+        if (still_degraded) break;
         if (r->ticket.pending() && (r->phase == Phase::unsent || r->phase == Phase::local)) {
           r->phase = Phase::sending;
           to_send.push_back(r);
         }
       }
       if (permits > 0 || waiters > 0 || integer_of(e[8]) == 0) {
-        logs.push_back(
-            fmt::format("restored to Redis: {} permit(s) and {} waiter(s) it had lost", permits, waiters));
+        logs.push_back(fmt::format("restored to Redis: {} permit(s) and {} waiter(s) Redis did not have",
+                                   permits, waiters));
       }
       // Orphans in the held list (seats reused here, releases that never
       // reached Redis) are released right after: they are not running.
@@ -1111,16 +1133,7 @@ void RedisLimiter::enter_degraded_locked(Clock::time_point now, std::vector<std:
   ++engine_.degraded_entries;
   seats_expired_ = false;
   const auto unreachable = seconds(since(failing_since_, now));
-  // Oldest first: those Redis had queued by their order, then the others by arrival.
-  std::vector<RequestPtr> waiting;
-  for (const auto& [n, r] : requests_) {
-    if (r->ticket.pending()) waiting.push_back(r);
-  }
-  std::stable_sort(waiting.begin(), waiting.end(), [](const RequestPtr& a, const RequestPtr& b) {
-    const bool qa = a->order > 0, qb = b->order > 0;
-    if (qa != qb) return qa;
-    return qa ? a->order < b->order : a->n < b->n;
-  });
+  const std::vector<RequestPtr> waiting = waiting_oldest_first_locked();
   switch (settings_.on_redis_down) {
     case RedisDownPolicy::local: {
       // Cap-safe by default: the seats this instance holds are counted for it in

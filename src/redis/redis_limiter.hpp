@@ -201,6 +201,8 @@ class RedisLimiter final : public detail::LimiterImpl {
   /// Applies settings read from Redis (mu_ held); logs what differs from the start-up values once.
   void adopt_settings_locked(const Settings& from_redis);
   void end_all_disabled_locked();
+  /// Pending requests, oldest first (restore and the local fallback keep this order).
+  std::vector<RequestPtr> waiting_oldest_first_locked() const;
   std::size_t position_locked(std::int64_t order) const;
   /// A reply said the state is fenced for `left` more (0: not fenced).
   void note_fence_locked(Clock::time_point now, std::chrono::milliseconds left);

@@ -122,15 +122,10 @@ LimiterConfig read_limiter(const std::string& name, const toml::table& t) {
     } else if (k == "max_per_tenant") {
       l.settings.max_per_tenant = static_cast<std::uint32_t>(get_int(node, field, 1, kMaxConcurrentLimit));
     } else if (k == "on_redis_down") {
-      const auto policy = get_string(node, field);
-      if (policy == "local")
-        l.settings.on_redis_down = RedisDownPolicy::local;
-      else if (policy == "open")
-        l.settings.on_redis_down = RedisDownPolicy::open;
-      else if (policy == "closed")
-        l.settings.on_redis_down = RedisDownPolicy::closed;
-      else
-        fail(field, fmt::format("\"{}\" is not one of local, open, closed", policy));
+      const auto text = get_string(node, field);
+      const auto policy = parse_redis_down_policy(text);
+      if (!policy) fail(field, fmt::format("\"{}\" is not one of local, open, closed", text));
+      l.settings.on_redis_down = *policy;
     } else if (k == "local_share") {
       l.settings.local_share = static_cast<std::uint32_t>(get_int(node, field, 0, kMaxConcurrentLimit));
     } else {
