@@ -9,6 +9,11 @@ packages=(
   libboost1.81-dev libboost-json1.81-dev libtomlplusplus-dev libcli11-dev libfmt-dev libhiredis-dev redis-server redis-tools
   libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 nftables  # the fault-injection tests partition an instance in a network namespace
+  # The Python client and its tests run on Debian's python3 (venv: the offline pip install test;
+  # yaml + jsonschema: the OpenAPI document check).
+  python3 python3-venv python3-yaml python3-jsonschema
+  # The .deb: the man page from --help, dpkg-shlibdeps (dpkg-dev), `systemd-analyze verify`.
+  help2man dpkg-dev file systemd
 )
 if [[ "${1:-}" == "--with-dev-tools" ]]; then
   packages+=(clang clang-format clang-tidy)

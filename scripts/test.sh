@@ -16,6 +16,8 @@ scripts/setup.sh
 # registry into tests/gateway/node_modules (ignored by git); a missing SDK is
 # then a failure, not a skip.
 npm ci --prefix tests/gateway --no-audit --no-fund --loglevel=error >/dev/null
+# The Node client's TypeScript types are checked with the typescript package (tests/clients).
+npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error >/dev/null
 export FAIRGATE_REQUIRE_SDK=1
 # The partition tests need root, `ip` and `nft` (scripts/setup.sh installs them):
 # missing, they fail instead of skipping.
