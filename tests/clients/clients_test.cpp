@@ -43,6 +43,9 @@ std::string config(const std::string& server_extra = "") {
 }
 
 struct Servers {
+  Servers() = default;
+  Servers(Servers&&) = default;
+  Servers& operator=(Servers&&) = delete;
   std::vector<std::unique_ptr<Serve>> list;
   std::string urls() const {
     std::string out;

@@ -112,27 +112,35 @@ class Puppet:
                 self.cond.wait(left)
 
     def event(self, ev: str, id: str, timeout: float = 10) -> Optional[Dict[str, Any]]:
-        return self.wait(lambda e: e["id"] == id and e["ev"] in (ev, "error", "rejected", "cancelled", "exit")
-                         if ev not in ("error", "rejected", "cancelled") else e["id"] == id and e["ev"] == ev,
-                         timeout, f"'{ev}' for {id}")
+        """The first `ev` for `id` — or None (a failed check) when the client ended that request otherwise."""
+        # Events that end a request (or the process) other than the one wanted; a grant
+        # also rules out a later 'queued'.
+        final = {"error", "rejected", "cancelled", "released", "exit"} | ({"granted"} if ev == "queued" else set())
+        final.discard(ev)
+        got = self.wait(lambda e: e["id"] in (id, "*") and (e["ev"] == ev or e["ev"] in final), timeout, f"'{ev}' for {id}")
+        if got is not None and got["ev"] != ev:
+            check(False, f"{self.name} {id}: expected '{ev}', got {got}")
+            return None
+        return got
 
     def has(self, ev: str, id: str) -> bool:
         with self.cond:
             return any(e["ev"] == ev and e["id"] == id for e in self.events)
 
     def finish(self) -> None:
+        """'exit', then end of input: the client releases what it holds and exits."""
         if self.proc.poll() is None:
             self.send("exit")
-            try:
-                self.proc.wait(15 * SLOW)
-            except subprocess.TimeoutExpired:
-                check(False, f"{self.name}: did not exit after 'exit'")
-                self.kill()
         if self.proc.stdin:
             try:
                 self.proc.stdin.close()
             except OSError:
                 pass
+        try:
+            self.proc.wait(15 * SLOW)
+        except subprocess.TimeoutExpired:
+            check(False, f"{self.name}: did not exit after 'exit'")
+            self.kill()
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc.poll() is None:
@@ -391,7 +399,7 @@ def scenario_release(a: argparse.Namespace) -> None:
     handed_over("KeyboardInterrupt inside the with block", "async", wid)
     results["sigint"] = "released"
     for p in (w, h):
-        p.proc.wait(10)
+        p.finish()
     for p in P.values():
         p.finish()
     wait_status(urls, limiter, idle, "in_use 0, queued 0 at the end")

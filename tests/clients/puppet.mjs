@@ -112,5 +112,6 @@ for await (const line of rl) {
   else if (cmd.cmd === 'raise') orders.get(cmd.id)?.reject(new Boom('boom'));
   else if (cmd.cmd === 'abort') aborts.get(cmd.id)?.abort();
 }
+for (const order of orders.values()) order.resolve('release'); // exit: whatever is still held is released
 await Promise.race([Promise.allSettled(running), new Promise((r) => setTimeout(r, 30000))]);
 process.exit(0);

@@ -111,6 +111,8 @@ def sync_main(urls: list) -> None:
             orders[cmd["id"]].put(op)
         else:
             emit("error", cmd.get("id", "?"), kind="usage", reason=f"sync puppet cannot {op}", status=0)
+    for q in orders.values():  # exit: whatever is still held is released
+        q.put("release")
     for t in threads:
         t.join(30)
 
@@ -190,13 +192,20 @@ async def async_main(urls: list) -> None:
             orders[cmd["id"]].put_nowait(op)
         elif op == "abort":
             tasks[cmd["id"]].cancel()
+    for q in orders.values():  # exit: whatever is still held is released
+        q.put_nowait("release")
     if tasks:
         await asyncio.wait(list(tasks.values()), timeout=30)
 
 
 # --- KeyboardInterrupt in the main thread ---------------------------------------
 def sigint_main(mode: str, url: str, limiter: str) -> None:
+    """KeyboardInterrupt in the main thread, while waiting or inside the with
+    block. The process then stays alive (until stdin closes) and keeps the
+    traceback, as an error reporter would: the permit must be released by the
+    client, not by the process ending or the garbage collector."""
     client = fairgate.Client(url)
+    kept = None
     try:
         if mode == "sigint-wait":
             client.acquire(limiter, on_queued=lambda q: emit("queued", "main", position=q.position))
@@ -206,7 +215,11 @@ def sigint_main(mode: str, url: str, limiter: str) -> None:
                 emit("granted", "main", permit=permit.id)
                 time.sleep(120)
     except KeyboardInterrupt:
+        kept = sys.exc_info()
         emit("interrupted", "main")
+    for _ in sys.stdin:
+        pass
+    del kept
 
 
 def main() -> None:
