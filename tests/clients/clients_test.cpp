@@ -70,7 +70,8 @@ Servers redis_servers(int n, const std::string& test) {
   for (int i = 0; i < n; ++i) {
     const std::string extra = "[redis]\nkey_prefix = \"clients-" + test + "\"\n";
     s.list.push_back(std::make_unique<Serve>(
-        config() + extra, std::vector<std::string>{"--redis", redis.url(), "--instance", test + "-" + std::to_string(i)}));
+        config() + extra,
+        std::vector<std::string>{"--redis", redis.url(), "--instance", test + "-" + std::to_string(i)}));
   }
   return s;
 }
@@ -79,8 +80,11 @@ Servers redis_servers(int n, const std::string& test) {
 ClientRun coordinate(const std::string& scenario, const Servers& servers, const std::string& limiter,
                      std::vector<std::string> extra = {},
                      const std::function<void(const std::string&)>& on_line = {}) {
-  std::vector<std::string> argv{PYTHON_BIN,  kDir + "/coordinator.py", scenario, "--urls", servers.urls(),
-                                "--limiter", limiter,           "--node", NODE_BIN};
+  std::vector<std::string> argv{PYTHON_BIN,     kDir + "/coordinator.py",
+                                scenario,       "--urls",
+                                servers.urls(), "--limiter",
+                                limiter,        "--node",
+                                NODE_BIN};
   argv.insert(argv.end(), extra.begin(), extra.end());
   if (kSanitized) ::setenv("FAIRGATE_CLIENTS_SLOW", "4", 1);
   Child child(argv, true);
@@ -97,8 +101,8 @@ ClientRun coordinate(const std::string& scenario, const Servers& servers, const 
   return run;
 }
 
-#define SKIP_WITHOUT_TOOLS()                                                                   \
-  if (std::string_view(PYTHON_BIN).empty() || std::string_view(NODE_BIN).empty())              \
+#define SKIP_WITHOUT_TOOLS()                                                      \
+  if (std::string_view(PYTHON_BIN).empty() || std::string_view(NODE_BIN).empty()) \
   GTEST_SKIP() << "python3 or node not found at configure time"
 
 // --- memory backend -------------------------------------------------------------
@@ -205,8 +209,8 @@ TEST(ClientsOpenApi, DocumentMatchesTheRunningServer) {
 TEST(ClientsPackaging, PipInstallIntoAFreshVenvOfflineThenAcquire) {
   SKIP_WITHOUT_TOOLS();
   auto servers = memory_server();
-  const auto run = run_script({"/bin/bash", kDir + "/pip_install_check.sh", PYTHON_BIN, REPO_DIR,
-                               servers.list[0]->url(), "rel"});
+  const auto run = run_script(
+      {"/bin/bash", kDir + "/pip_install_check.sh", PYTHON_BIN, REPO_DIR, servers.list[0]->url(), "rel"});
   EXPECT_CLIENT_OK(run);
 }
 
@@ -215,7 +219,8 @@ TEST(ClientsPackaging, PipInstallIntoAFreshVenvOfflineThenAcquire) {
 TEST(ClientsPackaging, TypeScriptTypesCompileAndAwaitUsingReleases) {
   SKIP_WITHOUT_TOOLS();
   auto servers = memory_server();
-  const auto run = run_script({"/bin/bash", kDir + "/types_check.sh", NODE_BIN, servers.list[0]->url(), "rel"});
+  const auto run =
+      run_script({"/bin/bash", kDir + "/types_check.sh", NODE_BIN, servers.list[0]->url(), "rel"});
   if (run.exit_code == 77) {
     const char* require = std::getenv("FAIRGATE_REQUIRE_SDK");
     if (require == nullptr || std::string_view(require) != "1") GTEST_SKIP() << run.output;

@@ -168,8 +168,8 @@ def wait_status(urls: List[str], limiter: str, pred: Callable[[Dict[str, Any]], 
         if all(s is not None and pred(s) for s in last):
             return True
         time.sleep(0.05)
-    return check(False, f"status of {limiter}: {what} not reached within {timeout * SLOW:.0f}s: "
-                        f"{[(s or {}).get('in_use'), (s or {}).get('queued')] if (s := last and last[0]) else last}")
+    seen = [None if s is None else {"in_use": s["in_use"], "queued": s["queued"]} for s in (last or [])]
+    return check(False, f"status of {limiter}: {what} not reached within {timeout * SLOW:.0f}s: {seen}")
 
 
 def idle(s: Dict[str, Any]) -> bool:

@@ -97,7 +97,8 @@ TEST(ExamplesConfig, BrokenCopyExitsTwoNamingTheField) {
 TEST(ExamplesPythonRag, StreamsAnswersRejectsWithSeedEventsReleasesWhenTheBrowserLeaves) {
   SKIP_WITHOUT_PYTHON();
   Serve server("[limiters.rag]\nmax_concurrent = 1\nmax_wait_ms = 60000\n", {});
-  EXPECT_CLIENT_OK(run_python({kHere + "/python_rag_check.py", "--fairgate", server.url(), "--limiter", "rag"}));
+  EXPECT_CLIENT_OK(
+      run_python({kHere + "/python_rag_check.py", "--fairgate", server.url(), "--limiter", "rag"}));
   EXPECT_EQ(server.terminate(), 0);
 }
 
