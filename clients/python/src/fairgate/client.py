@@ -259,10 +259,10 @@ class Client:
                 conn.putheader("User-Agent", user_agent())
                 conn.putheader("Content-Length", "0")
                 conn.endheaders()
+                resp = conn.getresponse()  # the event-stream header comes at once: within `timeout`
                 # While queued the server says nothing until the position changes.
                 assert sock is not None
                 sock.settimeout(None if wait_ms is None else wait_ms / 1000.0 + self.timeout)
-                resp = conn.getresponse()
             except (OSError, http.client.HTTPException) as e:
                 raise ConnectionFailed(f"{self.url}: {e or type(e).__name__}") from e
             if resp.status != 200 or not resp.getheader("Content-Type", "").startswith("text/event-stream"):
