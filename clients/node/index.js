@@ -290,6 +290,11 @@ export class Fairgate {
     let events;
     try {
       let res;
+      // The event-stream header comes at once: a server that does not send it within timeoutMs is stuck.
+      const headerTimer = setTimeout(
+        () => controller.abort(new ConnectionFailed(`${this.#base}: no answer within ${this.timeoutMs} ms`)),
+        this.timeoutMs,
+      );
       try {
         res = await this.fetch(url, {
           method: 'POST',
@@ -300,6 +305,8 @@ export class Fairgate {
       } catch (e) {
         if (controller.signal.aborted) throw controller.signal.reason;
         throw new ConnectionFailed(`${this.#base}: ${describe(e)}`, { cause: e });
+      } finally {
+        clearTimeout(headerTimer);
       }
       if (res.status !== 200 || !(res.headers.get('content-type') ?? '').startsWith('text/event-stream')) {
         const text = await res.text();

@@ -291,7 +291,7 @@ class AsyncClient:
                 self._send(writer, "POST", path, {"Accept": "text/event-stream", "Content-Length": "0"}, b"")
                 status, headers = await asyncio.wait_for(self._read_head(reader), self.timeout)
             except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as e:
-                raise ConnectionFailed(f"{self.url}: {e or type(e).__name__}") from e
+                raise ConnectionFailed(f"{self.url}: {str(e) or type(e).__name__}") from e
             body = _Body(reader, headers)
             if status != 200 or not headers.get("content-type", "").startswith("text/event-stream"):
                 text = (await body.read_all()).decode("utf-8", "replace")
@@ -360,7 +360,7 @@ class AsyncClient:
                 asyncio.open_connection(self._base.host, self._base.port, ssl=self._ssl), self.timeout
             )
         except (OSError, asyncio.TimeoutError) as e:
-            raise ConnectionFailed(f"{self.url}: cannot connect: {e or type(e).__name__}") from e
+            raise ConnectionFailed(f"{self.url}: cannot connect: {str(e) or type(e).__name__}") from e
         sock = writer.get_extra_info("socket")
         if sock is not None:
             try:
@@ -421,7 +421,7 @@ class AsyncClient:
 
             status, rh, raw = await asyncio.wait_for(exchange(), t)
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as e:
-            raise ConnectionFailed(f"{self.url}: {e or type(e).__name__}") from e
+            raise ConnectionFailed(f"{self.url}: {str(e) or type(e).__name__}") from e
         finally:
             writer.close()
         text = raw.decode("utf-8", "replace")

@@ -264,7 +264,7 @@ class Client:
                 assert sock is not None
                 sock.settimeout(None if wait_ms is None else wait_ms / 1000.0 + self.timeout)
             except (OSError, http.client.HTTPException) as e:
-                raise ConnectionFailed(f"{self.url}: {e or type(e).__name__}") from e
+                raise ConnectionFailed(f"{self.url}: {str(e) or type(e).__name__}") from e
             if resp.status != 200 or not resp.getheader("Content-Type", "").startswith("text/event-stream"):
                 body = resp.read().decode("utf-8", "replace")
                 raise error_from_response(resp.status, body, resp.getheader("Retry-After"))
@@ -397,7 +397,7 @@ class Client:
             resp = conn.getresponse()
             text = resp.read().decode("utf-8", "replace")
         except (OSError, http.client.HTTPException) as e:
-            raise ConnectionFailed(f"{self.url}: {e or type(e).__name__}") from e
+            raise ConnectionFailed(f"{self.url}: {str(e) or type(e).__name__}") from e
         finally:
             conn.close()
         if resp.status not in accept_status:
