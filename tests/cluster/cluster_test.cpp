@@ -20,6 +20,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -206,6 +207,143 @@ TEST(ClusterMultiProcess, KilledHolderPermitsReturnWithinTtlPlusInterval) {
   fleet.exit_all();
   std::printf("Cluster, kill -9 of the holder: all %u permits back after %.0f ms (bound %lld ms)\n", kCap,
               static_cast<double>(last) / 1e6, static_cast<long long>(bound.count()));
+}
+
+// --- faults on the cluster itself: failover and live resharding -------------
+
+/// Runs `processes` workers of limiter `name` (open loop: `requests` each over
+/// `spread`, holds 10..40 ms, max wait 30 s); `fault` runs once they started.
+/// Checks one record per request, every one granted, overshoot 0 from the
+/// clients' timestamps. Returns the records.
+std::vector<RequestRecord> run_with_fault(const std::string& url, const std::string& name, int processes,
+                                          std::size_t requests, std::chrono::milliseconds spread,
+                                          const std::function<void()>& fault) {
+  std::vector<WorkerOptions> workers;
+  for (int i = 0; i < processes; ++i) {
+    auto o = worker(url, name, i);
+    o.requests = requests;
+    o.spread = spread;
+    o.hold_min = 10ms;
+    o.hold_max = 40ms;
+    o.max_wait = 30s;
+    workers.push_back(o);
+  }
+  Fleet fleet = start(workers);
+  std::vector<RequestRecord> records;
+  fleet.send_all("go");
+  fault();
+  fleet.wait_for("done", fleet.size(), 90s, &records);
+  fleet.exit_all();
+  std::map<std::string, std::set<std::uint64_t>> seen;
+  for (const auto& r : records) {
+    EXPECT_TRUE(seen[r.instance].insert(r.index).second) << r.instance << " #" << r.index << " ended twice";
+    EXPECT_EQ(r.outcome, "granted") << r.instance << " #" << r.index << ": " << r.reason;
+  }
+  EXPECT_EQ(records.size(), static_cast<std::size_t>(processes) * requests) << "every request ended once";
+  const auto f = fairgate::bench::analyze(records, kCap);
+  EXPECT_EQ(f.overshoot, 0u) << "at most " << kCap << " holders at once, saw " << f.max_holders;
+  return records;
+}
+
+/// The longest gap between consecutive grants after `t` (ns): how long clients saw no progress.
+double longest_gap_ms(std::vector<RequestRecord> records, std::int64_t t) {
+  std::vector<std::int64_t> grants{t};
+  for (const auto& r : records)
+    if (r.grant_ns > t) grants.push_back(r.grant_ns);
+  std::sort(grants.begin(), grants.end());
+  std::int64_t gap = 0;
+  for (std::size_t i = 1; i < grants.size(); ++i) gap = std::max(gap, grants[i] - grants[i - 1]);
+  return static_cast<double>(gap) / 1e6;
+}
+
+// A live slot migration of a busy limiter's tag (SETSLOT IMPORTING/MIGRATING,
+// MIGRATE, SETSLOT NODE) mid-run: overshoot 0, every request granted once,
+// nothing stranded; the wake subscriptions follow the slot to the new master.
+TEST(ClusterResharding, BusyLimiterSlotMovesToAnotherMaster) {
+  const std::string name = cluster().name_on(0, "move");
+  const unsigned slot = cluster().slot_of(key(name, "cfg"));
+  std::int64_t moved_at = 0;
+  double took_ms = 0;
+  const auto records = run_with_fault(cluster().url(), name, 3, 60, 3000ms, [&] {
+    std::this_thread::sleep_for(1500ms);  // past the new limiter's recovery fence: grants before the move
+    moved_at = fairgate::bench::now_ns();
+    // The window between MIGRATING/IMPORTING and the keys' move: scripts meet TRYAGAIN/ASK.
+    cluster().migrate_slot(slot, 0, 1, [] { std::this_thread::sleep_for(150ms); });
+    took_ms = static_cast<double>(fairgate::bench::now_ns() - moved_at) / 1e6;
+  });
+  EXPECT_EQ(cluster().owner_of_slot(slot), 1) << "the slot moved";
+  EXPECT_EQ(cluster().node(0).command({"EXISTS", key(name, "cfg")}).rfind("(error) MOVED", 0), 0u)
+      << "the old master redirects";
+  EXPECT_TRUE(wait_until([&] { return zcard(name, "holders") == 0 && zcard(name, "queue") == 0; }, 5s))
+      << "nothing stranded on the new master";
+  std::size_t after = 0;
+  for (const auto& r : records)
+    after += r.grant_ns > moved_at + static_cast<std::int64_t>(took_ms * 1e6) ? 1 : 0;
+  EXPECT_GT(after, 20u) << "grants went on after the move (on the new master)";
+  EXPECT_LT(after, 170u) << "and ran before it";
+  std::printf(
+      "slot %u of %s moved from master 0 to 1 under load in %.0f ms; longest pause between grants %.0f ms; "
+      "%zu grants after the move\n",
+      slot, name.c_str(), took_ms, longest_gap_ms(records, moved_at), after);
+}
+
+// The wake subscription follows a moved slot: after the move, every live
+// instance's shard channel is subscribed on the new master.
+TEST(ClusterResharding, WakeSubscriptionFollowsTheSlot) {
+  const std::string name = cluster().name_on(2, "sub");
+  const unsigned slot = cluster().slot_of(key(name, "cfg"));
+  auto o = worker(cluster().url(), name, 0);
+  o.holders = 1;
+  Fleet fleet = start({o});
+  const std::string channel = key(name, "wake:" + o.instance_id);
+  EXPECT_EQ(cluster().node(2).command({"PUBSUB", "SHARDNUMSUB", channel}), channel + "\n1");
+  cluster().migrate_slot(slot, 2, 0);
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return cluster().node(0).command({"PUBSUB", "SHARDNUMSUB", channel}) == channel + "\n1";
+      },
+      10s))
+      << "subscribed on the new owner: " << cluster().node(0).command({"PUBSUB", "SHARDNUMSUB", channel});
+  fleet.exit_all();
+}
+
+// Master failover on Cluster, twice under load: CLUSTER FAILOVER on the
+// replica (a planned switch), then kill -9 of the new master (its replica, the
+// old master, takes over after cluster-node-timeout). Overshoot 0 after the
+// rebuild, every request granted once, nothing left; the times printed.
+TEST(ClusterFailover, ManualFailoverThenKillOfTheMaster) {
+  RedisCluster six(RedisCluster::Options{3, 1, 1000ms});
+  const std::string name = six.name_on(0, "fo");
+  const unsigned slot = six.slot_of(key(name, "cfg"));
+  const std::size_t replica = 3;  // the replica of master 0
+  double manual_ms = 0, kill_ms = 0;
+  std::int64_t manual_at = 0, kill_at = 0;
+  const auto records = run_with_fault(six.url(), name, 3, 120, 6000ms, [&] {
+    std::this_thread::sleep_for(1500ms);  // past the recovery fence
+    manual_at = fairgate::bench::now_ns();
+    ASSERT_EQ(six.node(replica).command({"CLUSTER", "FAILOVER"}), "OK");
+    ASSERT_TRUE(wait_until([&] { return six.owner_of_slot(slot) == static_cast<int>(replica); }, 15s));
+    manual_ms = static_cast<double>(fairgate::bench::now_ns() - manual_at) / 1e6;
+    ASSERT_TRUE(six.wait_stable(20s));
+    std::this_thread::sleep_for(1000ms);
+    kill_at = fairgate::bench::now_ns();
+    six.node(replica).kill_hard();
+    ASSERT_TRUE(wait_until([&] { return six.owner_of_slot(slot) == 0; }, 20s)) << "the old master took over";
+    kill_ms = static_cast<double>(fairgate::bench::now_ns() - kill_at) / 1e6;
+  });
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return six.node(0).command({"ZCARD", key(name, "holders")}) == "0" &&
+               six.node(0).command({"ZCARD", key(name, "queue")}) == "0";
+      },
+      10s))
+      << "nothing left on the master after the failovers";
+  std::printf(
+      "Cluster CLUSTER FAILOVER: new master in %.0f ms, longest pause between grants after it %.0f ms\n",
+      manual_ms, longest_gap_ms(records, manual_at));
+  std::printf(
+      "Cluster kill -9 of the master: replica promoted in %.0f ms, longest pause between grants %.0f ms\n",
+      kill_ms, longest_gap_ms(records, kill_at));
 }
 
 }  // namespace
