@@ -809,7 +809,7 @@ int run_server(const ServeConfig& config, std::FILE* out) {
   std::string backend_text = "memory";
   if (config.redis) {
     backend = make_redis_backend(io.get_executor(), *config.redis);
-    backend_text = "redis " + std::get<redis::Endpoint>(redis::parse_url(config.redis->url)).redacted();
+    backend_text = "redis " + std::get<redis::Target>(redis::parse_target(config.redis->url)).redacted();
   } else {
     backend = make_memory_backend(io.get_executor());
   }
