@@ -15,7 +15,7 @@
 #
 # Installs what it needs (nodejs/npm/gnuplot from apt, the npm packages into
 # bench/ratelimit/node_modules, ignored by git). Writes bench/ratelimit.jsonl,
-# bench/ratelimit.png and prints a table (Markdown).
+# bench/ratelimit.png, and the table (Markdown) to stdout and bench/ratelimit.md.
 # Usage: bench/ratelimit.sh [--seconds N]   (throughput phase length, default 5)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,7 +83,7 @@ for system in fairgate rlf; do
   run "$system" flood 3 10 1000 1 1
 done
 
-python3 - "$out" <<'PY'
+python3 - "$out" <<'PY' | tee bench/ratelimit.md
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 def f(x, d=1): return f"{x:,.{d}f}"
@@ -91,24 +91,28 @@ print("| system | phase | decisions/s | p50 µs | p99 µs | client cmds / decisi
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     n = max(r["decisions"], 1)
-    exact = r["windows"] * (200 if r["phase"] == "accuracy" else 10) if r["phase"] != "throughput" else None
+    exact = r["exact"] if r["phase"] != "throughput" else None
     refused = r["refused"]
     print("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
         r["system"], r["phase"], f(r["per_second"], 0), f(r["p50_us"], 0), f(r["p99_us"], 0),
-        f(r["client_commands"] / n, 2), f(r["redis_commands"] / n, 2),
+        f(r["client_commands"] / n, 4 if r["phase"] == "flood" else 2),
+        f(r["redis_commands"] / n, 4 if r["phase"] == "flood" else 2),
         f(r["allowed"], 0) if exact is not None else "—", f(exact, 0) if exact is not None else "—",
         f(r["max_window"], 0) if exact is not None else "—",
-        f(r["redis_commands"] / refused, 3) if r["phase"] == "flood" and refused else "—"))
+        f(r["redis_commands"] / refused, 4) if r["phase"] == "flood" and refused else "—"))
 PY
 
 # Plot: decisions/s (throughput) and Redis commands per refused request (flood).
 python3 - "$out" "$work/plot.dat" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+def short(s):
+    return {"fairgate": "fairgate", "fairgate + local layer": "fairgate\\n+ local layer",
+            "rate-limiter-flexible": "rlf", "rate-limiter-flexible + inMemoryBlockOnConsumed": "rlf\\n+ inMemoryBlock"}[s]
 with open(sys.argv[2], "w") as f:
     for r in rows:
         if r["phase"] == "flood":
-            label = r["system"].replace(" ", "\\n", 1)
+            label = short(r["system"])
             f.write('"{}" {} {}\n'.format(label, r["redis_commands"] / max(r["refused"], 1), r["per_second"]))
 PY
 python3 - "$out" "$work/tput.dat" <<'PY'
@@ -117,10 +121,11 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 with open(sys.argv[2], "w") as f:
     for r in rows:
         if r["phase"] == "throughput":
-            f.write('"{}" {} {} {}\n'.format(r["system"], r["per_second"], r["p50_us"], r["p99_us"]))
+            f.write('"{}" {} {} {}\n'.format(r["system"].replace("rate-limiter-flexible", "rlf"), r["per_second"], r["p50_us"], r["p99_us"]))
 PY
 gnuplot <<GP
-set terminal pngcairo size 1100,450 font ",10"
+set terminal pngcairo size 1100,480 font ",10"
+set bmargin 4
 set output "bench/ratelimit.png"
 set multiplot layout 1,2 title "fairgate RateLimiter vs rate-limiter-flexible, one redis-server, 4 instances x 16 loops"
 set style data histograms
