@@ -50,7 +50,7 @@ Reply convert(const redisReply* r) {
 bool is_push(const Reply& r) {
   if (r.type != Reply::Type::array || r.elements.empty()) return false;
   const std::string& kind = r.elements.front().str;
-  return kind == "message" || kind == "pmessage" || kind == "smessage";
+  return kind == "message" || kind == "pmessage" || kind == "smessage" || kind == "sunsubscribe";
 }
 
 class ErrorCategory final : public boost::system::error_category {
@@ -106,7 +106,18 @@ Connection::Connection(asio::any_io_executor executor, ConnectionOptions options
       connect_timer_(strand_),
       reconnect_timer_(strand_),
       deadline_timer_(strand_),
-      read_buffer_(kReadChunk) {}
+      read_buffer_(kReadChunk),
+      endpoint_(options_.endpoint) {}
+
+void Connection::set_endpoint(Endpoint endpoint) {
+  std::lock_guard lock(endpoint_mu_);
+  endpoint_ = std::move(endpoint);
+}
+
+Endpoint Connection::endpoint() const {
+  std::lock_guard lock(endpoint_mu_);
+  return endpoint_;
+}
 
 Connection::~Connection() {
   if (reader_) redisReaderFree(reader_);
@@ -153,9 +164,11 @@ void Connection::fail(Pending& p, Error e) {
 }
 
 void Connection::exec(std::vector<std::string> args, Callback callback,
-                      std::optional<std::chrono::milliseconds> timeout) {
+                      std::optional<std::chrono::milliseconds> timeout, bool asking) {
   asio::dispatch(strand_, [self = shared_from_this(), args = std::move(args), callback = std::move(callback),
-                           t = timeout.value_or(options_.command_timeout)]() mutable {
+                           t = timeout.value_or(options_.command_timeout), asking]() mutable {
+    if (asking && self->state_ != State::closed)
+      self->do_exec({"ASKING"}, Callback([](error_code, Reply) {}), t);
     self->do_exec(std::move(args), std::move(callback), t);
   });
 }
@@ -227,8 +240,9 @@ void Connection::connect() {
     if (ec || gen != self->generation_ || self->state_ != State::connecting) return;
     self->reset("connect timed out");
   });
+  const Endpoint ep = endpoint();
   resolver_.async_resolve(
-      options_.endpoint.host, std::to_string(options_.endpoint.port),
+      ep.host, std::to_string(ep.port),
       [self = shared_from_this(), gen](error_code ec, asio::ip::tcp::resolver::results_type results) {
         if (gen != self->generation_) return;
         if (ec) return self->reset("resolve failed");
@@ -256,7 +270,7 @@ void Connection::on_connected() {
   // The handshake goes first, ahead of whatever waited for the connection.
   std::deque<Pending> waiting;
   waiting.swap(queued_);
-  const auto& ep = options_.endpoint;
+  const Endpoint ep = endpoint();
   auto ignore = [] { return Callback([](error_code, Reply) {}); };
   if (!ep.password.empty()) {
     std::vector<std::string> auth{"AUTH"};
@@ -330,6 +344,7 @@ void Connection::reset(const char* /*why*/) {
   in_flight_.clear();
   for (auto& p : failed) fail(p, Error::disconnected);
   schedule_reconnect();
+  if (disconnect_handler_) disconnect_handler_();
 }
 
 void Connection::schedule_reconnect() {

@@ -24,8 +24,9 @@
 //  * Reconnects back off (reconnect_min doubling up to reconnect_max), but
 //    never longer than one command timeout while a command waits, and a new
 //    command while disconnected brings the next attempt forward at once.
-//  * Subscriber mode: arrays starting with "message", "pmessage" or
-//    "smessage" go to the push handler. SUBSCRIBE one channel per command
+//  * Subscriber mode: arrays starting with "message", "pmessage",
+//    "smessage" or "sunsubscribe" (a Cluster node that lost a slot drops its
+//    shard channels; we never send SUNSUBSCRIBE) go to the push handler. SUBSCRIBE one channel per command
 //    (one confirmation reply per command).
 #pragma once
 
@@ -43,6 +44,8 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,6 +75,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   /// Handlers run on the strand. Set them before start().
   void set_push_handler(PushHandler handler) { push_handler_ = std::move(handler); }
   void set_connect_handler(ConnectHandler handler) { connect_handler_ = std::move(handler); }
+  /// Runs on the strand after every drop of an established or attempted
+  /// connection (the Cluster client refreshes its slot map then).
+  void set_disconnect_handler(ConnectHandler handler) { disconnect_handler_ = std::move(handler); }
   /// Commands sent first on every (re)connect, replies ignored. Set before start().
   void set_preload(std::vector<std::vector<std::string>> commands) { preload_ = std::move(commands); }
 
@@ -84,8 +90,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void drop(const char* why);
 
   /// Sends one command (thread-safe). `callback` runs once on the strand.
+  /// `asking`: ASKING is sent right before it, in the same write (Cluster ASK
+  /// redirection; nothing else can come in between).
   void exec(std::vector<std::string> args, Callback callback,
-            std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+            std::optional<std::chrono::milliseconds> timeout = std::nullopt, bool asking = false);
+  /// The server to use from the next (re)connect on (Sentinel: the master
+  /// moved). Thread-safe; drop() to move at once.
+  void set_endpoint(Endpoint endpoint);
+  /// The endpoint in use (for logs; thread-safe copy).
+  Endpoint endpoint() const;
 
   const boost::asio::strand<boost::asio::any_io_executor>& strand() const noexcept { return strand_; }
   bool connected() const noexcept { return connected_.load(std::memory_order_acquire); }
@@ -146,6 +159,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   PushHandler push_handler_;
   ConnectHandler connect_handler_;
+  ConnectHandler disconnect_handler_;
+  mutable std::mutex endpoint_mu_;
+  Endpoint endpoint_;  // under endpoint_mu_
   std::atomic<bool> connected_{false};
   std::atomic<std::uint64_t> commands_sent_{0};
   std::atomic<std::uint64_t> connects_{0};

@@ -45,17 +45,17 @@ class RedisBackend final : public Backend, public std::enable_shared_from_this<R
 
   void start() {
     std::weak_ptr<RedisBackend> weak = weak_from_this();
-    context_->subscriber->set_push_handler([weak](redis::Reply message) {
+    context_->client->set_push_handler([weak](redis::Reply message) {
       if (auto self = weak.lock()) self->on_message(message);
     });
-    context_->subscriber->set_connect_handler([weak] {
-      // After every (re)connect: SUBSCRIBE each open limiter's channel again.
+    context_->client->set_resubscribe_handler([weak] {
+      // After every (re)connect of a wake connection, a moved slot or master:
+      // SSUBSCRIBE each open limiter's channel again.
       if (auto self = weak.lock()) {
         for (auto& limiter : self->registry_.all()) limiter->subscribe();
       }
     });
-    context_->commands->start();
-    context_->subscriber->start();
+    context_->client->start();
   }
 
   std::string_view kind() const noexcept override { return "redis"; }
@@ -63,7 +63,7 @@ class RedisBackend final : public Backend, public std::enable_shared_from_this<R
   BackendHealth health() const override {
     BackendHealth h;
     h.remote = true;
-    h.connected = context_->commands->connected() && context_->subscriber->connected();
+    h.connected = context_->client->all_connected();
     const auto& f = context_->failures;
     h.timeouts = f.timeouts.load(std::memory_order_relaxed);
     h.disconnects = f.disconnects.load(std::memory_order_relaxed);
@@ -94,11 +94,11 @@ class RedisBackend final : public Backend, public std::enable_shared_from_this<R
     // No more waiters here: no more wake messages to hear. Grants that still
     // reach this instance are found by the heartbeats (which go on while
     // permits are held) and released as orphans.
-    context_->subscriber->close();
+    context_->client->close_subscriber();
   }
 
  private:
-  // ["message", "<prefix>:{<limiter>}:wake:<inst>", "<inst>|<n>"]
+  // ["smessage", "<prefix>:{<limiter>}:wake:<inst>", "<inst>|<n>"]
   void on_message(const redis::Reply& message) {
     if (message.elements.size() < 3) return;
     const std::string& channel = message.elements[1].str;
@@ -127,7 +127,7 @@ std::shared_ptr<RedisLimiter> redis_limiter_of(const Backend& backend, std::stri
 }  // namespace redis
 
 std::optional<SettingsError> validate(const RedisBackendOptions& o) {
-  const auto endpoint = redis::parse_url(o.url);
+  const auto endpoint = redis::parse_target(o.url);
   if (const auto* problem = std::get_if<std::string>(&endpoint)) return SettingsError{"url", *problem};
   if (o.key_prefix.empty() || o.key_prefix.size() > 128)
     return SettingsError{"key_prefix", "must be 1..128 characters"};
@@ -169,18 +169,15 @@ std::shared_ptr<Backend> make_redis_backend(boost::asio::any_io_executor executo
   if (options.instance_id.empty()) options.instance_id = default_instance_id();
   auto context = std::make_shared<redis::BackendContext>();
   context->executor = executor;
-  const auto endpoint = std::get<redis::Endpoint>(redis::parse_url(options.url));
-  redis::ConnectionOptions commands;
-  commands.endpoint = endpoint;
-  commands.command_timeout = options.command_timeout;
-  commands.client_name = "fairgate:" + options.instance_id;
-  redis::ConnectionOptions subscriber = commands;
-  subscriber.subscriber = true;
-  subscriber.client_name = "fairgate-sub:" + options.instance_id;
+  redis::ClientOptions client;
+  client.target = std::get<redis::Target>(redis::parse_target(options.url));
+  client.command_timeout = options.command_timeout;
+  client.client_name = "fairgate:" + options.instance_id;
+  client.log = options.log ? std::function<void(const std::string&)>(
+                                 [log = options.log](const std::string& line) { log(line); })
+                           : std::function<void(const std::string&)>();
   context->options = std::move(options);
-  context->commands = redis::Connection::create(executor, commands);
-  context->commands->set_preload(redis::scripts::preload_commands());
-  context->subscriber = redis::Connection::create(executor, subscriber);
+  context->client = redis::make_client(executor, std::move(client));
   auto backend = std::make_shared<RedisBackend>(std::move(context));
   backend->start();
   return backend;

@@ -77,11 +77,11 @@ void BackendContext::log(const std::string& line) const {
 }
 
 BackendContext::~BackendContext() {
-  if (subscriber) subscriber->close();
-  if (commands) {
+  if (client) {
+    client->close_subscriber();
     // Close once every command sent before has been answered (replies come in
     // order), so the last releases are not cut off by the close.
-    commands->exec({"PING"}, [c = commands](boost::system::error_code, Reply) { c->close(); });
+    client->close_after_pending();
   }
 }
 
@@ -124,7 +124,7 @@ RedisLimiter::RedisLimiter(std::shared_ptr<BackendContext> context, std::string 
       heartbeat_timer_(std::in_place, context_->executor),
       seats_timer_(std::in_place, context_->executor) {
   const std::string base = context_->options.key_prefix + ":{" + name_ + "}:";
-  keys_ = {base + "cfg", base + "holders", base + "queue", base + "seq", base + "instances", base + "byinst"};
+  keys_ = limiter_keys(base);
   wake_prefix_ = base + "wake:";
   wake_channel_ = wake_prefix_ + instance_;
 }
@@ -133,9 +133,7 @@ RedisLimiter::~RedisLimiter() = default;
 
 std::string RedisLimiter::permit_id(std::uint64_t n) const { return instance_ + "|" + std::to_string(n); }
 
-std::uint64_t RedisLimiter::commands_sent() const noexcept {
-  return context_->commands->commands_sent() + context_->subscriber->commands_sent();
-}
+std::uint64_t RedisLimiter::commands_sent() const noexcept { return context_->client->commands_sent(); }
 
 bool RedisLimiter::degraded() const noexcept { return degraded_.load(std::memory_order_relaxed); }
 
@@ -152,7 +150,7 @@ void RedisLimiter::log(const std::string& line) const { context_->log("limiter "
 void RedisLimiter::call(const Script& script, std::vector<std::string> args, Connection::Callback callback,
                         std::function<bool()> still_wanted) {
   args.insert(args.begin(), wake_prefix_);
-  call_script(*context_->commands, script, keys_, args, std::move(callback), std::move(still_wanted));
+  context_->client->call_script(script, keys_, args, std::move(callback), std::move(still_wanted));
 }
 
 // --- settings as Redis stores them ------------------------------------------
@@ -361,8 +359,8 @@ void RedisLimiter::on_acquire_reply(const RequestPtr& request, boost::system::er
       std::lock_guard lock(mu_);
       if (request->ticket.pending() && request->phase == Phase::sending) {
         const bool transport = ec && ec != make_error_code(Error::closed);
-        if (transport &&
-            !(settings_.on_redis_down == RedisDownPolicy::closed && !context_->commands->connected())) {
+        if (transport && !(settings_.on_redis_down == RedisDownPolicy::closed &&
+                           !context_->client->connected(keys_.front()))) {
           // Outcome unknown: asked again (idempotently) once Redis answers,
           // or served by the on_redis_down policy if Redis stays away.
           request->phase = Phase::unsent;
@@ -680,15 +678,14 @@ void RedisLimiter::start() {
 }
 
 void RedisLimiter::subscribe() {
-  context_->subscriber->exec(
-      {"SUBSCRIBE", wake_channel_},
-      [self = std::weak_ptr<LimiterImpl>(weak_from_this())](boost::system::error_code ec, Reply r) {
-        // A failure here is repaired by the connect handler (re-SUBSCRIBE after
-        // the reconnect) and, meanwhile, by the heartbeat's held list.
-        auto s = self.lock();
-        if (!s || ec || r.is_error()) return;
-        static_cast<RedisLimiter&>(*s).subscribed_.store(true);
-      });
+  context_->client->subscribe(wake_channel_, [self = std::weak_ptr<LimiterImpl>(weak_from_this())](
+                                                 boost::system::error_code ec, Reply r) {
+    // A failure here is repaired by the connect handler (re-SUBSCRIBE after
+    // the reconnect) and, meanwhile, by the heartbeat's held list.
+    auto s = self.lock();
+    if (!s || ec || r.is_error()) return;
+    static_cast<RedisLimiter&>(*s).subscribed_.store(true);
+  });
 }
 
 void RedisLimiter::schedule_heartbeat(milliseconds after) {
@@ -896,7 +893,8 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const std::set<std::ui
       update_positions_locked(positions);
     }
   }
-  if (drop_subscriber) context_->subscriber->drop("this instance was not registered any more");
+  if (drop_subscriber)
+    context_->client->drop_subscriber(wake_channel_, "this instance was not registered any more");
   for (auto& [request, status] : positions) post_position(request, status);
   for (const auto& [n, id] : grants) on_granted(n, id, /*recovered=*/true);
   release_orphans(orphans);

@@ -32,6 +32,7 @@
 #include "core/acquire_rules.hpp"
 #include "core/limiter_state.hpp"
 #include "core/ticket.hpp"
+#include "redis/client.hpp"
 #include "redis/connection.hpp"
 #include "redis/scripts.hpp"
 
@@ -65,8 +66,7 @@ struct FailureCounts {
 struct BackendContext {
   boost::asio::any_io_executor executor;
   RedisBackendOptions options;  // validated, instance_id filled in
-  std::shared_ptr<Connection> commands;
-  std::shared_ptr<Connection> subscriber;
+  std::shared_ptr<Client> client;
   FailureCounts failures;
   /// Counts a failed command (transport error `ec`, or an error reply).
   void count_failure(boost::system::error_code ec);

@@ -44,31 +44,49 @@ std::vector<std::vector<std::string>> preload_commands() {
 }
 }  // namespace scripts
 
+std::vector<std::string> limiter_keys(const std::string& base) {
+  std::vector<std::string> keys;
+  for (const char* k : {"cfg", "holders", "queue", "seq", "instances", "byinst", "ptenant", "tready",
+                        "tparked", "tholders", "tcredit", "trot"})
+    keys.push_back(base + k);
+  return keys;
+}
+
 void call_script(Connection& connection, const Script& script, const std::vector<std::string>& keys,
                  const std::vector<std::string>& args, Connection::Callback callback,
-                 std::function<bool()> still_wanted) {
+                 std::function<bool()> still_wanted, std::optional<std::chrono::milliseconds> timeout,
+                 bool asking) {
+  auto argv = command("EVALSHA", script.sha(), keys, args);
   connection.exec(
-      command("EVALSHA", script.sha(), keys, args),
+      std::move(argv),
       [conn = connection.shared_from_this(), &script, keys, args, callback = std::move(callback),
-       still_wanted = std::move(still_wanted)](boost::system::error_code ec, Reply reply) mutable {
+       still_wanted = std::move(still_wanted), timeout,
+       asking](boost::system::error_code ec, Reply reply) mutable {
         if (ec || !reply.is_error() || reply.str.rfind("NOSCRIPT", 0) != 0) {
           std::move(callback)(ec, std::move(reply));
           return;
         }
         if (still_wanted && !still_wanted()) {
-          conn->exec({"SCRIPT", "LOAD", std::string(script.text())}, [](boost::system::error_code, Reply) {});
+          conn->exec(
+              {"SCRIPT", "LOAD", std::string(script.text())}, [](boost::system::error_code, Reply) {},
+              timeout);
           std::move(callback)(make_error_code(Error::no_script), Reply{});
           return;
         }
         // Loaded and called again in one pipeline: nothing of ours can run in between.
-        conn->exec({"SCRIPT", "LOAD", std::string(script.text())}, [](boost::system::error_code, Reply) {});
-        conn->exec(command("EVALSHA", script.sha(), keys, args),
-                   [callback = std::move(callback)](boost::system::error_code ec2, Reply r2) mutable {
-                     if (!ec2 && r2.is_error() && r2.str.rfind("NOSCRIPT", 0) == 0)
-                       return std::move(callback)(make_error_code(Error::no_script), Reply{});
-                     std::move(callback)(ec2, std::move(r2));
-                   });
-      });
+        conn->exec(
+            {"SCRIPT", "LOAD", std::string(script.text())}, [](boost::system::error_code, Reply) {}, timeout,
+            asking);
+        conn->exec(
+            command("EVALSHA", script.sha(), keys, args),
+            [callback = std::move(callback)](boost::system::error_code ec2, Reply r2) mutable {
+              if (!ec2 && r2.is_error() && r2.str.rfind("NOSCRIPT", 0) == 0)
+                return std::move(callback)(make_error_code(Error::no_script), Reply{});
+              std::move(callback)(ec2, std::move(r2));
+            },
+            timeout, asking);
+      },
+      timeout, asking);
 }
 
 }  // namespace fairgate::redis

@@ -46,8 +46,17 @@ std::vector<std::vector<std::string>> preload_commands();
 /// `still_wanted` (empty = always) says so at that moment, since only the caller
 /// knows whether running it late is still right; otherwise `callback` gets
 /// Error::no_script. `callback` runs once on the connection's strand.
+/// `timeout`: of each command (default: the connection's); `asking`: ASKING
+/// first (a Cluster ASK redirection).
 void call_script(Connection& connection, const Script& script, const std::vector<std::string>& keys,
                  const std::vector<std::string>& args, Connection::Callback callback,
-                 std::function<bool()> still_wanted = {});
+                 std::function<bool()> still_wanted = {},
+                 std::optional<std::chrono::milliseconds> timeout = std::nullopt, bool asking = false);
+
+/// Every key of limiter `base` ("<prefix>:{<name>}:"), in the order the scripts
+/// expect them as KEYS (src/redis/scripts/lib.lua): cfg, holders, queue, seq,
+/// instances, byinst, then the tenant keys ptenant, tready, tparked, tholders,
+/// tcredit, trot.
+std::vector<std::string> limiter_keys(const std::string& base);
 
 }  // namespace fairgate::redis

@@ -1,6 +1,7 @@
 #include "redis/url.hpp"
 
 #include <charconv>
+#include <optional>
 
 namespace fairgate::redis {
 
@@ -60,38 +61,30 @@ std::string Endpoint::redacted() const {
   return out;
 }
 
-std::variant<Endpoint, std::string> parse_url(std::string_view url) {
-  constexpr std::string_view scheme = "redis://";
-  if (url.substr(0, scheme.size()) != scheme) return std::string("must start with redis://");
-  std::string_view rest = url.substr(scheme.size());
-  Endpoint ep;
+namespace {
 
-  if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
-    const std::string_view userinfo = rest.substr(0, at);
-    rest = rest.substr(at + 1);
-    const auto colon = userinfo.find(':');
-    const std::string_view user = userinfo.substr(0, colon);
-    const std::string_view password =
-        colon == std::string_view::npos ? std::string_view{} : userinfo.substr(colon + 1);
-    if (colon == std::string_view::npos) {
-      // redis://password@host is a common shorthand for a password only.
-      if (!percent_decode(user, ep.password)) return std::string("bad percent-escape in the password");
-    } else {
-      if (!percent_decode(user, ep.user)) return std::string("bad percent-escape in the user");
-      if (!percent_decode(password, ep.password)) return std::string("bad percent-escape in the password");
-    }
+/// "[user:password@]" at the start of `rest` into `ep`; `rest` keeps what follows.
+std::optional<std::string> parse_userinfo(std::string_view& rest, Endpoint& ep) {
+  const auto at = rest.rfind('@');
+  if (at == std::string_view::npos) return std::nullopt;
+  const std::string_view userinfo = rest.substr(0, at);
+  rest = rest.substr(at + 1);
+  const auto colon = userinfo.find(':');
+  const std::string_view user = userinfo.substr(0, colon);
+  const std::string_view password =
+      colon == std::string_view::npos ? std::string_view{} : userinfo.substr(colon + 1);
+  if (colon == std::string_view::npos) {
+    // redis://password@host is a common shorthand for a password only.
+    if (!percent_decode(user, ep.password)) return std::string("bad percent-escape in the password");
+  } else {
+    if (!percent_decode(user, ep.user)) return std::string("bad percent-escape in the user");
+    if (!percent_decode(password, ep.password)) return std::string("bad percent-escape in the password");
   }
+  return std::nullopt;
+}
 
-  std::string_view hostport = rest;
-  if (const auto slash = rest.find('/'); slash != std::string_view::npos) {
-    hostport = rest.substr(0, slash);
-    const std::string_view db = rest.substr(slash + 1);
-    if (!db.empty()) {
-      if (!parse_number(db, ep.db) || ep.db < 0 || ep.db > 65535) {
-        return "database must be a number 0..65535, got '" + std::string(db) + "'";
-      }
-    }
-  }
+/// "host[:port]" (IPv6 in brackets) into `ep`.
+std::optional<std::string> parse_hostport(std::string_view hostport, Endpoint& ep) {
   std::string_view host = hostport;
   std::string_view port;
   if (!hostport.empty() && hostport.front() == '[') {
@@ -118,7 +111,130 @@ std::variant<Endpoint, std::string> parse_url(std::string_view url) {
     }
     ep.port = static_cast<std::uint16_t>(value);
   }
+  return std::nullopt;
+}
+
+std::optional<std::string> parse_db(std::string_view db, Endpoint& ep) {
+  if (db.empty()) return std::nullopt;
+  if (!parse_number(db, ep.db) || ep.db < 0 || ep.db > 65535)
+    return "database must be a number 0..65535, got '" + std::string(db) + "'";
+  return std::nullopt;
+}
+
+/// "h:p,h:p,..." into nodes sharing `proto`'s credentials.
+std::optional<std::string> parse_hosts(std::string_view list, const Endpoint& proto,
+                                       std::uint16_t default_port, std::vector<Endpoint>& out) {
+  if (list.empty()) return std::string("missing host");
+  while (true) {
+    const auto comma = list.find(',');
+    Endpoint ep = proto;
+    ep.port = default_port;
+    if (auto problem = parse_hostport(list.substr(0, comma), ep)) return problem;
+    out.push_back(std::move(ep));
+    if (comma == std::string_view::npos) break;
+    list = list.substr(comma + 1);
+  }
+  if (out.size() > 64) return std::string("at most 64 hosts");
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::variant<Endpoint, std::string> parse_url(std::string_view url) {
+  constexpr std::string_view scheme = "redis://";
+  if (url.substr(0, scheme.size()) != scheme) {
+    if (url.substr(0, 14) == "redis+cluster:" || url.substr(0, 15) == "redis+sentinel:")
+      return std::string("a single server is needed here (redis://host:port), not a Cluster or Sentinel URL");
+    return std::string("must start with redis://, redis+cluster:// or redis+sentinel://");
+  }
+  std::string_view rest = url.substr(scheme.size());
+  Endpoint ep;
+
+  if (auto problem = parse_userinfo(rest, ep)) return *problem;
+  std::string_view hostport = rest;
+  if (const auto slash = rest.find('/'); slash != std::string_view::npos) {
+    hostport = rest.substr(0, slash);
+    if (auto problem = parse_db(rest.substr(slash + 1), ep)) return *problem;
+  }
+  if (hostport.find(',') != std::string_view::npos)
+    return std::string("several hosts: use redis+cluster:// or redis+sentinel://");
+  if (auto problem = parse_hostport(hostport, ep)) return *problem;
   return ep;
+}
+
+std::variant<Target, std::string> parse_target(std::string_view url) {
+  constexpr std::string_view cluster = "redis+cluster://";
+  constexpr std::string_view sentinel = "redis+sentinel://";
+  Target t;
+  if (url.substr(0, cluster.size()) == cluster) {
+    t.kind = Target::Kind::cluster;
+    std::string_view rest = url.substr(cluster.size());
+    Endpoint proto;
+    if (auto problem = parse_userinfo(rest, proto)) return *problem;
+    if (const auto slash = rest.find('/'); slash != std::string_view::npos) {
+      if (rest.substr(slash + 1).empty()) {
+        rest = rest.substr(0, slash);
+      } else {
+        return std::string("a Cluster has only database 0: no '/db' in redis+cluster:// URLs");
+      }
+    }
+    if (auto problem = parse_hosts(rest, proto, 6379, t.nodes)) return *problem;
+    return t;
+  }
+  if (url.substr(0, sentinel.size()) == sentinel) {
+    t.kind = Target::Kind::sentinel;
+    std::string_view rest = url.substr(sentinel.size());
+    Endpoint proto;
+    if (auto problem = parse_userinfo(rest, proto)) return *problem;
+    const auto slash = rest.find('/');
+    if (slash == std::string_view::npos || slash + 1 >= rest.size())
+      return std::string("missing the master's name: redis+sentinel://HOST:PORT[,...]/MASTER_NAME[/DB]");
+    std::string_view path = rest.substr(slash + 1);
+    const auto slash2 = path.find('/');
+    t.master_name = std::string(path.substr(0, slash2));
+    if (t.master_name.empty()) return std::string("missing the master's name");
+    for (const char c : t.master_name) {
+      if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f)
+        return std::string("bad character in the master's name");
+    }
+    if (slash2 != std::string_view::npos) {
+      if (auto problem = parse_db(path.substr(slash2 + 1), proto)) return *problem;
+    }
+    if (auto problem = parse_hosts(rest.substr(0, slash), proto, 26379, t.nodes)) return *problem;
+    return t;
+  }
+  auto one = parse_url(url);
+  if (auto* problem = std::get_if<std::string>(&one)) return *problem;
+  t.nodes.push_back(std::get<Endpoint>(std::move(one)));
+  return t;
+}
+
+std::string Target::redacted() const {
+  if (kind == Kind::standalone) return nodes.empty() ? std::string("redis://?") : nodes.front().redacted();
+  std::string out = kind == Kind::cluster ? "redis+cluster://" : "redis+sentinel://";
+  if (!nodes.empty() && (!nodes.front().user.empty() || !nodes.front().password.empty())) {
+    out.append(nodes.front().user);
+    if (!nodes.front().password.empty()) out.append(":***");
+    out.push_back('@');
+  }
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (i) out.push_back(',');
+    const bool ipv6 = nodes[i].host.find(':') != std::string::npos;
+    if (ipv6) out.push_back('[');
+    out.append(nodes[i].host);
+    if (ipv6) out.push_back(']');
+    out.push_back(':');
+    out.append(std::to_string(nodes[i].port));
+  }
+  if (kind == Kind::sentinel) {
+    out.push_back('/');
+    out.append(master_name);
+    if (!nodes.empty() && nodes.front().db != 0) {
+      out.push_back('/');
+      out.append(std::to_string(nodes.front().db));
+    }
+  }
+  return out;
 }
 
 }  // namespace fairgate::redis

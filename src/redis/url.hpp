@@ -1,10 +1,15 @@
-// redis/url.hpp — redis://[user:password@]host:port[/db]
+// redis/url.hpp — the Redis URLs fairgate accepts:
+//   redis://[user:password@]host[:port][/db]                       one server
+//   redis+cluster://[user:password@]host:port[,host:port...]       Redis Cluster seeds
+//   redis+sentinel://[user:password@]host:port[,host:port...]/master_name[/db]
+// (docs/redis-cluster.md).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 namespace fairgate::redis {
 
@@ -24,5 +29,27 @@ struct Endpoint {
 /// redis://user:password@host:port/db, and IPv6 hosts in brackets.
 /// Percent-escapes in user and password are decoded.
 std::variant<Endpoint, std::string> parse_url(std::string_view url);
+
+/// Where the limiters' state lives: one server, a Cluster, or the master a
+/// set of Sentinels names.
+struct Target {
+  enum class Kind { standalone, cluster, sentinel };
+  Kind kind = Kind::standalone;
+  /// standalone: the server; cluster: the seed nodes; sentinel: the sentinels.
+  /// Every node carries the URL's user, password (and, standalone or
+  /// sentinel, db: the data node's database).
+  std::vector<Endpoint> nodes;
+  std::string master_name;  ///< sentinel only
+
+  /// The URL again, password masked.
+  std::string redacted() const;
+};
+
+/// The target, or one line saying what is wrong with the URL. Accepts every
+/// form of parse_url, and redis+cluster:// and redis+sentinel:// (above).
+/// The user and password apply to every node of a cluster; for Sentinel they
+/// are the master's (the sentinels are asked without AUTH unless
+/// sentinel_password is given; see docs/redis-cluster.md).
+std::variant<Target, std::string> parse_target(std::string_view url);
 
 }  // namespace fairgate::redis

@@ -37,8 +37,7 @@ class RedisScriptsTest : public ::testing::Test {
     // A fresh limiter name per test: its own hash tag, its own keys.
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     name_ = std::string("{") + info->name() + "}";
-    keys_ = {"t:" + name_ + ":cfg", "t:" + name_ + ":holders",   "t:" + name_ + ":queue",
-             "t:" + name_ + ":seq", "t:" + name_ + ":instances", "t:" + name_ + ":byinst"};
+    keys_ = fairgate::redis::limiter_keys("t:" + name_ + ":");
     wake_ = "t:" + name_ + ":wake:";
   }
   void TearDown() override {
@@ -103,7 +102,7 @@ class RedisScriptsTest : public ::testing::Test {
     });
     sub_->set_connect_handler([&, remaining] {
       for (const auto& inst : instances) {
-        sub_->exec({"SUBSCRIBE", wake_ + inst}, [&, remaining](boost::system::error_code, Reply) {
+        sub_->exec({"SSUBSCRIBE", wake_ + inst}, [&, remaining](boost::system::error_code, Reply) {
           if (--*remaining == 0) ready.set_value();
         });
       }

@@ -3,7 +3,7 @@
 // A MONITOR connection records every command Redis executes, those run inside
 // Lua scripts included, in execution order. fifo_in_redis_order() reads from
 // it each waiter's enqueue (ZADD <queue> <seq> <member>) and each hand-off to
-// a waiter (PUBLISH on its instance's wake channel): the scripts must hand
+// a waiter (SPUBLISH on its instance's wake channel): the scripts must hand
 // permits out in increasing sequence. Client-side timestamps of grants made a
 // fraction of a millisecond apart on different processes cannot show this
 // reliably; Redis' own order can.
@@ -68,7 +68,7 @@ class RedisMonitor {
 };
 
 struct RedisFifo {
-  int handoffs = 0;    ///< grants to a waiter (PUBLISH on a wake channel)
+  int handoffs = 0;    ///< grants to a waiter (SPUBLISH on a wake channel)
   int inversions = 0;  ///< a hand-off whose sequence was not above the previous one
   int unknown = 0;     ///< hand-offs to a waiter never seen queueing
 };
@@ -82,7 +82,7 @@ inline RedisFifo fifo_in_redis_order(const std::vector<std::string>& lines, cons
   const std::string base = prefix + ":{" + name + "}:";
   const std::regex enqueue("\\[\\d+ lua\\] \"ZADD\" \"" + escape(base + "queue") +
                            "\" \"(\\d+)\" \"([^\"|]+\\|\\d+)\\|\\d+\"");
-  const std::regex publish("\\[\\d+ lua\\] \"PUBLISH\" \"" + escape(base + "wake:") +
+  const std::regex publish("\\[\\d+ lua\\] \"SPUBLISH\" \"" + escape(base + "wake:") +
                            "[^\"]+\" \"([^\"]+)\"");
   std::map<std::string, long> seq_of;
   long last_seq = 0;

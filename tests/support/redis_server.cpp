@@ -126,7 +126,9 @@ void RedisServer::start() {
 }
 
 bool RedisServer::spawn_and_wait() {
-  std::vector<std::string> args{"redis-server", "--port", std::to_string(port_), "--bind"};
+  std::vector<std::string> args{"redis-server"};
+  if (!options_.config_file.empty()) args.push_back(options_.config_file);
+  args.insert(args.end(), {"--port", std::to_string(port_), "--bind"});
   args.insert(args.end(), options_.bind.begin(), options_.bind.end());
   const std::vector<std::string> rest{"--save",
                                       "",

@@ -43,6 +43,9 @@ class RedisServer {
     /// must exist before the server starts); with any address not on
     /// loopback, protected mode is off (else it answers DENIED there).
     std::vector<std::string> bind = {"127.0.0.1"};
+    /// A configuration file, given first on the command line (Sentinel needs
+    /// one it can rewrite: pass {"--sentinel"} in extra_args too).
+    std::string config_file;
   };
 
   /// Starts a server with these extra arguments (e.g. {"--requirepass", "x"}),

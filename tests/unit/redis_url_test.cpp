@@ -64,3 +64,74 @@ TEST(RedisUrl, RejectsWithAReason) {
 }
 
 }  // namespace
+
+namespace {
+
+using fairgate::redis::parse_target;
+using fairgate::redis::Target;
+
+Target target_ok(std::string_view url) {
+  auto r = parse_target(url);
+  if (auto* e = std::get_if<std::string>(&r)) ADD_FAILURE() << url << ": " << *e;
+  return std::holds_alternative<Target>(r) ? std::get<Target>(r) : Target{};
+}
+
+std::string target_bad(std::string_view url) {
+  auto r = parse_target(url);
+  if (std::holds_alternative<Target>(r)) {
+    ADD_FAILURE() << url << " was accepted";
+    return {};
+  }
+  return std::get<std::string>(r);
+}
+
+TEST(RedisTarget, StandaloneFormsStillWork) {
+  auto t = target_ok("redis://alice:pw@10.0.0.1:6380/5");
+  EXPECT_EQ(t.kind, Target::Kind::standalone);
+  ASSERT_EQ(t.nodes.size(), 1u);
+  EXPECT_EQ(t.nodes[0].db, 5);
+  EXPECT_EQ(t.redacted(), "redis://alice:***@10.0.0.1:6380/5");
+}
+
+TEST(RedisTarget, ClusterSeeds) {
+  auto t = target_ok("redis+cluster://u:p%40ss@h1:7000,[::1]:7001,h3");
+  EXPECT_EQ(t.kind, Target::Kind::cluster);
+  ASSERT_EQ(t.nodes.size(), 3u);
+  EXPECT_EQ(t.nodes[0].host, "h1");
+  EXPECT_EQ(t.nodes[0].port, 7000);
+  EXPECT_EQ(t.nodes[1].host, "::1");
+  EXPECT_EQ(t.nodes[2].port, 6379) << "default port";
+  for (const auto& n : t.nodes) {
+    EXPECT_EQ(n.user, "u") << "the credentials go to every node";
+    EXPECT_EQ(n.password, "p@ss");
+  }
+  EXPECT_EQ(t.redacted(), "redis+cluster://u:***@h1:7000,[::1]:7001,h3:6379");
+  EXPECT_EQ(target_ok("redis+cluster://h:1/").nodes.size(), 1u);
+}
+
+TEST(RedisTarget, SentinelMasterAndDb) {
+  auto t = target_ok("redis+sentinel://:pw@s1:26380,s2/mymaster/2");
+  EXPECT_EQ(t.kind, Target::Kind::sentinel);
+  EXPECT_EQ(t.master_name, "mymaster");
+  ASSERT_EQ(t.nodes.size(), 2u);
+  EXPECT_EQ(t.nodes[1].port, 26379) << "the sentinel default port";
+  EXPECT_EQ(t.nodes[0].db, 2);
+  EXPECT_EQ(t.nodes[0].password, "pw");
+  EXPECT_EQ(t.redacted(), "redis+sentinel://:***@s1:26380,s2:26379/mymaster/2");
+}
+
+TEST(RedisTarget, RejectsWithAReason) {
+  EXPECT_NE(target_bad("redis+cluster://").find("host"), std::string::npos);
+  EXPECT_NE(target_bad("redis+cluster://h:1,,h:2").find("host"), std::string::npos);
+  EXPECT_NE(target_bad("redis+cluster://h:1,h:0").find("port"), std::string::npos);
+  EXPECT_NE(target_bad("redis+cluster://h:1/3").find("database 0"), std::string::npos);
+  EXPECT_NE(target_bad("redis+sentinel://s1:26379").find("master"), std::string::npos);
+  EXPECT_NE(target_bad("redis+sentinel://s1:26379/").find("master"), std::string::npos);
+  EXPECT_NE(target_bad("redis+sentinel://s1/m/x").find("database"), std::string::npos);
+  EXPECT_NE(target_bad("rediss://h:1").find("redis+cluster://"), std::string::npos);
+  EXPECT_NE(target_bad("redis://h1:1,h2:2").find("redis+cluster://"), std::string::npos);
+  // parse_url (one server) says why a Cluster URL does not fit there.
+  EXPECT_NE(bad("redis+cluster://h:1").find("single server"), std::string::npos);
+}
+
+}  // namespace

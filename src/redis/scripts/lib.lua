@@ -15,20 +15,26 @@
 --                            instance is being reaped
 --   KEYS[6] byinst     zset  every waiter member -> 0: lex ranges find one instance's waiters
 --                            (reaping, cancel by request id, restore) without scanning the queue
--- Keys built here from KEYS[1] (same prefix, same hash tag {L}) for tenants (F12):
---   ptenant   hash  permit id -> tenant, for permits of a non-empty tenant (every mode)
+-- The tenant keys (F12), declared too (KEYS[7..12]; Redis Cluster and its tooling see
+-- every key a script touches):
+--   KEYS[7] ptenant   hash  permit id -> tenant, for permits of a non-empty tenant (every mode)
 -- and, only while the config is tenant-aware (tenant_fairness = 1 or max_per_tenant set):
---   tq:<t>    zset  waiter member -> order score: tenant t's FIFO
---   tready    zset  tenant -> score: the tenants that wait and are below their cap, in
+--   tq:<t>    zset  waiter member -> order score: tenant t's FIFO. The one key family that
+--                   cannot be declared: which tenant's queue a grant reads is decided inside
+--                   the script (the head of tready). Built from KEYS[1]'s prefix, so it has
+--                   the same hash tag {L}: same slot, same node (docs/redis-cluster.md).
+--   KEYS[8] tready    zset  tenant -> score: the tenants that wait and are below their cap, in
 --                   dispatch order (fairness: rotation ticket from trot; else the
 --                   order score of the tenant's oldest waiter = global FIFO skipping capped tenants)
---   tparked   set   tenants that wait but hold max_per_tenant permits (not in tready)
---   tholders  hash  tenant -> permits held
---   tcredit   hash  tenant -> grants left in its current turn (absent: a turn starts with
+--   KEYS[9] tparked   set   tenants that wait but hold max_per_tenant permits (not in tready)
+--   KEYS[10] tholders hash  tenant -> permits held
+--   KEYS[11] tcredit  hash  tenant -> grants left in its current turn (absent: a turn starts with
 --                   the weight of its oldest waiter)
---   trot      string INCR rotation ticket
--- ARGV[1] is always the wake channel prefix; an instance's channel is ARGV[1] .. inst. A wake
--- message is a permit id "inst|n" (granted), or "!cfg" (the settings changed: heartbeat now).
+--   KEYS[12] trot     string INCR rotation ticket
+-- ARGV[1] is always the wake channel prefix; an instance's channel is ARGV[1] .. inst (same hash
+-- tag: a shard channel of the limiter's slot, SPUBLISH, so on a Cluster the message stays on the
+-- limiter's shard; standalone Redis 7 has SPUBLISH too). A wake message is a permit id
+-- "inst|n" (granted), or "!cfg" (the settings changed: heartbeat now).
 --
 -- The state and its epoch (docs/design.md, "Recovery"): the state exists while cfg holds an
 -- epoch. Only the heartbeat creates it (new limiter, or Redis lost it: FLUSHALL, a restart
@@ -65,8 +71,8 @@ local K_CFG, K_HOLDERS, K_QUEUE, K_SEQ, K_INSTANCES, K_BYINST = KEYS[1], KEYS[2]
     KEYS[5], KEYS[6]
 local WAKE_PREFIX = ARGV[1]
 local BASE = string.sub(K_CFG, 1, -4)  -- "prefix:{L}:" (K_CFG ends in "cfg")
-local K_PTENANT, K_TREADY, K_TPARKED = BASE .. 'ptenant', BASE .. 'tready', BASE .. 'tparked'
-local K_THOLDERS, K_TCREDIT, K_TROT = BASE .. 'tholders', BASE .. 'tcredit', BASE .. 'trot'
+local K_PTENANT, K_TREADY, K_TPARKED = KEYS[7], KEYS[8], KEYS[9]
+local K_THOLDERS, K_TCREDIT, K_TROT = KEYS[10], KEYS[11], KEYS[12]
 local TENANT_KEYS = {K_TREADY, K_TPARKED, K_THOLDERS, K_TCREDIT, K_TROT}
 -- At most this many permits and waiters of dead instances are reaped per script call; the
 -- rest on the next heartbeats (a dead instance's waiters are never granted meanwhile).
@@ -301,7 +307,7 @@ local function dispatch_tenants(cfg, now, holders)
       if ok then
         holder_add(cfg, id, t)
         took_room(cfg, now)
-        redis.call('PUBLISH', WAKE_PREFIX .. inst, id)
+        redis.call('SPUBLISH', WAKE_PREFIX .. inst, id)
         holders = holders + 1
         granted = granted + 1
         held = held + 1
@@ -346,7 +352,7 @@ local function dispatch(cfg, now)
     if deadline > now and alive(inst, now) then
       holder_add(cfg, id, t)
       took_room(cfg, now)
-      redis.call('PUBLISH', WAKE_PREFIX .. inst, id)
+      redis.call('SPUBLISH', WAKE_PREFIX .. inst, id)
       holders = holders + 1
       granted = granted + 1
     end
@@ -408,7 +414,7 @@ end
 local function notify_instances()
   local list = redis.call('ZRANGE', K_INSTANCES, 0, -1, 'WITHSCORES')
   for i = 1, #list, 2 do
-    if tonumber(list[i + 1]) >= 0 then redis.call('PUBLISH', WAKE_PREFIX .. list[i], '!cfg') end
+    if tonumber(list[i + 1]) >= 0 then redis.call('SPUBLISH', WAKE_PREFIX .. list[i], '!cfg') end
   end
 end
 
