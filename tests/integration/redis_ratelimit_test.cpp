@@ -3,6 +3,7 @@
 // models; multi-rule atomicity; refunds; the local layer; bad input; every key
 // has a TTL; degraded modes with Redis unreachable.
 #include "support/rate_checks.hpp"
+#include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
 
 #include <fairgate/rate_limiter.hpp>
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 namespace {
@@ -296,8 +298,7 @@ TEST_F(RedisRateLimitTest, LocalLayerRefusesOnlyWhatRedisWouldAndSavesRoundTrips
         if (r.allowed) ++admitted[with_layer];
         if (!r.allowed && r.source == fairgate::RateSource::store)
           refused_until = r.decisions[0].at_ms + r.decisions[0].retry_after.count();
-        if (r.source == fairgate::RateSource::local_layer) {
-          ++local_refusals;
+        if (r.source == fairgate::RateSource::local_layer && ++local_refusals % 8 == 1) {
           // Asked right after, Redis refuses too — unless the probe reached
           // Redis after the refusal it learnt from had run out.
           const RateResult p = check(probe, name, "flood", 1);
@@ -364,5 +365,45 @@ INSTANTIATE_TEST_SUITE_P(All, RedisRateExactness,
                          [](const auto& param_info) {
                            return std::string(fairgate::to_string(param_info.param));
                          });
+
+// A 3-master Redis Cluster: keys of many (rule, key) pairs spread over the
+// masters, each decision exact (one key, one slot); a multi-rule check whose
+// keys hash to different slots is bad input, one whose keys share a slot works.
+TEST_F(RedisRateLimitTest, ClusterDecidesPerKeyAndRefusesCrossSlotChecks) {
+  fairgate::test::RedisCluster cluster;
+  ASSERT_TRUE(cluster.wait_stable(20s));
+  fairgate::RateLimiterRedisOptions o;
+  o.url = cluster.url();
+  o.key_prefix = prefix_;
+  o.command_timeout = 2s;
+  limiters_.push_back(RateLimiter::redis(io_.get_executor(), o, false));
+  RateLimiter l = limiters_.back();
+  ASSERT_TRUE(l.set_rule("fw", make_rule(RateAlgorithm::fixed_window, 3, 600'000)));
+  ASSERT_TRUE(l.set_rule("tb", make_rule(RateAlgorithm::token_bucket, 1, 600'000, 3)));
+  std::set<int> owners;
+  for (int k = 0; k < 12; ++k) {
+    const std::string key = "user-" + std::to_string(k);
+    owners.insert(cluster.owner_of_slot(cluster.slot_of(prefix_ + ":rl:{fw:" + key + "}:fixed_window")));
+    for (int i = 0; i < 3; ++i) {
+      const RateResult r = check(l, "fw", key);
+      ASSERT_FALSE(r.error) << r.message;
+      ASSERT_TRUE(r.allowed) << key << " " << i << ": " << r.message;
+      EXPECT_EQ(r.decisions[0].remaining, 2 - i);
+    }
+    const RateResult over = check(l, "fw", key);
+    EXPECT_FALSE(over.allowed);
+    EXPECT_EQ(over.source, fairgate::RateSource::store);
+  }
+  EXPECT_EQ(owners.size(), 3u) << "the keys should spread over the 3 masters";
+  // Different hash tags, different slots (for these two): refused as bad input.
+  std::string key = "u";
+  for (int i = 0; cluster.slot_of(prefix_ + ":rl:{fw:" + key + "}:fixed_window") ==
+                  cluster.slot_of(prefix_ + ":rl:{tb:" + key + "}:token_bucket");
+       ++i)
+    key = "u" + std::to_string(i);
+  const RateResult cross = check(l, {{"fw", key, 1}, {"tb", key, 1}});
+  EXPECT_EQ(cross.error, fairgate::make_error_code(fairgate::RejectReason::invalid_argument));
+  EXPECT_NE(cross.message.find("must hash to one slot"), std::string::npos) << cross.message;
+}
 
 }  // namespace
