@@ -14,6 +14,8 @@ packages=(
   python3 python3-venv python3-yaml python3-jsonschema
   # The .deb: the man page from --help, dpkg-shlibdeps (dpkg-dev), `systemd-analyze verify`.
   help2man dpkg-dev file systemd
+  # The browser test (ctest -L browser): examples/browser in a headless Chromium.
+  chromium
 )
 if [[ "${1:-}" == "--with-dev-tools" ]]; then
   packages+=(clang clang-format clang-tidy)

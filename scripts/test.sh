@@ -22,6 +22,8 @@ export FAIRGATE_REQUIRE_SDK=1
 # The partition tests need root, `ip` and `nft` (scripts/setup.sh installs them):
 # missing, they fail instead of skipping.
 export FAIRGATE_REQUIRE_NETNS=1
+# The browser test needs chromium (scripts/setup.sh installs it): missing, it fails instead of skipping.
+export FAIRGATE_REQUIRE_BROWSER=1
 
 case "$sanitize" in
   "") dir=build/test; type=RelWithDebInfo ;;

@@ -10,6 +10,8 @@
 //    so the messages match the library's and the admin API's.
 #include "serve/config.hpp"
 
+#include "serve/cors.hpp"
+
 #include <toml++/toml.h>
 
 #include <fmt/format.h>
@@ -136,6 +138,30 @@ LimiterConfig read_limiter(const std::string& name, const toml::table& t) {
   return l;
 }
 
+/// `cors_origins = ["https://app.example.com", ...]` or `["*"]`; normalized as browsers send them.
+std::vector<std::string> read_cors_origins(const toml::node& node, const std::string& field) {
+  const auto* list = node.as_array();
+  if (list == nullptr)
+    fail(field, fmt::format("expected an array of origins (e.g. [\"https://app.example.com\"]), got {}",
+                            type_name(node)));
+  if (list->size() > 256) fail(field, "more than 256 origins");
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const std::string item = fmt::format("{}[{}]", field, i);
+    const std::string text = get_string(*list->get(i), item);
+    if (text == "*") {
+      if (list->size() != 1) fail(item, "\"*\" allows every origin: list it alone");
+      out.push_back(text);
+      continue;
+    }
+    std::string problem;
+    const auto origin = normalize_origin(text, problem);
+    if (!origin) fail(item, fmt::format("\"{}\": {}", text.substr(0, 100), problem));
+    if (std::find(out.begin(), out.end(), *origin) == out.end()) out.push_back(*origin);
+  }
+  return out;
+}
+
 void read_server(const toml::table& t, ServerLimits& s) {
   for (auto&& [key, node] : t) {
     const std::string k(key.str());
@@ -166,6 +192,8 @@ void read_server(const toml::table& t, ServerLimits& s) {
       s.max_lease = get_ms(node, field, 100, 86'400'000);
     } else if (k == "shutdown_grace_ms") {
       s.shutdown_grace = get_ms(node, field, 0, 600'000);
+    } else if (k == "cors_origins") {
+      s.cors_origins = read_cors_origins(node, field);
     } else {
       fail(field, "unknown key");
     }

@@ -46,6 +46,9 @@ struct ServerLimits {
   std::chrono::milliseconds lease{60'000};               ///< JSON permit lease (default)
   std::chrono::milliseconds max_lease{3'600'000};        ///< longest lease a client may ask for
   std::chrono::milliseconds shutdown_grace{5'000};       ///< SIGTERM: wait this long for connections to end
+  /// Browser pages allowed to use the admission API (CORS): normalized
+  /// origins ("https://app.example.com"), or {"*"}; empty = none (the default).
+  std::vector<std::string> cors_origins;
 };
 
 /// What a gateway route sends while a streaming request waits (api.md).

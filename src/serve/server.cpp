@@ -20,8 +20,11 @@
 #include "serve/server.hpp"
 
 #include "redis/connection.hpp"
+#include "serve/cors.hpp"
 #include "serve/gateway.hpp"
+#include "serve/openapi.hpp"
 #include "serve/params.hpp"
+#include "serve/routes.hpp"
 #include "serve/session.hpp"
 #include "serve/views.hpp"
 
@@ -254,10 +257,21 @@ awaitable<bool> route_acquire(std::shared_ptr<Session> self, const Request& req,
   if (!limiter)
     co_return co_await send_error(*self, req, http::status::not_found, "unknown_limiter",
                                   fmt::format("no limiter named \"{}\"", name));
+  // GET is the acquire an EventSource can open: always an event stream,
+  // parameters in the query string only.
+  const bool get = req.method() == http::verb::get;
+  if (get && !req.body().empty())
+    co_return co_await send_error(*self, req, http::status::bad_request, "bad_request",
+                                  "a GET acquire takes its parameters in the query string, not a body");
   BadRequest bad;
   auto params = parse_acquire_params(target, req.body(), sh.config.server.max_lease, bad);
   if (!params)
     co_return co_await send_error(*self, req, http::status::bad_request, "bad_request", bad.message);
+  if (get && params->lease)
+    co_return co_await send_error(
+        *self, req, http::status::bad_request, "bad_request",
+        "lease_ms: a GET acquire is an event stream (the permit is held while it is "
+        "open); ask for a leased JSON permit with POST");
   if (sh.stopping.load()) {
     co_return co_await send_error(*self, req, http::status::service_unavailable, "unavailable",
                                   "the server is shutting down");
@@ -272,7 +286,7 @@ awaitable<bool> route_acquire(std::shared_ptr<Session> self, const Request& req,
     sh.metrics.http_bad_requests.fetch_add(1, std::memory_order_relaxed);
     co_return co_await send(*self, std::move(res)) && req.keep_alive();
   }
-  if (wants_event_stream(req))
+  if (get || wants_event_stream(req))
     co_return co_await acquire_sse(self, std::move(*limiter), std::move(*params), req, std::move(slot));
   co_return co_await acquire_json(self, std::move(*limiter), std::move(*params), req, std::move(slot));
 }
@@ -352,58 +366,108 @@ awaitable<bool> method_not_allowed(Session& s, const Request& req, std::string_v
   co_return co_await send(s, std::move(res)) && req.keep_alive();
 }
 
+/// OPTIONS from a listed origin: the CORS preflight of a request with
+/// non-simple headers or methods (Authorization, PUT, DELETE, JSON bodies).
+awaitable<bool> preflight(Session& s, const Request& req, const RouteSpec& route) {
+  Response res{http::status::no_content, req.version()};
+  res.set(http::field::server, kServerName);
+  res.set(http::field::access_control_allow_methods, route.methods);
+  res.set(http::field::access_control_allow_headers, "Content-Type, Authorization");
+  res.set(http::field::access_control_max_age, "600");
+  res.keep_alive(req.keep_alive());
+  co_return co_await send(s, std::move(res)) && req.keep_alive();  // send() adds the origin headers
+}
+
+awaitable<bool> send_openapi(Session& s, const Request& req, std::string_view text, std::string_view type) {
+  Response res = make_response(http::status::ok, req, std::string(text), type);
+  co_return co_await send(s, std::move(res)) && req.keep_alive();
+}
+
 /// Serves one request; returns whether the connection may carry another.
 awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
   Session& s = *self;
   Shared& sh = *s.shared;
+  s.cors_origin.clear();
   BadRequest bad;
   const auto target = parse_target(std::string_view(req.target().data(), req.target().size()), bad);
   if (!target) co_return co_await send_error(s, req, http::status::bad_request, "bad_request", bad.message);
-  const auto& seg = target->segments;
   const auto method = req.method();
+  const std::string_view method_name(req.method_string().data(), req.method_string().size());
 
-  if (seg.size() == 1 && seg[0] == "healthz") {
-    if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET");
-    json::object o;
-    const BackendHealth health = sh.backend->health();
-    const bool redis_down = health.remote && (!health.connected || health.degraded_limiters > 0);
-    // 503 only when this instance can admit nothing: shutting down, or every
-    // limiter degraded with on_redis_down = closed (docs/serve.md).
-    bool can_admit = true;
-    if (health.degraded_limiters > 0) {
-      can_admit = false;
-      for (const auto& l : sh.backend->limiters()) {
-        const Snapshot snap = l.snapshot();
-        if (!snap.engine.degraded || snap.settings.on_redis_down != RedisDownPolicy::closed) can_admit = true;
-      }
+  std::vector<std::string> params;
+  const RouteSpec* route = match_route(target->segments, params);
+  if (route == nullptr) {
+    if (sh.gateway) {
+      if (auto* gw =
+              sh.gateway->match(target_path(std::string_view(req.target().data(), req.target().size()))))
+        co_return co_await proxy(self, req, *gw);
     }
-    const bool stopping = sh.stopping.load();
-    o["status"] = stopping ? "stopping" : redis_down ? "degraded" : "ok";
-    o["redis"] = !health.remote ? "none" : redis_down ? "down" : "up";
-    o["backend"] = sh.backend->kind();
-    if (health.remote) o["degraded_limiters"] = health.degraded_limiters;
-    Response res =
-        json_response(stopping || !can_admit ? http::status::service_unavailable : http::status::ok, req, o);
-    co_return co_await send(s, std::move(res)) && req.keep_alive();
+    co_return co_await send_error(
+        s, req, http::status::not_found, "not_found",
+        fmt::format("no route {} {}", req.method_string(),
+                    std::string_view(req.target().data(), std::min<std::size_t>(req.target().size(), 128))));
   }
-  if (seg.size() == 1 && seg[0] == "metrics") {
-    if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET");
-    std::string page = render_metrics(*sh.backend, sh.metrics, sh.leases.size());
-    if (sh.gateway) sh.gateway->render_metrics(page);
-    Response res =
-        make_response(http::status::ok, req, std::move(page), "text/plain; version=0.0.4; charset=utf-8");
-    co_return co_await send(s, std::move(res)) && req.keep_alive();
+
+  // Browser access (docs/serve.md, "Browsers and CORS"): a listed Origin gets
+  // the CORS headers on every answer (send() adds them); any other Origin may
+  // not take a permit, and its preflights fail.
+  const auto origin = req[http::field::origin];
+  const OriginVerdict verdict =
+      judge_origin(std::string_view(origin.data(), origin.size()), sh.config.server.cors_origins);
+  if (verdict == OriginVerdict::allowed) s.cors_origin = std::string(origin.data(), origin.size());
+  const bool refused = verdict == OriginVerdict::refused;
+  std::string refusal;
+  if (refused)
+    refusal = fmt::format("web pages from {} may not use this server (it is not in server.cors_origins)",
+                          std::string_view(origin.data(), std::min<std::size_t>(origin.size(), 100)));
+  if (method == http::verb::options && verdict != OriginVerdict::none) {
+    if (refused)
+      co_return co_await send_error(s, req, http::status::forbidden, "origin_not_allowed", refusal);
+    co_return co_await preflight(s, req, *route);
   }
-  if (seg.size() >= 2 && seg[0] == "v1" && seg[1] == "limiters") {
-    if (seg.size() == 2) {
-      if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET");
+  if (!route_allows(*route, method_name)) co_return co_await method_not_allowed(s, req, route->methods);
+
+  switch (route->id) {
+    case RouteId::healthz: {
+      json::object o;
+      const BackendHealth health = sh.backend->health();
+      const bool redis_down = health.remote && (!health.connected || health.degraded_limiters > 0);
+      // 503 only when this instance can admit nothing: shutting down, or every
+      // limiter degraded with on_redis_down = closed (docs/serve.md).
+      bool can_admit = true;
+      if (health.degraded_limiters > 0) {
+        can_admit = false;
+        for (const auto& l : sh.backend->limiters()) {
+          const Snapshot snap = l.snapshot();
+          if (!snap.engine.degraded || snap.settings.on_redis_down != RedisDownPolicy::closed)
+            can_admit = true;
+        }
+      }
+      const bool stopping = sh.stopping.load();
+      o["status"] = stopping ? "stopping" : redis_down ? "degraded" : "ok";
+      o["redis"] = !health.remote ? "none" : redis_down ? "down" : "up";
+      o["backend"] = sh.backend->kind();
+      if (health.remote) o["degraded_limiters"] = health.degraded_limiters;
+      Response res = json_response(
+          stopping || !can_admit ? http::status::service_unavailable : http::status::ok, req, o);
+      co_return co_await send(s, std::move(res)) && req.keep_alive();
+    }
+    case RouteId::metrics: {
+      std::string page = render_metrics(*sh.backend, sh.metrics, sh.leases.size());
+      if (sh.gateway) sh.gateway->render_metrics(page);
+      Response res =
+          make_response(http::status::ok, req, std::move(page), "text/plain; version=0.0.4; charset=utf-8");
+      co_return co_await send(s, std::move(res)) && req.keep_alive();
+    }
+    case RouteId::openapi_yaml: co_return co_await send_openapi(s, req, openapi::kYaml, "application/yaml");
+    case RouteId::openapi_json: co_return co_await send_openapi(s, req, openapi::kJson, "application/json");
+    case RouteId::limiters: {
       Response res = json_response(http::status::ok, req, limiters_json(*sh.backend));
       co_return co_await send(s, std::move(res)) && req.keep_alive();
     }
-    const std::string& name = seg[2];
-    if (seg.size() == 3) {
+    case RouteId::limiter: {
+      const std::string& name = params[0];
       if (method == http::verb::put) co_return co_await route_put_limiter(self, req, name);
-      if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET, PUT");
       auto limiter = sh.backend->find(name);
       if (!limiter)
         co_return co_await send_error(s, req, http::status::not_found, "unknown_limiter",
@@ -412,16 +476,13 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
       Response res = json_response(http::status::ok, req, o);
       co_return co_await send(s, std::move(res)) && req.keep_alive();
     }
-    if (seg.size() == 4 && seg[3] == "acquire") {
-      if (method != http::verb::post) co_return co_await method_not_allowed(s, req, "POST");
-      co_return co_await route_acquire(self, req, name, *target);
-    }
-  }
-  if (seg.size() >= 3 && seg[0] == "v1" && seg[1] == "permits") {
-    const std::string& token = seg[2];
-    if (seg.size() == 3) {
-      if (method != http::verb::delete_) co_return co_await method_not_allowed(s, req, "DELETE");
-      if (!sh.leases.release(token))
+    case RouteId::acquire:
+      // A foreign page must not make its visitors wait in, or hold, the queue.
+      if (refused)
+        co_return co_await send_error(s, req, http::status::forbidden, "origin_not_allowed", refusal);
+      co_return co_await route_acquire(self, req, params[0], *target);
+    case RouteId::permit: {
+      if (!sh.leases.release(params[0]))
         co_return co_await send_error(s, req, http::status::not_found, "unknown_permit",
                                       "no such permit (released, expired or never granted here)");
       Response res{http::status::no_content, req.version()};
@@ -429,9 +490,8 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
       res.keep_alive(req.keep_alive());
       co_return co_await send(s, std::move(res)) && req.keep_alive();
     }
-    if (seg.size() == 4 && seg[3] == "renew") {
-      if (method != http::verb::post) co_return co_await method_not_allowed(s, req, "POST");
-      const auto lease = sh.leases.renew(token);
+    case RouteId::renew: {
+      const auto lease = sh.leases.renew(params[0]);
       if (!lease)
         co_return co_await send_error(s, req, http::status::not_found, "unknown_permit",
                                       "no such permit (released, expired or never granted here)");
@@ -440,20 +500,9 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
       Response res = json_response(http::status::ok, req, o);
       co_return co_await send(s, std::move(res)) && req.keep_alive();
     }
+    case RouteId::events: co_return co_await route_events(self, req);
   }
-  if (seg.size() == 2 && seg[0] == "v1" && seg[1] == "events") {
-    if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET");
-    co_return co_await route_events(self, req);
-  }
-  if (sh.gateway) {
-    if (auto* route =
-            sh.gateway->match(target_path(std::string_view(req.target().data(), req.target().size()))))
-      co_return co_await proxy(self, req, *route);
-  }
-  co_return co_await send_error(
-      s, req, http::status::not_found, "not_found",
-      fmt::format("no route {} {}", req.method_string(),
-                  std::string_view(req.target().data(), std::min<std::size_t>(req.target().size(), 128))));
+  co_return false;  // unreachable: every RouteId is handled above
 }
 
 // --- connections ------------------------------------------------------------

@@ -33,7 +33,21 @@ Response error_response(http::status status, const Request& req, std::string_vie
   return json_response(status, req, error_json(reason, message));
 }
 
+namespace {
+
+/// A page from an allowed origin may read the answer, and Retry-After with it.
+template <class Fields>
+void add_cors_headers(const Session& s, Fields& fields) {
+  if (s.cors_origin.empty()) return;
+  fields.set(http::field::access_control_allow_origin, s.cors_origin);
+  fields.set(http::field::vary, "Origin");
+  fields.set(http::field::access_control_expose_headers, "Retry-After");
+}
+
+}  // namespace
+
 awaitable<bool> send(Session& s, Response res) {
+  add_cors_headers(s, res);
   s.stream.expires_after(s.shared->config.server.write_timeout);
   auto [ec, n] = co_await http::async_write(s.stream, res, nothrow);
   s.stream.expires_never();
@@ -60,6 +74,7 @@ awaitable<bool> send_sse_header(Session& s, const Request& req) {
   res.set(http::field::content_type, "text/event-stream");
   res.set(http::field::cache_control, "no-store");
   res.set("X-Accel-Buffering", "no");
+  add_cors_headers(s, res);
   res.keep_alive(false);
   http::response_serializer<http::empty_body> sr{res};
   s.stream.expires_after(s.shared->config.server.write_timeout);

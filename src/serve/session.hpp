@@ -73,6 +73,9 @@ struct Session {
   std::uint64_t id;
   std::string client;
   bool closing = false;
+  /// The current request's Origin when it is allowed (server.cors_origins):
+  /// every answer to it carries the CORS headers. Empty: none.
+  std::string cors_origin;
 };
 
 /// What every connection shares.

@@ -244,6 +244,20 @@ def check_server(doc: Doc, client: Client, token: str) -> None:
     _, _, events = expect(doc, client, "acquire", "POST", "/v1/limiters/oa-off/acquire", 200, headers=sse,
                           sse_until=("granted", "rejected"))
     check([n for n, _ in events] == ["rejected"], f"SSE on a disabled limiter: {events}")
+    # Browser access: the GET acquire (an event stream whatever Accept says), a foreign page's acquire.
+    _, _, events = expect(doc, client, "acquireStream", "GET", "/v1/limiters/oa-off/acquire?tenant=u-3", 200,
+                          headers=js, sse_until=("granted", "rejected"))
+    check([n for n, _ in events] == ["rejected"], f"GET acquire on a disabled limiter: {events}")
+    expect(doc, client, "acquireStream", "GET", "/v1/limiters/oa/acquire?lease_ms=1000", 400)
+    expect(doc, client, "acquireStream", "GET", "/v1/limiters/nope/acquire", 404)
+    foreign = {"Origin": "http://foreign.example"}
+    expect(doc, client, "acquireStream", "GET", "/v1/limiters/oa/acquire", 403, headers=foreign)
+    expect(doc, client, "acquire", "POST", "/v1/limiters/oa/acquire", 403, headers={**foreign, **js})
+    # This document, served by the server.
+    _, _, text = expect(doc, client, "openApiYaml", "GET", "/openapi.yaml", 200)
+    check(text.startswith("openapi: 3.1"), "GET /openapi.yaml starts with 'openapi: 3.1'")
+    _, _, text = expect(doc, client, "openApiJson", "GET", "/openapi.json", 200)
+    check(json.loads(text) == doc.d if text else False, "GET /openapi.json is docs/openapi.yaml as JSON")
     # Status and admin.
     expect(doc, client, "listLimiters", "GET", "/v1/limiters", 200)
     expect(doc, client, "getLimiter", "GET", "/v1/limiters/nope", 404)

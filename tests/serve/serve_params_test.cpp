@@ -1,11 +1,18 @@
 // tests/serve/serve_params_test.cpp — the strict reading of requests (S7) and
 // the config loader, without a network.
 #include "serve/config.hpp"
+#include "serve/cors.hpp"
 #include "serve/gateway.hpp"
 #include "serve/params.hpp"
+#include "serve/routes.hpp"
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <map>
 
 namespace fairgate::serve {
@@ -189,6 +196,157 @@ TEST(ServeConfig, ListenForms) {
   EXPECT_THROW(parse_listen("example.com:80", "x", c), ConfigError);
   EXPECT_THROW(parse_listen("127.0.0.1:", "x", c), ConfigError);
   EXPECT_THROW(parse_listen("127.0.0.1:-1", "x", c), ConfigError);
+}
+
+// --- routes and browser access ---------------------------------------------------
+
+TEST(ServeRoutes, TheTableMatchesWholePathsAndNamesParameters) {
+  std::vector<std::string> params;
+  const auto* r = match_route({"v1", "limiters", "chat", "acquire"}, params);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->id, RouteId::acquire);
+  EXPECT_EQ(params, (std::vector<std::string>{"chat"}));
+  r = match_route({"v1", "permits", "lp-7", "renew"}, params);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->id, RouteId::renew);
+  EXPECT_EQ(params, (std::vector<std::string>{"lp-7"}));
+  r = match_route({"openapi.json"}, params);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->id, RouteId::openapi_json);
+  EXPECT_TRUE(params.empty());
+  // A literal segment is never taken for a parameter, and lengths must match.
+  EXPECT_EQ(match_route({}, params), nullptr);
+  EXPECT_EQ(match_route({"v1", "limiters", "chat", "acquire", "x"}, params), nullptr);
+  EXPECT_EQ(match_route({"v1", "limiters", "chat", "release"}, params), nullptr);
+  EXPECT_EQ(match_route({"v1", "chat", "completions"}, params), nullptr);
+  EXPECT_TRUE(params.empty());
+  // Every pattern is matched by itself (each row is reachable, none shadows another).
+  for (const auto& route : kRoutes) {
+    std::vector<std::string> segments;
+    std::string_view rest = route.pattern.substr(1);
+    while (!rest.empty()) {
+      const auto slash = rest.find('/');
+      segments.emplace_back(rest.substr(0, slash));
+      rest = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
+    }
+    EXPECT_EQ(match_route(segments, params), &route) << route.pattern;
+  }
+}
+
+TEST(ServeRoutes, MethodsAreWholeNames) {
+  const auto& acquire = *std::find_if(kRoutes.begin(), kRoutes.end(),
+                                      [](const RouteSpec& r) { return r.id == RouteId::acquire; });
+  EXPECT_TRUE(route_allows(acquire, "GET"));
+  EXPECT_TRUE(route_allows(acquire, "POST"));
+  EXPECT_FALSE(route_allows(acquire, "PUT"));
+  EXPECT_FALSE(route_allows(acquire, "OPTIONS"));
+  EXPECT_FALSE(route_allows(acquire, "GE"));
+  EXPECT_FALSE(route_allows(acquire, "POS"));
+}
+
+std::string origin_of(std::string_view text) {
+  std::string problem;
+  auto o = normalize_origin(text, problem);
+  EXPECT_TRUE(o.has_value()) << text << ": " << problem;
+  return o.value_or("");
+}
+
+std::string origin_problem(std::string_view text) {
+  std::string problem;
+  EXPECT_FALSE(normalize_origin(text, problem).has_value()) << text;
+  return problem;
+}
+
+TEST(ServeCors, OriginsAreNormalizedAsBrowsersSendThem) {
+  EXPECT_EQ(origin_of("https://App.Example.com"), "https://app.example.com");
+  EXPECT_EQ(origin_of("HTTPS://app.example.com:443"), "https://app.example.com");
+  EXPECT_EQ(origin_of("http://127.0.0.1:80"), "http://127.0.0.1");
+  EXPECT_EQ(origin_of("http://127.0.0.1:8000"), "http://127.0.0.1:8000");
+  EXPECT_EQ(origin_of("https://app.example.com:80"), "https://app.example.com:80");
+  EXPECT_EQ(origin_of("http://[::1]:3000"), "http://[::1]:3000");
+  EXPECT_NE(origin_problem("app.example.com").find("http://HOST"), std::string::npos);
+  EXPECT_NE(origin_problem("ftp://x").find("http://HOST"), std::string::npos);
+  EXPECT_NE(origin_problem("https://app.example.com/").find("no path"), std::string::npos);
+  EXPECT_NE(origin_problem("https://app.example.com/x").find("no path"), std::string::npos);
+  EXPECT_NE(origin_problem("https://*.example.com").find("wildcards"), std::string::npos);
+  EXPECT_NE(origin_problem("https://u@example.com").find("user info"), std::string::npos);
+  EXPECT_NE(origin_problem("https://example.com:0").find("port"), std::string::npos);
+  EXPECT_NE(origin_problem("https://example.com:99999").find("port"), std::string::npos);
+  EXPECT_NE(origin_problem("https://example.com:8x").find("port"), std::string::npos);
+  EXPECT_NE(origin_problem("https://").find("no host"), std::string::npos);
+  EXPECT_NE(origin_problem("null").find("\"*\""), std::string::npos);
+}
+
+TEST(ServeCors, OnlyListedOriginsAreAllowed) {
+  const std::vector<std::string> listed{"https://app.example.com", "http://127.0.0.1:8000"};
+  EXPECT_EQ(judge_origin("", listed), OriginVerdict::none);
+  EXPECT_EQ(judge_origin("", {}), OriginVerdict::none);
+  EXPECT_EQ(judge_origin("https://app.example.com", listed), OriginVerdict::allowed);
+  EXPECT_EQ(judge_origin("https://app.example.com:443", listed), OriginVerdict::allowed);
+  EXPECT_EQ(judge_origin("http://127.0.0.1:8000", listed), OriginVerdict::allowed);
+  EXPECT_EQ(judge_origin("http://127.0.0.1:8001", listed), OriginVerdict::refused);
+  EXPECT_EQ(judge_origin("http://app.example.com", listed), OriginVerdict::refused);  // scheme matters
+  EXPECT_EQ(judge_origin("https://app.example.com.evil.test", listed), OriginVerdict::refused);
+  EXPECT_EQ(judge_origin("null", listed), OriginVerdict::refused);
+  EXPECT_EQ(judge_origin("https://app.example.com", {}), OriginVerdict::refused);  // off: no page is allowed
+  EXPECT_EQ(judge_origin("https://anything.test", {"*"}), OriginVerdict::allowed);
+  EXPECT_EQ(judge_origin("null", {"*"}), OriginVerdict::allowed);
+}
+
+/// load_config() of a config file with `text`; the ConfigError's message, or "" when it loaded.
+std::string config_error(const std::string& text, ServeConfig* out = nullptr) {
+  char path[] = "/tmp/fairgate-params-test-XXXXXX.toml";
+  const int fd = ::mkstemps(path, 5);
+  if (fd < 0) return "mkstemps failed";
+  ::close(fd);
+  std::ofstream(path) << text;
+  ServeFlags flags;
+  flags.config_file = path;
+  std::string message;
+  try {
+    auto cfg = load_config(flags, [](const char*) -> const char* { return nullptr; });
+    if (out != nullptr) *out = cfg;
+  } catch (const ConfigError& e) {
+    message = e.what();
+  }
+  std::remove(path);
+  return message;
+}
+
+TEST(ServeConfig, CorsOrigins) {
+  ServeConfig cfg;
+  EXPECT_EQ(config_error("", &cfg), "");
+  EXPECT_TRUE(cfg.server.cors_origins.empty());  // off by default
+  EXPECT_EQ(
+      config_error("[server]\ncors_origins = [\"https://App.example.com:443\", \"http://127.0.0.1:8000\", "
+                   "\"https://app.example.com\"]\n",
+                   &cfg),
+      "");
+  EXPECT_EQ(cfg.server.cors_origins,
+            (std::vector<std::string>{"https://app.example.com", "http://127.0.0.1:8000"}));
+  EXPECT_EQ(config_error("[server]\ncors_origins = [\"*\"]\n", &cfg), "");
+  EXPECT_EQ(cfg.server.cors_origins, (std::vector<std::string>{"*"}));
+  EXPECT_EQ(config_error("[server]\ncors_origins = []\n", &cfg), "");
+  EXPECT_TRUE(cfg.server.cors_origins.empty());
+
+  EXPECT_EQ(
+      config_error("[server]\ncors_origins = \"https://app.example.com\"\n"),
+      "server.cors_origins: expected an array of origins (e.g. [\"https://app.example.com\"]), got a string");
+  EXPECT_EQ(config_error("[server]\ncors_origins = [\"*\", \"https://a.test\"]\n"),
+            "server.cors_origins[0]: \"*\" allows every origin: list it alone");
+  EXPECT_EQ(config_error("[server]\ncors_origins = [\"https://a.test\", 3]\n"),
+            "server.cors_origins[1]: expected a string, got an integer");
+  EXPECT_EQ(config_error("[server]\ncors_origins = [\"https://a.test/app\"]\n"),
+            "server.cors_origins[0]: \"https://a.test/app\": an origin has no path, not even \"/\" (e.g. "
+            "\"https://app.example.com\")");
+  EXPECT_EQ(
+      config_error("[server]\ncors_origins = [\"https://*.a.test\"]\n"),
+      "server.cors_origins[0]: \"https://*.a.test\": wildcards are not supported (list exact origins, or "
+      "\"*\" alone for any)");
+  EXPECT_EQ(
+      config_error("[server]\ncors_origins = [\"a.test\"]\n"),
+      "server.cors_origins[0]: \"a.test\": an origin is http://HOST[:PORT] or https://HOST[:PORT] (or \"*\" "
+      "alone for any)");
 }
 
 // --- gateway ------------------------------------------------------------------
