@@ -35,6 +35,7 @@ enum class Errc : int {
   invalid_settings,     ///< settings failed validation
   shut_down,            ///< the backend has been shut down
   unavailable,          ///< the shared state (Redis) did not confirm the change
+  unknown_rule,         ///< no rate-limit rule with that name exists
 };
 
 const boost::system::error_category& reject_category() noexcept;

@@ -46,6 +46,7 @@ class ErrorCategory final : public boost::system::error_category {
       case Errc::invalid_settings: return "invalid settings";
       case Errc::shut_down: return "the backend has been shut down";
       case Errc::unavailable: return "the shared state did not confirm the change";
+      case Errc::unknown_rule: return "unknown rate-limit rule";
     }
     return "unknown error";
   }

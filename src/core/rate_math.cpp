@@ -219,6 +219,26 @@ Decision peek(const RateRule& rule, const State& state, std::int64_t now_ms, std
   return evaluate(rule, copy, now_ms, cost, false);
 }
 
+bool decide_all(const std::vector<Check>& checks, std::int64_t now_ms, std::vector<Decision>& out) {
+  out.clear();
+  bool all = true;
+  for (const Check& c : checks) {
+    out.push_back(peek(*c.rule, *c.state, now_ms, c.cost));
+    all = all && out.back().allowed;
+  }
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const Check& c = checks[i];
+    if (all) {
+      out[i] = decide(*c.rule, *c.state, now_ms, c.cost);
+    } else if (out[i].allowed) {
+      const Decision still = peek(*c.rule, *c.state, now_ms, c.rule->capacity() + 1);
+      out[i].remaining = still.remaining;
+      out[i].reset_ms = still.reset_ms;
+    }
+  }
+  return all;
+}
+
 std::int64_t ttl_ms(const RateRule& rule, const State& state, std::int64_t now_ms) {
   // The time until the capacity is whole again is the time until the state
   // equals the initial one (see reset_ms).

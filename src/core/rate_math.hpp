@@ -17,6 +17,7 @@
 #include <deque>
 #include <utility>
 #include <variant>
+#include <vector>
 
 namespace fairgate::core::rate {
 
@@ -95,6 +96,20 @@ Decision peek(const RateRule& rule, const State& state, std::int64_t now_ms, std
 /// `amount` is no more than the decision took.
 std::int64_t refund(const RateRule& rule, State& state, std::int64_t now_ms, std::int64_t at_ms,
                     std::int64_t amount);
+
+/// One rule of a multi-rule decision.
+struct Check {
+  const RateRule* rule;
+  State* state;
+  std::int64_t cost;
+};
+
+/// Decides several rules for one request atomically: if every rule allows,
+/// each takes its cost and every decision is as decide()'s; otherwise nothing
+/// is taken from any, a refusing rule's decision is as decide()'s and an
+/// allowing rule's says allowed with its remaining and reset as they stay.
+/// Returns whether all allowed. The states must be distinct.
+bool decide_all(const std::vector<Check>& checks, std::int64_t now_ms, std::vector<Decision>& out);
 
 /// How long the state must be kept after `now_ms` (the Redis key's TTL): 0 =
 /// it equals the initial state already (nothing to keep).

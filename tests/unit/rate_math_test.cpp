@@ -3,7 +3,7 @@
 // refunds; the bounds each algorithm promises; retry_after honesty; rule and
 // cost validation.
 #include "core/rate_math.hpp"
-#include "support/rate_reference.hpp"
+#include "support/rate_checks.hpp"
 
 #include <gtest/gtest.h>
 
@@ -15,6 +15,8 @@ namespace {
 
 using fairgate::RateAlgorithm;
 using fairgate::RateRule;
+using fairgate::test::check_bounds;
+using fairgate::test::check_decision;
 using fairgate::test::RateReference;
 namespace rate = fairgate::core::rate;
 
@@ -32,63 +34,6 @@ RateRule rule(RateAlgorithm a, std::int64_t rate_, std::int64_t period, std::int
 }
 
 bool bucket(RateAlgorithm a) { return a == RateAlgorithm::token_bucket || a == RateAlgorithm::gcra; }
-
-// Every field of `d` checked against the reference, before `ref` records it.
-void check_decision(const RateReference& ref, std::int64_t now, std::int64_t cost, const rate::Decision& d,
-                    bool was_allowed) {
-  const auto& r = ref.rule();
-  ASSERT_EQ(d.allowed, was_allowed) << "t=" << now << " cost=" << cost;
-  EXPECT_EQ(d.remaining, ref.remaining(now)) << "t=" << now << " cost=" << cost;
-  if (d.reset_ms == 0) {
-    EXPECT_EQ(ref.remaining(now), r.capacity()) << "t=" << now;
-  } else {
-    EXPECT_EQ(ref.remaining(now + d.reset_ms), r.capacity()) << "t=" << now << " reset=" << d.reset_ms;
-    EXPECT_LT(ref.remaining(now + d.reset_ms - 1), r.capacity()) << "t=" << now << " reset=" << d.reset_ms;
-  }
-  if (d.allowed) {
-    EXPECT_EQ(d.retry_after_ms, 0);
-  } else if (cost > r.capacity()) {
-    EXPECT_EQ(d.retry_after_ms, -1);
-  } else {
-    ASSERT_GE(d.retry_after_ms, 1);
-    EXPECT_TRUE(ref.allowed(now + d.retry_after_ms, cost)) << "t=" << now << " retry=" << d.retry_after_ms;
-    EXPECT_FALSE(ref.allowed(now + d.retry_after_ms - 1, cost))
-        << "t=" << now << " retry=" << d.retry_after_ms;
-  }
-}
-
-// The bound each algorithm promises, from the admitted events alone.
-void check_bounds(const RateReference& ref) {
-  const auto& r = ref.rule();
-  const std::int64_t p = r.period_ms;
-  for (const auto& e : ref.events()) {
-    const std::int64_t t = e.at;
-    switch (r.algorithm) {
-      case RateAlgorithm::fixed_window:
-        EXPECT_LE(ref.admitted(t / p * p, t / p * p + p - 1), r.rate) << "window of t=" << t;
-        break;
-      case RateAlgorithm::sliding_log:
-        EXPECT_LE(ref.admitted(t - p + 1, t), r.rate) << "period ending t=" << t;
-        break;
-      case RateAlgorithm::sliding_window: {
-        const std::int64_t start = t / p * p;
-        EXPECT_LE(ref.admitted(start, start + p - 1), r.rate) << "window of t=" << t;
-        // Documented error bound: rate + prev·e/P in any period (t − P, t].
-        const std::int64_t prev = ref.admitted(start - p, start - 1);
-        EXPECT_LE(ref.admitted(t - p + 1, t), r.rate + prev * (t - start) / p) << "period ending t=" << t;
-        break;
-      }
-      case RateAlgorithm::token_bucket:
-      case RateAlgorithm::gcra:
-        for (const auto& s : ref.events()) {
-          if (s.at > t) continue;
-          EXPECT_LE(ref.admitted(s.at, t) * p, r.capacity() * p + r.rate * (t - s.at))
-              << "span [" << s.at << ", " << t << "]";
-        }
-        break;
-    }
-  }
-}
 
 struct Allowed {
   std::int64_t at, cost;

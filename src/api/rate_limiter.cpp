@@ -1,0 +1,513 @@
+// api/rate_limiter.cpp — RateLimiter: validation, the local first layer (R3),
+// the degraded modes (D1) and counters, in front of a RateStore; and the
+// memory store.
+#include "api/rate_store.hpp"
+
+#include <fairgate/rate_limiter.hpp>
+
+#include <boost/asio/post.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace fairgate {
+
+namespace rate = core::rate;
+
+std::string_view to_string(RateSource source) noexcept {
+  switch (source) {
+    case RateSource::store: return "store";
+    case RateSource::local_layer: return "local_layer";
+    case RateSource::degraded: return "degraded";
+  }
+  return "?";
+}
+
+std::chrono::milliseconds RateResult::retry_after() const {
+  std::chrono::milliseconds out{0};
+  for (const auto& d : decisions)
+    if (!d.allowed) out = std::max(out, d.retry_after);
+  return out;
+}
+
+namespace detail {
+
+namespace {
+
+std::int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string state_key(const RateStoreItem& item) {
+  std::string k = item.rule_name;
+  k += '\0';
+  k += item.key;
+  k += '\0';
+  k += to_string(item.rule.algorithm);
+  return k;
+}
+
+// --- the memory store --------------------------------------------------------
+class MemoryRateStore final : public RateStore {
+ public:
+  explicit MemoryRateStore(std::function<std::int64_t()> clock) : clock_(std::move(clock)) {
+    if (!clock_) clock_ = steady_ms;
+  }
+
+  void decide(std::vector<RateStoreItem> items, DecideCallback done) override {
+    RateStoreAnswer answer;
+    {
+      std::lock_guard lock(mutex_);
+      const std::int64_t now = clock_();
+      std::vector<rate::Check> checks;
+      checks.reserve(items.size());
+      for (const auto& item : items) {
+        auto [it, fresh] = slots_.try_emplace(state_key(item));
+        if (fresh || it->second.rule.algorithm != item.rule.algorithm)
+          it->second.state = rate::initial_state(item.rule.algorithm);
+        it->second.rule = item.rule;
+        checks.push_back({&it->second.rule, &it->second.state, item.cost});
+      }
+      answer.allowed = rate::decide_all(checks, now, answer.decisions);
+      answer.at_ms = now;
+      // Unique per decision (refunds name their decision by it), in order.
+      last_us_ = std::max(now * 1000, last_us_ + 1);
+      answer.at_us = last_us_;
+      if (++decisions_ % 4096 == 0) sweep(now);
+    }
+    done(std::move(answer));
+  }
+
+  void refund(RateStoreItem item, std::int64_t at_ms, std::int64_t amount, RefundCallback done) override {
+    std::int64_t given = 0;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = slots_.find(state_key(item));
+      if (it != slots_.end() && it->second.rule.algorithm == item.rule.algorithm)
+        given = rate::refund(item.rule, it->second.state, clock_(), at_ms, amount);
+    }
+    done({}, {}, given);
+  }
+
+  bool remote() const noexcept override { return false; }
+
+ private:
+  struct Slot {
+    RateRule rule;
+    rate::State state;
+  };
+
+  // Forgets the states that are initial again (what a Redis TTL does).
+  void sweep(std::int64_t now) {
+    for (auto it = slots_.begin(); it != slots_.end();)
+      it = rate::ttl_ms(it->second.rule, it->second.state, now) == 0 ? slots_.erase(it) : std::next(it);
+  }
+
+  std::function<std::int64_t()> clock_;
+  std::mutex mutex_;
+  std::unordered_map<std::string, Slot> slots_;
+  std::uint64_t decisions_ = 0;
+  std::int64_t last_us_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<RateStore> make_memory_rate_store(std::function<std::int64_t()> clock_ms) {
+  return std::make_unique<MemoryRateStore>(std::move(clock_ms));
+}
+
+// --- RateLimiterImpl -------------------------------------------------------------
+class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
+ public:
+  RateLimiterImpl(boost::asio::any_io_executor executor, std::unique_ptr<RateStore> store, bool local_layer)
+      : executor_(std::move(executor)),
+        store_(std::move(store)),
+        local_layer_(local_layer),
+        fallback_(make_memory_rate_store()) {}
+
+  ~RateLimiterImpl() { store_->close(); }
+
+  const boost::asio::any_io_executor& executor() const { return executor_; }
+
+  boost::system::result<void, SettingsError> set_rule(std::string_view name, const RateRule& rule) {
+    if (auto e = validate_rule_name(name)) return *e;
+    if (auto e = validate(rule)) return *e;
+    std::lock_guard lock(mutex_);
+    auto& entry = rules_[std::string(name)];
+    entry.rule = rule;
+    // A changed rule invalidates what the local layer learnt under the old one.
+    for (auto it = blocks_.begin(); it != blocks_.end();)
+      it = it->first.rule == name ? blocks_.erase(it) : std::next(it);
+    return {};
+  }
+
+  std::optional<RateRule> rule(std::string_view name) const {
+    std::lock_guard lock(mutex_);
+    auto it = rules_.find(name);
+    if (it == rules_.end()) return std::nullopt;
+    return it->second.rule;
+  }
+
+  std::vector<NamedRateRule> rules() const {
+    std::lock_guard lock(mutex_);
+    std::vector<NamedRateRule> out;
+    for (const auto& [name, entry] : rules_) out.push_back({name, entry.rule, entry.stats});
+    return out;
+  }
+
+  bool degraded() const { return degraded_.load(); }
+
+  void shutdown() {
+    shut_ = true;
+    store_->close();
+  }
+
+  void check(std::vector<RateRequest> requests, std::unique_ptr<RateCompletion> completion) {
+    std::shared_ptr<RateCompletion> done(std::move(completion));
+    auto finish = [done](RateResult r) { done->complete(std::move(r)); };
+    RateResult result;
+    if (shut_) return fail(finish, Errc::shut_down, "the rate limiter has been shut down");
+    if (requests.empty())
+      return fail(finish, RejectReason::invalid_argument, "rules: at least one rule to check");
+    if (requests.size() > 32)
+      return fail(finish, RejectReason::invalid_argument, "rules: at most 32 per check");
+    std::vector<RateStoreItem> items;
+    {
+      std::lock_guard lock(mutex_);
+      std::set<std::pair<std::string_view, std::string_view>> seen;
+      for (const auto& rq : requests) {
+        auto it = rules_.find(rq.rule);
+        if (it == rules_.end()) return fail(finish, Errc::unknown_rule, "rule \"" + rq.rule + "\": unknown");
+        if (auto e = validate_rate_key(rq.key))
+          return fail(finish, RejectReason::invalid_argument, e->message());
+        if (auto e = validate_cost(rq.cost))
+          return fail(finish, RejectReason::invalid_argument, e->message());
+        if (!seen.insert({rq.rule, rq.key}).second)
+          return fail(finish, RejectReason::invalid_argument,
+                      "rules: rule \"" + rq.rule + "\" with key \"" + rq.key + "\" appears twice");
+        items.push_back({rq.rule, it->second.rule, rq.key, rq.cost});
+      }
+      // A cost above a rule's capacity can never be allowed: refused here.
+      for (const auto& item : items) {
+        if (item.cost <= item.rule.capacity()) continue;
+        result.message = "cost " + std::to_string(item.cost) + " exceeds the capacity " +
+                         std::to_string(item.rule.capacity()) + " of rule \"" + item.rule_name +
+                         "\": it can never be allowed";
+        return finish(local_answer(items, item, -1, std::move(result.message), false));
+      }
+      // The local layer: a key known to be over its limit until a time.
+      if (local_layer_ && store_->remote()) {
+        const std::int64_t now = steady_ms();
+        for (const auto& item : items) {
+          auto b = blocks_.find(BlockKey{item.rule_name, item.key});
+          if (b == blocks_.end()) continue;
+          if (now >= b->second.until) {
+            blocks_.erase(b);
+            continue;
+          }
+          if (item.cost < b->second.min_cost) continue;
+          return finish(local_answer(items, item, b->second.until - now,
+                                     "rule \"" + item.rule_name + "\": over its limit (local layer)", true));
+        }
+      }
+      for (const auto& item : items) ++rules_[item.rule_name].stats.store_calls;
+    }
+    const std::int64_t sent = steady_ms();
+    store_->decide(items, [self = shared_from_this(), items, sent, finish](RateStoreAnswer answer) mutable {
+      self->on_answer(std::move(items), sent, std::move(answer), finish);
+    });
+  }
+
+  void refund(RateDecision decision, std::int64_t amount, std::unique_ptr<RefundCompletion> completion) {
+    std::shared_ptr<RefundCompletion> done(std::move(completion));
+    auto fail_refund = [&](boost::system::error_code ec, std::string message) {
+      done->complete(RefundResult{ec, std::move(message), 0});
+    };
+    if (shut_) return fail_refund(Errc::shut_down, "the rate limiter has been shut down");
+    RateStoreItem item;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = rules_.find(decision.rule);
+      if (it == rules_.end())
+        return fail_refund(Errc::unknown_rule, "rule \"" + decision.rule + "\": unknown");
+      if (auto e = validate_rate_key(decision.key))
+        return fail_refund(RejectReason::invalid_argument, e->message());
+      if (!decision.allowed)
+        return fail_refund(RejectReason::invalid_argument, "amount: the decision took nothing");
+      if (amount < 1 || amount > decision.cost)
+        return fail_refund(RejectReason::invalid_argument,
+                           "amount: " + std::to_string(amount) + " is not in 1.." +
+                               std::to_string(decision.cost) + " (what the decision took)");
+      // No more back than the decision took, over all its refunds (on this instance).
+      const std::int64_t now = steady_ms();
+      while (!refund_expiry_.empty() && refund_expiry_.front().first <= now) {
+        refunds_.erase(refund_expiry_.front().second);
+        refund_expiry_.pop_front();
+      }
+      RefundKey rk{decision.rule + '\0' + decision.key, decision.at_us};
+      auto [left, fresh] = refunds_.try_emplace(rk, decision.cost);
+      if (fresh) refund_expiry_.emplace_back(now + 2 * it->second.rule.period_ms + 1000, rk);
+      if (amount > left->second)
+        return fail_refund(RejectReason::invalid_argument,
+                           "amount: " + std::to_string(amount) + " exceeds the " +
+                               std::to_string(left->second) + " units of this decision not refunded yet");
+      left->second -= amount;
+      item = {decision.rule, it->second.rule, decision.key, decision.cost};
+      blocks_.erase(BlockKey{decision.rule, decision.key});  // it may fit again now
+    }
+    store_->refund(item, decision.at_ms, amount,
+                   [self = shared_from_this(), done, name = decision.rule](
+                       boost::system::error_code ec, std::string message, std::int64_t given) {
+                     std::lock_guard lock(self->mutex_);
+                     auto& st = self->rules_[name].stats;
+                     if (ec) {
+                       ++st.store_errors;
+                       done->complete(RefundResult{make_error_code(Errc::unavailable),
+                                                   "refund not applied: " + message, 0});
+                       return;
+                     }
+                     st.refunded += static_cast<std::uint64_t>(given);
+                     done->complete(RefundResult{{}, {}, given});
+                   });
+  }
+
+ private:
+  struct BlockKey {
+    std::string rule;
+    std::string key;
+    friend bool operator<(const BlockKey& a, const BlockKey& b) {
+      return a.rule != b.rule ? a.rule < b.rule : a.key < b.key;
+    }
+  };
+  struct Block {
+    std::int64_t until = 0;     // steady ms
+    std::int64_t min_cost = 1;  // costs below this may still fit
+  };
+  struct Entry {
+    RateRule rule;
+    RateRuleStats stats;
+  };
+  using RefundKey = std::pair<std::string, std::int64_t>;  // (rule \0 key, at_us)
+
+  template <class Finish, class Code>
+  static void fail(Finish& finish, Code code, std::string message) {
+    RateResult r;
+    r.error = make_error_code(code);
+    r.message = std::move(message);
+    finish(std::move(r));
+  }
+
+  static RateDecision base_decision(const RateStoreItem& item) {
+    RateDecision d;
+    d.rule = item.rule_name;
+    d.key = item.key;
+    d.cost = item.cost;
+    d.limit = item.rule.capacity();
+    return d;
+  }
+
+  // A refusal made here without the store (mutex_ held). Other rules are
+  // reported allowed with remaining -1: not known, the store was not asked.
+  RateResult local_answer(const std::vector<RateStoreItem>& items, const RateStoreItem& refusing,
+                          std::int64_t retry_ms, std::string message, bool counts_as_local) {
+    RateResult r;
+    r.allowed = false;
+    r.source = RateSource::local_layer;
+    r.message = std::move(message);
+    for (const auto& item : items) {
+      RateDecision d = base_decision(item);
+      if (&item == &refusing) {
+        d.allowed = false;
+        d.retry_after = std::chrono::milliseconds(retry_ms);
+        d.reset = std::chrono::milliseconds(std::max<std::int64_t>(0, retry_ms));
+      } else {
+        d.allowed = true;
+        d.remaining = -1;
+      }
+      r.decisions.push_back(std::move(d));
+    }
+    auto& st = rules_[refusing.rule_name].stats;
+    ++st.refused;
+    if (counts_as_local) ++st.local_refusals;
+    return r;
+  }
+
+  template <class Finish>
+  void on_answer(std::vector<RateStoreItem> items, std::int64_t sent, RateStoreAnswer answer,
+                 Finish& finish) {
+    if (answer.error) return degrade(std::move(items), std::move(answer), finish);
+    degraded_ = false;
+    RateResult r;
+    r.allowed = answer.allowed;
+    r.source = RateSource::store;
+    {
+      std::lock_guard lock(mutex_);
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        const auto& item = items[i];
+        const auto& sd = answer.decisions[i];
+        RateDecision d = base_decision(item);
+        d.allowed = sd.allowed;
+        d.remaining = sd.remaining;
+        d.reset = std::chrono::milliseconds(sd.reset_ms);
+        d.retry_after = std::chrono::milliseconds(sd.retry_after_ms);
+        d.at_ms = answer.at_ms;
+        d.at_us = answer.at_us;
+        r.decisions.push_back(std::move(d));
+        auto& st = rules_[item.rule_name].stats;
+        if (answer.allowed) ++st.allowed;
+        if (!sd.allowed) {
+          ++st.refused;
+          if (r.message.empty()) r.message = "rule \"" + item.rule_name + "\": over its limit";
+        }
+        if (!local_layer_ || !store_->remote()) continue;
+        // Measured from before the call: the store decided later, so this
+        // block ends no later than the store's own refusal would; less 2 ms
+        // for the truncation of both clocks to whole milliseconds.
+        if (!sd.allowed && sd.retry_after_ms > 2)
+          blocks_[BlockKey{item.rule_name, item.key}] = {sent + sd.retry_after_ms - 2, item.cost};
+        else if (sd.allowed)
+          blocks_.erase(BlockKey{item.rule_name, item.key});
+      }
+    }
+    finish(std::move(r));
+  }
+
+  // The store failed: each rule's on_redis_down decides (closed wins, then the
+  // local share, then open).
+  template <class Finish>
+  void degrade(std::vector<RateStoreItem> items, RateStoreAnswer failed, Finish& finish) {
+    degraded_ = true;
+    RateResult r;
+    r.source = RateSource::degraded;
+    std::vector<RateStoreItem> local;
+    const RateStoreItem* closed = nullptr;
+    {
+      std::lock_guard lock(mutex_);
+      for (const auto& item : items) {
+        auto& st = rules_[item.rule_name].stats;
+        ++st.store_errors;
+        ++st.degraded;
+        if (item.rule.on_redis_down == RedisDownPolicy::closed && !closed) closed = &item;
+        if (item.rule.on_redis_down == RedisDownPolicy::local) {
+          local.push_back(item);
+          local.back().rule = rate::local_share(item.rule);
+          local.back().cost = std::min(item.cost, local.back().rule.capacity() + 1);
+        }
+      }
+    }
+    if (closed) {
+      r.allowed = false;
+      r.reason = RejectReason::unavailable;
+      r.message = "rule \"" + closed->rule_name + "\": Redis unreachable (" + failed.message +
+                  ") and on_redis_down = closed";
+      for (const auto& item : items) {
+        RateDecision d = base_decision(item);
+        d.allowed = &item != closed;
+        d.remaining = -1;
+        r.decisions.push_back(std::move(d));
+      }
+      count(r, items);
+      return finish(std::move(r));
+    }
+    RateStoreAnswer answer;
+    answer.allowed = true;
+    if (!local.empty()) fallback_->decide(local, [&answer](RateStoreAnswer a) { answer = std::move(a); });
+    r.allowed = answer.allowed;
+    std::size_t j = 0;
+    for (const auto& item : items) {
+      RateDecision d = base_decision(item);
+      if (item.rule.on_redis_down == RedisDownPolicy::local) {
+        const auto& sd = answer.decisions[j++];
+        d.allowed = sd.allowed;
+        d.limit = rate::local_share(item.rule).capacity();
+        d.remaining = sd.remaining;
+        d.reset = std::chrono::milliseconds(sd.reset_ms);
+        d.retry_after = std::chrono::milliseconds(sd.retry_after_ms);
+        d.at_ms = answer.at_ms;
+      } else {
+        d.allowed = true;  // open
+        d.remaining = -1;
+      }
+      r.decisions.push_back(std::move(d));
+    }
+    r.message = r.allowed ? "Redis unreachable (" + failed.message + "): decided by on_redis_down"
+                          : "Redis unreachable (" + failed.message + "): over this instance's local share";
+    count(r, items);
+    finish(std::move(r));
+  }
+
+  void count(const RateResult& r, const std::vector<RateStoreItem>& items) {
+    std::lock_guard lock(mutex_);
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      auto& st = rules_[items[i].rule_name].stats;
+      if (r.allowed) ++st.allowed;
+      if (!r.decisions[i].allowed) ++st.refused;
+    }
+  }
+
+  boost::asio::any_io_executor executor_;
+  std::unique_ptr<RateStore> store_;
+  const bool local_layer_;
+  std::unique_ptr<RateStore> fallback_;
+  mutable std::mutex mutex_;
+  std::map<std::string, Entry, std::less<>> rules_;
+  std::map<BlockKey, Block> blocks_;
+  std::map<RefundKey, std::int64_t> refunds_;  // units of a decision not refunded yet
+  std::deque<std::pair<std::int64_t, RefundKey>> refund_expiry_;
+  std::atomic<bool> degraded_{false};
+  std::atomic<bool> shut_{false};
+};
+
+std::shared_ptr<RateLimiterImpl> make_rate_limiter_impl(boost::asio::any_io_executor executor,
+                                                        std::unique_ptr<RateStore> store, bool local_layer) {
+  return std::make_shared<RateLimiterImpl>(std::move(executor), std::move(store), local_layer);
+}
+
+boost::asio::any_io_executor executor_of(const RateLimiterImpl& impl) { return impl.executor(); }
+
+void start_check(RateLimiterImpl& impl, std::vector<RateRequest> requests,
+                 std::unique_ptr<RateCompletion> completion) {
+  impl.check(std::move(requests), std::move(completion));
+}
+
+void start_refund(RateLimiterImpl& impl, RateDecision decision, std::int64_t amount,
+                  std::unique_ptr<RefundCompletion> completion) {
+  impl.refund(std::move(decision), amount, std::move(completion));
+}
+
+}  // namespace detail
+
+RateLimiter RateLimiter::memory(executor_type executor) {
+  return RateLimiter(
+      detail::make_rate_limiter_impl(std::move(executor), detail::make_memory_rate_store(), false));
+}
+
+const std::shared_ptr<detail::RateLimiterImpl>& RateLimiter::checked_impl() const {
+  if (!impl_) throw std::logic_error("fairgate::RateLimiter: use of an empty handle");
+  return impl_;
+}
+
+RateLimiter::executor_type RateLimiter::get_executor() const { return checked_impl()->executor(); }
+
+boost::system::result<void, SettingsError> RateLimiter::set_rule(std::string_view name,
+                                                                 const RateRule& rule) {
+  return checked_impl()->set_rule(name, rule);
+}
+
+std::optional<RateRule> RateLimiter::rule(std::string_view name) const { return checked_impl()->rule(name); }
+
+std::vector<NamedRateRule> RateLimiter::rules() const { return checked_impl()->rules(); }
+
+bool RateLimiter::degraded() const { return checked_impl()->degraded(); }
+
+void RateLimiter::shutdown() { checked_impl()->shutdown(); }
+
+}  // namespace fairgate

@@ -1,0 +1,133 @@
+// redis/redis_rate_store.cpp — the rate-limit state in Redis: the one place
+// that runs the rate-limit scripts (one EVALSHA, one round trip per
+// decision), and RateLimiter::redis.
+//
+// Keys: "<prefix>:rl:{<rule>:<key>}:<algorithm>" — each under its own hash
+// tag. A multi-rule check touches one key per rule in one script, which on a
+// Redis Cluster needs the keys in one slot (see docs/ratelimit.md).
+#include "api/rate_store.hpp"
+#include "redis/connection.hpp"
+#include "redis/rate_scripts.hpp"
+#include "redis/url.hpp"
+
+#include <fairgate/rate_limiter.hpp>
+
+#include <stdexcept>
+
+namespace fairgate {
+
+namespace {
+
+class RedisRateStore final : public detail::RateStore {
+ public:
+  RedisRateStore(boost::asio::any_io_executor executor, const RateLimiterRedisOptions& o,
+                 redis::Endpoint endpoint)
+      : prefix_(o.key_prefix) {
+    redis::ConnectionOptions co;
+    co.endpoint = std::move(endpoint);
+    co.command_timeout = o.command_timeout;
+    co.connect_timeout = std::max(o.command_timeout, std::chrono::milliseconds(500));
+    co.client_name = "fairgate-ratelimit";
+    connection_ = redis::Connection::create(std::move(executor), co);
+    connection_->set_preload({{"SCRIPT", "LOAD", std::string(redis::scripts::kRlDecide.text())},
+                              {"SCRIPT", "LOAD", std::string(redis::scripts::kRlRefund.text())}});
+    connection_->start();
+  }
+
+  std::string key_of(const detail::RateStoreItem& item) const {
+    std::string k = prefix_;
+    k += ":rl:{";
+    k += item.rule_name;
+    k += ':';
+    k += item.key;
+    k += "}:";
+    k += to_string(item.rule.algorithm);
+    return k;
+  }
+
+  static void push_rule(std::vector<std::string>& args, const RateRule& r) {
+    args.push_back(std::to_string(static_cast<int>(r.algorithm) + 1));
+    args.push_back(std::to_string(r.rate));
+    args.push_back(std::to_string(r.period_ms));
+    args.push_back(std::to_string(r.capacity()));
+  }
+
+  void decide(std::vector<detail::RateStoreItem> items, DecideCallback done) override {
+    std::vector<std::string> keys;
+    std::vector<std::string> args{std::to_string(items.size())};
+    for (const auto& item : items) {
+      keys.push_back(key_of(item));
+      push_rule(args, item.rule);
+      args.push_back(std::to_string(item.cost));
+    }
+    const std::size_t n = items.size();
+    redis::call_script(
+        *connection_, redis::scripts::kRlDecide, keys, args,
+        [n, done = std::move(done)](boost::system::error_code ec, redis::Reply reply) {
+          detail::RateStoreAnswer a;
+          if (ec) {
+            a.error = ec;
+            a.message = ec.message();
+          } else if (reply.is_error()) {
+            a.error = make_error_code(Errc::unavailable);
+            a.message = "Redis: " + reply.str;
+          } else if (reply.type != redis::Reply::Type::array || reply.elements.size() != 3 + 4 * n) {
+            a.error = make_error_code(Errc::unavailable);
+            a.message = "unexpected reply " + reply.debug_string();
+          } else {
+            const auto& e = reply.elements;
+            a.allowed = e[0].integer == 1;
+            a.at_ms = e[1].integer;
+            a.at_us = e[2].integer;
+            for (std::size_t i = 0; i < n; ++i) {
+              core::rate::Decision d;
+              d.allowed = e[3 + 4 * i].integer == 1;
+              d.remaining = e[4 + 4 * i].integer;
+              d.reset_ms = e[5 + 4 * i].integer;
+              d.retry_after_ms = e[6 + 4 * i].integer;
+              a.decisions.push_back(d);
+            }
+          }
+          done(std::move(a));
+        });
+  }
+
+  void refund(detail::RateStoreItem item, std::int64_t at_ms, std::int64_t amount,
+              RefundCallback done) override {
+    std::vector<std::string> args;
+    push_rule(args, item.rule);
+    args.push_back(std::to_string(at_ms));
+    args.push_back(std::to_string(amount));
+    redis::call_script(*connection_, redis::scripts::kRlRefund, {key_of(item)}, args,
+                       [done = std::move(done)](boost::system::error_code ec, redis::Reply reply) {
+                         if (ec) return done(ec, ec.message(), 0);
+                         if (reply.is_error()) return done(make_error_code(Errc::unavailable), reply.str, 0);
+                         if (reply.type != redis::Reply::Type::array || reply.elements.size() != 2)
+                           return done(make_error_code(Errc::unavailable), "unexpected reply", 0);
+                         done({}, {}, reply.elements[0].integer);
+                       });
+  }
+
+  bool remote() const noexcept override { return true; }
+  void close() override { connection_->close(); }
+
+ private:
+  std::string prefix_;
+  std::shared_ptr<redis::Connection> connection_;
+};
+
+}  // namespace
+
+RateLimiter RateLimiter::redis(executor_type executor, RateLimiterRedisOptions options, bool local_layer) {
+  auto endpoint = redis::parse_url(options.url);
+  if (auto* problem = std::get_if<std::string>(&endpoint)) throw std::invalid_argument("url: " + *problem);
+  if (options.key_prefix.empty() || options.key_prefix.find_first_of("{}") != std::string::npos)
+    throw std::invalid_argument("key_prefix: must be non-empty, without '{' or '}'");
+  if (options.command_timeout < std::chrono::milliseconds(1))
+    throw std::invalid_argument("command_timeout: must be at least 1 ms");
+  auto store =
+      std::make_unique<RedisRateStore>(executor, options, std::get<redis::Endpoint>(std::move(endpoint)));
+  return RateLimiter(detail::make_rate_limiter_impl(std::move(executor), std::move(store), local_layer));
+}
+
+}  // namespace fairgate

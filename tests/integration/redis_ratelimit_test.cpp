@@ -1,0 +1,358 @@
+// RateLimiter against a real redis-server: 4 instances sharing a rule,
+// every decision replayed in Redis' execution order against the reference
+// models; multi-rule atomicity; refunds; the local layer; bad input; every key
+// has a TTL; degraded modes with Redis unreachable.
+#include "support/rate_checks.hpp"
+#include "support/redis_server.hpp"
+
+#include <fairgate/rate_limiter.hpp>
+
+#include <gtest/gtest.h>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include <algorithm>
+#include <mutex>
+#include <random>
+#include <thread>
+
+namespace {
+
+namespace asio = boost::asio;
+using fairgate::RateAlgorithm;
+using fairgate::RateDecision;
+using fairgate::RateLimiter;
+using fairgate::RateRequest;
+using fairgate::RateResult;
+using fairgate::RateRule;
+using fairgate::test::RateReference;
+using fairgate::test::RedisServer;
+using namespace std::chrono_literals;
+
+RateRule make_rule(RateAlgorithm a, std::int64_t rate, std::int64_t period, std::int64_t burst = 0) {
+  RateRule r;
+  r.algorithm = a;
+  r.rate = rate;
+  r.period_ms = period;
+  r.burst = burst;
+  return r;
+}
+
+class RedisRateLimitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    thread_ = std::thread([this] { io_.run(); });
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    prefix_ = std::string("rl-") + info->test_suite_name() + "-" + info->name();
+    std::replace(prefix_.begin(), prefix_.end(), '/', '-');
+  }
+  void TearDown() override {
+    for (auto& l : limiters_) l.shutdown();
+    work_.reset();
+    thread_.join();
+  }
+  static RedisServer& server() { return RedisServer::shared(); }
+
+  RateLimiter instance(bool local_layer, std::string prefix = {}) {
+    fairgate::RateLimiterRedisOptions o;
+    o.url = server().url();
+    o.key_prefix = prefix.empty() ? prefix_ : prefix;
+    o.command_timeout = 2s;
+    limiters_.push_back(RateLimiter::redis(io_.get_executor(), o, local_layer));
+    return limiters_.back();
+  }
+
+  static RateResult check(RateLimiter& l, std::vector<RateRequest> r) {
+    return l.async_check(std::move(r), asio::use_future).get();
+  }
+  static RateResult check(RateLimiter& l, std::string rule, std::string key, std::int64_t cost = 1) {
+    return check(l, {RateRequest{std::move(rule), std::move(key), cost}});
+  }
+
+  // Every key under the prefix, with its PTTL.
+  std::vector<std::pair<std::string, long>> keys_with_ttl() {
+    std::vector<std::pair<std::string, long>> out;
+    std::string cursor = "0";
+    do {
+      // RedisServer::command gives the array as lines: the cursor, then the keys.
+      const std::string reply = server().command({"SCAN", cursor, "MATCH", prefix_ + ":*", "COUNT", "1000"});
+      std::vector<std::string> lines;
+      std::size_t pos = 0;
+      while (pos <= reply.size()) {
+        const std::size_t nl = std::min(reply.find('\n', pos), reply.size());
+        lines.push_back(reply.substr(pos, nl - pos));
+        pos = nl + 1;
+      }
+      cursor = lines.at(0);
+      for (std::size_t i = 1; i < lines.size(); ++i)
+        if (!lines[i].empty()) out.emplace_back(lines[i], std::stol(server().command({"PTTL", lines[i]})));
+    } while (cursor != "0");
+    return out;
+  }
+
+  asio::io_context io_;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_{io_.get_executor()};
+  std::thread thread_;
+  std::string prefix_;
+  std::vector<RateLimiter> limiters_;
+};
+
+struct Seen {
+  std::int64_t at_us, at_ms, cost;
+  bool allowed;
+  RateDecision d;
+};
+
+// 4 instances, 4 threads, one key: random arrivals and costs; every decision
+// replayed in Redis' order (TIME in µs) against the reference model.
+class RedisRateExactness : public RedisRateLimitTest, public ::testing::WithParamInterface<RateAlgorithm> {};
+
+TEST_P(RedisRateExactness, FourInstancesMatchTheReference) {
+  const RateAlgorithm a = GetParam();
+  const bool bucket = a == RateAlgorithm::token_bucket || a == RateAlgorithm::gcra;
+  const RateRule rule = make_rule(a, 6, 100, bucket ? 9 : 0);
+  std::vector<RateLimiter> fleet;
+  for (int i = 0; i < 4; ++i) {
+    fleet.push_back(instance(false));
+    ASSERT_TRUE(fleet.back().set_rule("shared", rule));
+  }
+  std::mutex m;
+  std::vector<Seen> seen;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      std::mt19937 rng(1234 + i);
+      for (int n = 0; n < 120; ++n) {
+        const std::int64_t cost = std::uniform_int_distribution<int>(0, 3)(rng) == 0
+                                      ? std::uniform_int_distribution<std::int64_t>(1, rule.capacity())(rng)
+                                      : 1;
+        const RateResult r = check(fleet[i], "shared", "k", cost);
+        if (r.error || r.decisions.size() != 1 || r.source != fairgate::RateSource::store) {
+          ADD_FAILURE() << "instance " << i << ": " << r.message;
+          return;
+        }
+        {
+          std::lock_guard lock(m);
+          seen.push_back({r.decisions[0].at_us, r.decisions[0].at_ms, cost, r.allowed, r.decisions[0]});
+        }
+        std::this_thread::sleep_for(
+            std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 12)(rng)));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(seen.size(), 480u);
+  std::sort(seen.begin(), seen.end(), [](const Seen& x, const Seen& y) { return x.at_us < y.at_us; });
+  RateReference ref(rule);
+  std::int64_t admitted = 0, refused = 0;
+  for (const Seen& s : seen) {
+    const bool want = ref.allowed(s.at_ms, s.cost);
+    if (want) ref.admit(s.at_ms, s.cost);
+    fairgate::core::rate::Decision d{s.d.allowed, s.d.remaining, s.d.reset.count(), s.d.retry_after.count()};
+    fairgate::test::check_decision(ref, s.at_ms, s.cost, d, want);
+    if (HasFatalFailure()) return;
+    (want ? admitted : refused) += 1;
+  }
+  fairgate::test::check_bounds(ref);
+  EXPECT_GT(admitted, 20);  // the schedule exercised both answers
+  EXPECT_GT(refused, 20);
+}
+
+TEST_F(RedisRateLimitTest, MultiRuleRefusalTakesNothingFromTheOthers) {
+  RateLimiter l = instance(false);
+  ASSERT_TRUE(l.set_rule("wide", make_rule(RateAlgorithm::fixed_window, 5, 60'000)));
+  ASSERT_TRUE(l.set_rule("narrow", make_rule(RateAlgorithm::sliding_log, 3, 60'000)));
+  ASSERT_TRUE(l.set_rule("bucket", make_rule(RateAlgorithm::gcra, 1, 60'000, 10)));
+  const std::vector<RateRequest> both{{"wide", "u", 1}, {"narrow", "u", 1}, {"bucket", "u", 2}};
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(check(l, both).allowed) << i;
+  const RateResult r = check(l, both);
+  ASSERT_FALSE(r.error) << r.message;
+  EXPECT_FALSE(r.allowed);
+  ASSERT_EQ(r.decisions.size(), 3u);
+  EXPECT_TRUE(r.decisions[0].allowed);
+  EXPECT_EQ(r.decisions[0].remaining, 2) << "wide: 5 - 3, nothing taken";
+  EXPECT_FALSE(r.decisions[1].allowed);
+  EXPECT_EQ(r.decisions[1].remaining, 0);
+  EXPECT_TRUE(r.decisions[2].allowed);
+  EXPECT_EQ(r.decisions[2].remaining, 4) << "bucket: 10 - 6, nothing taken";
+  EXPECT_GT(r.retry_after(), 50s);
+  // The others still have exactly what they had.
+  const RateResult w = check(l, {{"wide", "u", 2}});
+  EXPECT_TRUE(w.allowed);
+  EXPECT_EQ(w.decisions[0].remaining, 0);
+  const RateResult b = check(l, {{"bucket", "u", 4}});
+  EXPECT_TRUE(b.allowed);
+  EXPECT_EQ(b.decisions[0].remaining, 0);
+}
+
+TEST_F(RedisRateLimitTest, Refunds) {
+  RateLimiter l = instance(true);
+  for (RateAlgorithm a : {RateAlgorithm::fixed_window, RateAlgorithm::sliding_log,
+                          RateAlgorithm::sliding_window, RateAlgorithm::token_bucket, RateAlgorithm::gcra}) {
+    const std::string name(fairgate::to_string(a));
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(l.set_rule(name, make_rule(a, 10, 600'000)));
+    RateResult r = check(l, name, "k", 8);
+    ASSERT_TRUE(r.allowed);
+    EXPECT_EQ(r.decisions[0].remaining, 2);
+    EXPECT_FALSE(check(l, name, "k", 5).allowed);
+    // More than the decision took: an error, nothing given back.
+    auto too_much = l.async_refund(r.decisions[0], 9, asio::use_future).get();
+    EXPECT_EQ(too_much.error, fairgate::make_error_code(fairgate::RejectReason::invalid_argument));
+    EXPECT_NE(too_much.message.find("amount: 9 is not in 1..8"), std::string::npos) << too_much.message;
+    auto ok = l.async_refund(r.decisions[0], 5, asio::use_future).get();
+    EXPECT_FALSE(ok.error) << ok.message;
+    EXPECT_EQ(ok.refunded, 5);
+    // The refund clears the local layer's block: 5 fit again.
+    RateResult again = check(l, name, "k", 5);
+    EXPECT_TRUE(again.allowed) << again.message;
+    EXPECT_EQ(again.decisions[0].remaining, 2);
+    // A decision gives back no more than it took, over all its refunds.
+    auto rest = l.async_refund(r.decisions[0], 4, asio::use_future).get();
+    EXPECT_EQ(rest.error, fairgate::make_error_code(fairgate::RejectReason::invalid_argument));
+    EXPECT_NE(rest.message.find("amount: 4 exceeds the 3 units of this decision not refunded yet"),
+              std::string::npos)
+        << rest.message;
+    rest = l.async_refund(r.decisions[0], 3, asio::use_future).get();
+    EXPECT_EQ(rest.refunded, 3);
+    EXPECT_EQ(check(l, name, "k", 1).decisions[0].remaining, 4);  // 10 - 8 + 5 - 5 + 3 - 1
+  }
+}
+
+TEST_F(RedisRateLimitTest, BadInputIsAClearErrorAndTooBigACostIsRefusedWithAReason) {
+  RateLimiter l = instance(true);
+  ASSERT_TRUE(l.set_rule("r", make_rule(RateAlgorithm::token_bucket, 10, 1000, 20)));
+  auto r = check(l, "nope", "k");
+  EXPECT_EQ(r.error, fairgate::make_error_code(fairgate::Errc::unknown_rule));
+  EXPECT_EQ(r.message, "rule \"nope\": unknown");
+  r = check(l, "r", "");
+  EXPECT_EQ(r.error, fairgate::make_error_code(fairgate::RejectReason::invalid_argument));
+  EXPECT_EQ(r.message, "key: must not be empty");
+  r = check(l, "r", std::string(513, 'x'));
+  EXPECT_EQ(r.message, "key: must be at most 512 bytes, got 513");
+  for (std::int64_t bad : {std::int64_t{0}, std::int64_t{-1}, fairgate::kMaxCost + 1}) {
+    r = check(l, "r", "k", bad);
+    EXPECT_EQ(r.error, fairgate::make_error_code(fairgate::RejectReason::invalid_argument)) << bad;
+    EXPECT_NE(r.message.find("cost: " + std::to_string(bad) + " is not a whole number"), std::string::npos);
+  }
+  r = check(l, {{"r", "k", 1}, {"r", "k", 2}});
+  EXPECT_NE(r.message.find("appears twice"), std::string::npos);
+  r = check(l, "r", "k", 21);
+  EXPECT_FALSE(r.error);
+  EXPECT_FALSE(r.allowed);
+  EXPECT_EQ(r.decisions[0].retry_after, -1ms);
+  EXPECT_EQ(r.message, "cost 21 exceeds the capacity 20 of rule \"r\": it can never be allowed");
+  EXPECT_TRUE(check(l, "r", "k", 20).allowed);
+  EXPECT_TRUE(keys_with_ttl().size() == 1u);
+}
+
+TEST_F(RedisRateLimitTest, EveryKeyHasATtlNoLongerThanItsStateNeeds) {
+  RateLimiter l = instance(false);
+  const std::vector<std::pair<RateRule, std::int64_t>> rules{
+      {make_rule(RateAlgorithm::fixed_window, 5, 30'000), 30'000},
+      {make_rule(RateAlgorithm::sliding_log, 5, 30'000), 30'000},
+      {make_rule(RateAlgorithm::sliding_window, 5, 30'000), 60'000},
+      {make_rule(RateAlgorithm::token_bucket, 5, 30'000, 7), 7 * 30'000 / 5},
+      {make_rule(RateAlgorithm::gcra, 5, 30'000, 7), 7 * 30'000 / 5}};
+  for (std::size_t i = 0; i < rules.size(); ++i) {
+    const std::string name = "r" + std::to_string(i);
+    ASSERT_TRUE(l.set_rule(name, rules[i].first));
+    for (int k = 0; k < 20; ++k) check(l, name, "key-" + std::to_string(k % 7), 1 + k % 3);
+  }
+  const auto keys = keys_with_ttl();
+  EXPECT_EQ(keys.size(), 5u * 7u);
+  for (const auto& [key, ttl] : keys) {
+    EXPECT_GT(ttl, 0) << key;
+    const std::size_t rule_index = key[key.find(":rl:{r") + 6] - '0';
+    EXPECT_LE(ttl, rules[rule_index].second) << key;
+    EXPECT_NE(key.find(":rl:{r" + std::to_string(rule_index) + ":key-"), std::string::npos) << key;
+  }
+}
+
+// The local layer only refuses what Redis would refuse, and saves the round trips.
+TEST_F(RedisRateLimitTest, LocalLayerRefusesOnlyWhatRedisWouldAndSavesRoundTrips) {
+  for (RateAlgorithm a : {RateAlgorithm::fixed_window, RateAlgorithm::sliding_window, RateAlgorithm::gcra}) {
+    SCOPED_TRACE(fairgate::to_string(a));
+    const std::string name(fairgate::to_string(a));
+    const RateRule rule = make_rule(a, 20, 400);
+    std::int64_t admitted[2] = {0, 0}, calls[2] = {0, 0}, local_refusals = 0;
+    for (int with_layer = 0; with_layer < 2; ++with_layer) {
+      RateLimiter l = instance(with_layer == 1, prefix_ + "-" + name + std::to_string(with_layer));
+      RateLimiter probe = instance(false, prefix_ + "-" + name + std::to_string(with_layer));
+      ASSERT_TRUE(l.set_rule(name, rule));
+      ASSERT_TRUE(probe.set_rule(name, rule));
+      const auto end = std::chrono::steady_clock::now() + 500ms;
+      std::int64_t refused_until = 0;  // Redis time: the last store refusal's at_ms + retry_after
+      while (std::chrono::steady_clock::now() < end) {
+        const RateResult r = check(l, name, "flood", 1);
+        ASSERT_FALSE(r.error) << r.message;
+        if (r.allowed) ++admitted[with_layer];
+        if (!r.allowed && r.source == fairgate::RateSource::store)
+          refused_until = r.decisions[0].at_ms + r.decisions[0].retry_after.count();
+        if (r.source == fairgate::RateSource::local_layer) {
+          ++local_refusals;
+          // Asked right after, Redis refuses too — unless the probe reached
+          // Redis after the refusal it learnt from had run out.
+          const RateResult p = check(probe, name, "flood", 1);
+          if (p.allowed) {
+            EXPECT_GE(p.decisions[0].at_ms, refused_until) << "the local layer refused what Redis allows";
+            ++admitted[with_layer];
+          }
+        }
+      }
+      calls[with_layer] = static_cast<std::int64_t>(l.rules()[0].stats.store_calls);
+      // Either way no more than the rule allows (probes included): the
+      // windows ≤ 20 per aligned 400 ms window (2 in 500 ms), gcra ≤ the
+      // burst 20 + 500/400 x 20 = 45.
+      EXPECT_LE(admitted[with_layer], a == RateAlgorithm::gcra ? 45 : 40);
+    }
+    EXPECT_GT(local_refusals, 0);
+    EXPECT_LT(calls[1] * 2, calls[0]) << "the local layer should save most round trips of a flood";
+  }
+}
+
+// Redis unreachable: each rule follows its on_redis_down policy.
+TEST_F(RedisRateLimitTest, RedisDownFollowsOnRedisDown) {
+  fairgate::RateLimiterRedisOptions o;
+  o.url = "redis://127.0.0.1:1";
+  o.key_prefix = prefix_;
+  o.command_timeout = 100ms;
+  limiters_.push_back(RateLimiter::redis(io_.get_executor(), o, true));
+  RateLimiter l = limiters_.back();
+  RateRule local = make_rule(RateAlgorithm::fixed_window, 8, 600'000);
+  local.local_divisor = 4;  // this instance's share: 2
+  RateRule open = local;
+  open.on_redis_down = fairgate::RedisDownPolicy::open;
+  RateRule closed = local;
+  closed.on_redis_down = fairgate::RedisDownPolicy::closed;
+  ASSERT_TRUE(l.set_rule("local", local));
+  ASSERT_TRUE(l.set_rule("open", open));
+  ASSERT_TRUE(l.set_rule("closed", closed));
+  EXPECT_TRUE(check(l, "local", "k").allowed);
+  EXPECT_TRUE(check(l, "local", "k").allowed);
+  RateResult r = check(l, "local", "k");
+  EXPECT_FALSE(r.allowed) << "over the local share of 8 / 4";
+  EXPECT_EQ(r.source, fairgate::RateSource::degraded);
+  EXPECT_TRUE(l.degraded());
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(check(l, "open", "k").allowed);
+  r = check(l, "closed", "k");
+  EXPECT_FALSE(r.allowed);
+  EXPECT_EQ(r.reason, fairgate::RejectReason::unavailable);
+  EXPECT_NE(r.message.find("on_redis_down = closed"), std::string::npos) << r.message;
+  // Several rules: closed wins.
+  r = check(l, {{"open", "k", 1}, {"closed", "k", 1}});
+  EXPECT_FALSE(r.allowed);
+  const auto rules = l.rules();
+  EXPECT_GE(rules[0].stats.store_errors, 1u);
+  EXPECT_GE(rules[0].stats.degraded, 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, RedisRateExactness,
+                         ::testing::Values(RateAlgorithm::fixed_window, RateAlgorithm::sliding_log,
+                                           RateAlgorithm::sliding_window, RateAlgorithm::token_bucket,
+                                           RateAlgorithm::gcra),
+                         [](const auto& param_info) {
+                           return std::string(fairgate::to_string(param_info.param));
+                         });
+
+}  // namespace
