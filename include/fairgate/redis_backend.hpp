@@ -1,5 +1,6 @@
 // fairgate/redis_backend.hpp — the cluster-wide backend: limiters shared by
-// every instance that points at the same Redis (standalone Redis 7).
+// every instance that points at the same Redis (standalone Redis 7, a Redis
+// Cluster or a Sentinel-managed master: docs/redis-cluster.md).
 //
 // Each Backend object is one *instance*: it has its own instance id, one
 // command connection and one Pub/Sub connection, and heartbeats every open
@@ -21,7 +22,9 @@
 namespace fairgate {
 
 struct RedisBackendOptions {
-  /// redis://[user:password@]host[:port][/db]
+  /// redis://[user:password@]host[:port][/db],
+  /// redis+cluster://[user:password@]host:port[,host:port...] (seeds), or
+  /// redis+sentinel://[user:password@]host:port[,...]/master_name[/db].
   std::string url = "redis://127.0.0.1:6379";
   /// Every key is "<key_prefix>:{<limiter>}:...".
   std::string key_prefix = "fairgate";
