@@ -308,6 +308,31 @@ TEST(GatewayMemory, SigtermLetsAStreamInFlightFinishThenExitsZero) {
   EXPECT_EQ(mock.terminate(), 0);
 }
 
+// A second SIGTERM during the drain stops at once: the stream in flight is
+// cut (no [DONE]) and the process exits 0 long before the answer or the grace would end.
+TEST(GatewayMemory, SecondSigtermStopsAtOnce) {
+  // 300 tokens at 10/s: a 30-second answer; grace 60 s.
+  Listening mock({FAIRGATE_BIN, "mock-llm", "--listen", "127.0.0.1:0", "--tokens-per-second", "10",
+                  "--tokens", "300", "--max-concurrent", "3"},
+                 "fairgate mock-llm");
+  Serve gateway(plain_route_config(mock.url(), "shutdown_grace_ms = 60000\n"), {});
+  RawHttp c(gateway.url());
+  ASSERT_TRUE(c.send(chat_request("/v1/chat/completions", "hello", true)));
+  ASSERT_TRUE(c.read_until("t1 ", kSanitized ? 60s : 20s)) << c.text();
+  const auto signalled = Clock::now();
+  ASSERT_EQ(::kill(gateway.pid(), SIGTERM), 0);
+  ASSERT_TRUE(c.read_until("t3 ", 20s)) << "the first SIGTERM must not cut the stream\n" << c.text();
+  ASSERT_EQ(::kill(gateway.pid(), SIGTERM), 0);
+  EXPECT_EQ(gateway.wait_exit(20s), 0);
+  const auto gone = Clock::now();
+  EXPECT_TRUE(c.read_until("", 10s));
+  EXPECT_FALSE(has(c.text(), "data: [DONE]")) << c.text();
+  std::printf("process gone %lld ms after the first SIGTERM (answer 30 s, grace 60 s)\n",
+              static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(gone - signalled).count()));
+  EXPECT_EQ(mock.terminate(), 0);
+}
+
 TEST(GatewayMemory, OpenAiSdkTenConcurrentStreamsThroughCapThreeMockNever429s) {
   SKIP_WITHOUT_SDK();
   MockLlm mock(3);
