@@ -10,7 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 nftables  # the fault-injection tests partition an instance in a network namespace
   # The Python client and its tests run on Debian's python3 (venv: the offline pip install test;
-  # yaml + jsonschema: the OpenAPI document check).
+  # yaml + jsonschema: the OpenAPI document check; yaml also builds: docs/openapi.yaml → the JSON in the binary).
   python3 python3-venv python3-yaml python3-jsonschema
   # The .deb: the man page from --help, dpkg-shlibdeps (dpkg-dev), `systemd-analyze verify`.
   help2man dpkg-dev file systemd

@@ -343,6 +343,12 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
   template <class Finish>
   void on_answer(std::vector<RateStoreItem> items, std::int64_t sent, RateStoreAnswer answer,
                  Finish& finish) {
+    if (answer.error && answer.caller_error) {
+      RateResult failed;
+      failed.error = answer.error;
+      failed.message = std::move(answer.message);
+      return finish(std::move(failed));
+    }
     if (answer.error) return degrade(std::move(items), std::move(answer), finish);
     degraded_ = false;
     RateResult r;

@@ -30,6 +30,8 @@ struct RateStoreAnswer {
   /// Set: the store could not decide (Redis unreachable, error reply).
   boost::system::error_code error;
   std::string message;
+  /// The error is the caller's (bad input), not the store's: no degraded mode.
+  bool caller_error = false;
   bool allowed = false;
   std::int64_t at_ms = 0;  ///< the store's time of the decision
   std::int64_t at_us = 0;  ///< the same in microseconds (Redis; ms x 1000 in memory)

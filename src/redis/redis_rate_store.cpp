@@ -1,12 +1,14 @@
 // redis/redis_rate_store.cpp — the rate-limit state in Redis: the one place
 // that runs the rate-limit scripts (one EVALSHA, one round trip per
-// decision), and RateLimiter::redis.
+// decision), through the client seam (redis/client.hpp: standalone,
+// Sentinel, Cluster), and RateLimiter::redis.
 //
 // Keys: "<prefix>:rl:{<rule>:<key>}:<algorithm>" — each under its own hash
 // tag. A multi-rule check touches one key per rule in one script, which on a
-// Redis Cluster needs the keys in one slot (see docs/ratelimit.md).
+// Redis Cluster needs the keys in one slot: otherwise it is refused as bad
+// input before it is sent (see docs/ratelimit.md).
 #include "api/rate_store.hpp"
-#include "redis/connection.hpp"
+#include "redis/client.hpp"
 #include "redis/rate_scripts.hpp"
 #include "redis/url.hpp"
 
@@ -21,17 +23,15 @@ namespace {
 class RedisRateStore final : public detail::RateStore {
  public:
   RedisRateStore(boost::asio::any_io_executor executor, const RateLimiterRedisOptions& o,
-                 redis::Endpoint endpoint)
+                 redis::Target target)
       : prefix_(o.key_prefix) {
-    redis::ConnectionOptions co;
-    co.endpoint = std::move(endpoint);
+    redis::ClientOptions co;
+    co.target = std::move(target);
     co.command_timeout = o.command_timeout;
-    co.connect_timeout = std::max(o.command_timeout, std::chrono::milliseconds(500));
     co.client_name = "fairgate-ratelimit";
-    connection_ = redis::Connection::create(std::move(executor), co);
-    connection_->set_preload({{"SCRIPT", "LOAD", std::string(redis::scripts::kRlDecide.text())},
-                              {"SCRIPT", "LOAD", std::string(redis::scripts::kRlRefund.text())}});
-    connection_->start();
+    client_ = redis::make_client(std::move(executor), std::move(co));
+    client_->start();
+    client_->close_subscriber();  // no wake messages here
   }
 
   std::string key_of(const detail::RateStoreItem& item) const {
@@ -61,8 +61,19 @@ class RedisRateStore final : public detail::RateStore {
       args.push_back(std::to_string(item.cost));
     }
     const std::size_t n = items.size();
-    redis::call_script(
-        *connection_, redis::scripts::kRlDecide, keys, args,
+    if (client_->kind() == "redis-cluster") {
+      for (const auto& k : keys) {
+        if (redis::key_slot(k) == redis::key_slot(keys.front())) continue;
+        detail::RateStoreAnswer a;
+        a.error = make_error_code(RejectReason::invalid_argument);
+        a.caller_error = true;
+        a.message = "rules: on a Redis Cluster the rules of one check must hash to one slot (\"" +
+                    keys.front() + "\" and \"" + k + "\" do not); check them one by one";
+        return done(std::move(a));
+      }
+    }
+    client_->call_script(
+        redis::scripts::kRlDecide, keys, args,
         [n, done = std::move(done)](boost::system::error_code ec, redis::Reply reply) {
           detail::RateStoreAnswer a;
           if (ec) {
@@ -89,7 +100,8 @@ class RedisRateStore final : public detail::RateStore {
             }
           }
           done(std::move(a));
-        });
+        },
+        {});
   }
 
   void refund(detail::RateStoreItem item, std::int64_t at_ms, std::int64_t amount,
@@ -98,35 +110,37 @@ class RedisRateStore final : public detail::RateStore {
     push_rule(args, item.rule);
     args.push_back(std::to_string(at_ms));
     args.push_back(std::to_string(amount));
-    redis::call_script(*connection_, redis::scripts::kRlRefund, {key_of(item)}, args,
-                       [done = std::move(done)](boost::system::error_code ec, redis::Reply reply) {
-                         if (ec) return done(ec, ec.message(), 0);
-                         if (reply.is_error()) return done(make_error_code(Errc::unavailable), reply.str, 0);
-                         if (reply.type != redis::Reply::Type::array || reply.elements.size() != 2)
-                           return done(make_error_code(Errc::unavailable), "unexpected reply", 0);
-                         done({}, {}, reply.elements[0].integer);
-                       });
+    client_->call_script(redis::scripts::kRlRefund, {key_of(item)}, args,
+                         [done = std::move(done)](boost::system::error_code ec, redis::Reply reply) {
+                           if (ec) return done(ec, ec.message(), 0);
+                           if (reply.is_error())
+                             return done(make_error_code(Errc::unavailable), reply.str, 0);
+                           if (reply.type != redis::Reply::Type::array || reply.elements.size() != 2)
+                             return done(make_error_code(Errc::unavailable), "unexpected reply", 0);
+                           done({}, {}, reply.elements[0].integer);
+                         },
+                         {});
   }
 
   bool remote() const noexcept override { return true; }
-  void close() override { connection_->close(); }
+  void close() override { client_->close_after_pending(); }
 
  private:
   std::string prefix_;
-  std::shared_ptr<redis::Connection> connection_;
+  std::shared_ptr<redis::Client> client_;
 };
 
 }  // namespace
 
 RateLimiter RateLimiter::redis(executor_type executor, RateLimiterRedisOptions options, bool local_layer) {
-  auto endpoint = redis::parse_url(options.url);
-  if (auto* problem = std::get_if<std::string>(&endpoint)) throw std::invalid_argument("url: " + *problem);
+  auto target = redis::parse_target(options.url);
+  if (auto* problem = std::get_if<std::string>(&target)) throw std::invalid_argument("url: " + *problem);
   if (options.key_prefix.empty() || options.key_prefix.find_first_of("{}") != std::string::npos)
     throw std::invalid_argument("key_prefix: must be non-empty, without '{' or '}'");
   if (options.command_timeout < std::chrono::milliseconds(1))
     throw std::invalid_argument("command_timeout: must be at least 1 ms");
   auto store =
-      std::make_unique<RedisRateStore>(executor, options, std::get<redis::Endpoint>(std::move(endpoint)));
+      std::make_unique<RedisRateStore>(executor, options, std::get<redis::Target>(std::move(target)));
   return RateLimiter(detail::make_rate_limiter_impl(std::move(executor), std::move(store), local_layer));
 }
 

@@ -1,0 +1,148 @@
+// RateLimiter on the memory store: 4 threads sharing a rule, every decision
+// replayed in the store's order against the reference model; multi-rule
+// atomicity; refunds; bad input.
+#include "support/rate_checks.hpp"
+
+#include <fairgate/rate_limiter.hpp>
+
+#include <gtest/gtest.h>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include <algorithm>
+#include <mutex>
+#include <random>
+#include <thread>
+
+namespace {
+
+namespace asio = boost::asio;
+using fairgate::RateAlgorithm;
+using fairgate::RateLimiter;
+using fairgate::RateRequest;
+using fairgate::RateResult;
+using fairgate::RateRule;
+using namespace std::chrono_literals;
+
+RateRule make_rule(RateAlgorithm a, std::int64_t rate, std::int64_t period, std::int64_t burst = 0) {
+  RateRule r;
+  r.algorithm = a;
+  r.rate = rate;
+  r.period_ms = period;
+  r.burst = burst;
+  return r;
+}
+
+class MemoryRateLimiter : public ::testing::TestWithParam<RateAlgorithm> {
+ protected:
+  void SetUp() override {
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  void TearDown() override {
+    work_.reset();
+    thread_.join();
+  }
+  asio::io_context io_;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_{io_.get_executor()};
+  std::thread thread_;
+};
+
+TEST_P(MemoryRateLimiter, FourThreadsMatchTheReference) {
+  const RateAlgorithm a = GetParam();
+  const bool bucket = a == RateAlgorithm::token_bucket || a == RateAlgorithm::gcra;
+  const RateRule rule = make_rule(a, 6, 50, bucket ? 9 : 0);
+  RateLimiter l = RateLimiter::memory(io_.get_executor());
+  ASSERT_TRUE(l.set_rule("shared", rule));
+  std::mutex m;
+  std::vector<std::pair<std::int64_t, fairgate::RateDecision>> seen;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      std::mt19937 rng(99 + i);
+      for (int n = 0; n < 150; ++n) {
+        const std::int64_t cost = std::uniform_int_distribution<int>(0, 3)(rng) == 0
+                                      ? std::uniform_int_distribution<std::int64_t>(1, rule.capacity())(rng)
+                                      : 1;
+        RateResult r = l.async_check(RateRequest{"shared", "k", cost}, asio::use_future).get();
+        if (r.error || r.decisions.size() != 1) {
+          ADD_FAILURE() << r.message;
+          return;
+        }
+        {
+          std::lock_guard lock(m);
+          seen.emplace_back(r.decisions[0].at_us, r.decisions[0]);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 4)(rng)));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(seen.size(), 600u);
+  std::sort(seen.begin(), seen.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  fairgate::test::RateReference ref(rule);
+  int admitted = 0;
+  for (const auto& [us, d] : seen) {
+    const bool want = ref.allowed(d.at_ms, d.cost);
+    if (want) ref.admit(d.at_ms, d.cost);
+    fairgate::test::check_decision(
+        ref, d.at_ms, d.cost,
+        fairgate::core::rate::Decision{d.allowed, d.remaining, d.reset.count(), d.retry_after.count()}, want);
+    if (HasFatalFailure()) return;
+    admitted += want;
+  }
+  fairgate::test::check_bounds(ref);
+  EXPECT_GT(admitted, 20);
+  EXPECT_LT(admitted, 590);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, MemoryRateLimiter,
+                         ::testing::Values(RateAlgorithm::fixed_window, RateAlgorithm::sliding_log,
+                                           RateAlgorithm::sliding_window, RateAlgorithm::token_bucket,
+                                           RateAlgorithm::gcra),
+                         [](const auto& param_info) {
+                           return std::string(fairgate::to_string(param_info.param));
+                         });
+
+TEST(MemoryRateLimiterApi, MultiRuleRefundsAndBadInput) {
+  asio::io_context io;
+  std::thread t;
+  auto work = asio::make_work_guard(io);
+  t = std::thread([&] { io.run(); });
+  RateLimiter l = RateLimiter::memory(io.get_executor());
+  ASSERT_TRUE(l.set_rule("a", make_rule(RateAlgorithm::fixed_window, 5, 600'000)));
+  ASSERT_TRUE(l.set_rule("b", make_rule(RateAlgorithm::token_bucket, 1, 600'000, 2)));
+  auto check = [&](std::vector<RateRequest> r) {
+    return l.async_check(std::move(r), asio::use_future).get();
+  };
+  EXPECT_TRUE(check({{"a", "u", 1}, {"b", "u", 1}}).allowed);
+  RateResult second = check({{"a", "u", 1}, {"b", "u", 1}});
+  EXPECT_TRUE(second.allowed);
+  RateResult third = check({{"a", "u", 1}, {"b", "u", 1}});
+  EXPECT_FALSE(third.allowed);
+  EXPECT_EQ(third.decisions[0].remaining, 3) << "nothing taken from a";
+  EXPECT_TRUE(third.decisions[0].allowed);
+  EXPECT_FALSE(third.decisions[1].allowed);
+  // Refund b's unit of the second decision: the pair fits again.
+  auto refund = l.async_refund(second.decisions[1], 1, asio::use_future).get();
+  EXPECT_FALSE(refund.error) << refund.message;
+  EXPECT_EQ(refund.refunded, 1);
+  EXPECT_TRUE(check({{"a", "u", 1}, {"b", "u", 1}}).allowed);
+  EXPECT_EQ(l.async_refund(second.decisions[1], 1, asio::use_future).get().error,
+            fairgate::make_error_code(fairgate::RejectReason::invalid_argument))
+      << "a second refund of the same unit";
+  EXPECT_EQ(check({{"zzz", "u", 1}}).error, fairgate::make_error_code(fairgate::Errc::unknown_rule));
+  EXPECT_EQ(check({{"a", "", 1}}).message, "key: must not be empty");
+  EXPECT_EQ(check({{"a", "u", 0}}).message, "cost: 0 is not a whole number in 1..1000000000000");
+  RateResult big = check({{"a", "u", 6}});
+  EXPECT_FALSE(big.error);
+  EXPECT_FALSE(big.allowed);
+  EXPECT_EQ(big.decisions[0].retry_after, -1ms);
+  EXPECT_EQ(l.rules().size(), 2u);
+  EXPECT_FALSE(l.set_rule("bad name", make_rule(RateAlgorithm::gcra, 1, 1000)));
+  EXPECT_EQ(l.set_rule("c", make_rule(RateAlgorithm::gcra, 0, 1000)).error().message(),
+            "rate: 0 is not in 1..1000000000");
+  work.reset();
+  t.join();
+}
+
+}  // namespace
