@@ -55,7 +55,7 @@ namespace {
 constexpr auto nothrow = net::as_tuple(net::use_awaitable);
 constexpr std::string_view kServerName = "fairgate-mock-llm";
 constexpr std::size_t kMaxHeaderBytes = 8 * 1024;
-constexpr std::size_t kMaxBodyBytes = 1024 * 1024;
+constexpr std::size_t kMaxBodyBytes = 8 * 1024 * 1024;  // above the gateway default (4 MiB)
 constexpr std::int64_t kMaxTokensLimit = 1'000'000;
 
 using Request = http::request<http::string_body>;

@@ -399,8 +399,15 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
   if (route == nullptr) {
     if (sh.gateway) {
       if (auto* gw =
-              sh.gateway->match(target_path(std::string_view(req.target().data(), req.target().size()))))
+              sh.gateway->match(target_path(std::string_view(req.target().data(), req.target().size())))) {
+        // Marked for the drain (docs/serve.md, "Shutdown"): it lets this request finish.
+        s.in_gateway = true;
+        struct Unmark {
+          Session& s;
+          ~Unmark() { s.in_gateway = false; }
+        } unmark{s};
         co_return co_await proxy(self, req, *gw);
+      }
     }
     co_return co_await send_error(
         s, req, http::status::not_found, "not_found",
@@ -511,20 +518,40 @@ bool is_http_error(const boost::system::error_code& ec) {
   return ec.category() == make_error_code(http::error::bad_target).category();
 }
 
+/// The body limit that applies to one request, and whether it is a gateway route's.
+struct BodyLimit {
+  std::size_t bytes = 0;
+  bool gateway = false;
+};
+
 /// Reads one request: the header, then the body with the limit of its route.
 /// (A named coroutine, not a lambda: g++ 12 may keep a lambda coroutine's
 /// closure in a stack slot that does not outlive the co_await.)
-awaitable<boost::system::error_code> read_request(Session& s,
-                                                  http::request_parser<http::string_body>& parser) {
+awaitable<boost::system::error_code> read_request(Session& s, http::request_parser<http::string_body>& parser,
+                                                  BodyLimit& limit) {
+  // Beast checks Content-Length against the body limit while it parses the
+  // header, before the route is known: let the header through with the
+  // largest limit of any route, then apply the request's own.
+  std::size_t widest = s.shared->config.server.max_body_bytes;
+  if (s.shared->gateway)
+    for (const auto& r : s.shared->gateway->routes()) widest = std::max(widest, r->config.max_body_bytes);
+  parser.body_limit(widest);
   auto [hec, hn] = co_await http::async_read_header(s.stream, s.buffer, parser, nothrow);
-  if (hec || parser.is_done()) co_return hec;
+  // (A body over even the largest limit fails the header read, the header parsed.)
   // A gateway route takes bigger bodies (prompts with documents) than the admission API.
   if (s.shared->gateway) {
     const auto& target = parser.get().target();
     if (const auto* route =
-            s.shared->gateway->match(target_path(std::string_view(target.data(), target.size()))))
-      parser.body_limit(route->config.max_body_bytes);
+            s.shared->gateway->match(target_path(std::string_view(target.data(), target.size())))) {
+      limit.bytes = route->config.max_body_bytes;
+      limit.gateway = true;
+    }
   }
+  if (hec) co_return hec;
+  if (const auto length = parser.content_length(); length && *length > limit.bytes)
+    co_return http::error::body_limit;
+  if (parser.is_done()) co_return hec;
+  parser.body_limit(limit.bytes);
   // A client that waits for permission to send its body (curl does, for big ones) gets it at once.
   const auto expect = parser.get()[http::field::expect];
   if (parser.get().version() >= 11 && beast::iequals(expect, "100-continue")) {
@@ -556,12 +583,12 @@ awaitable<void> serve_connection(std::shared_ptr<Session> self) {
     // The request has started: all of it must arrive within header_timeout (slowloris).
     http::request_parser<http::string_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
-    parser.body_limit(limits.max_body_bytes);
+    BodyLimit body_limit{limits.max_body_bytes, false};
     // A deadline that cancels the read (instead of the stream's timeout,
     // which would close the socket) so a slow client still gets its 408.
     net::steady_timer deadline(s.stream.get_executor());
     deadline.expires_after(limits.header_timeout);
-    auto raced = co_await (read_request(s, parser) || deadline.async_wait(nothrow));
+    auto raced = co_await (read_request(s, parser, body_limit) || deadline.async_wait(nothrow));
     const boost::system::error_code ec =
         raced.index() == 0 ? std::get<0>(raced) : boost::system::error_code(beast::error::timeout);
     if (ec) {
@@ -571,9 +598,17 @@ awaitable<void> serve_connection(std::shared_ptr<Session> self) {
       if (ec == http::error::header_limit) {
         co_await send_error(s, dummy, http::status::request_header_fields_too_large, "header_too_large",
                             fmt::format("request headers exceed {} bytes", limits.max_header_bytes));
+      } else if (ec == http::error::body_limit && body_limit.gateway) {
+        // A gateway route answers in OpenAI's error shape, as for every other error there.
+        co_await send(s, make_response(http::status::payload_too_large, dummy,
+                                       openai_error(fmt::format("request body exceeds {} bytes (this "
+                                                                "route's max_body_bytes)",
+                                                                body_limit.bytes),
+                                                    "invalid_request_error", "body_too_large"),
+                                       "application/json"));
       } else if (ec == http::error::body_limit) {
         co_await send_error(s, dummy, http::status::payload_too_large, "body_too_large",
-                            fmt::format("request body exceeds {} bytes", limits.max_body_bytes));
+                            fmt::format("request body exceeds {} bytes", body_limit.bytes));
       } else if (ec == beast::error::timeout) {
         sh.metrics.connections_timed_out.fetch_add(1);
         Response res = error_response(http::status::request_timeout, dummy, "request_timeout",
@@ -666,8 +701,9 @@ awaitable<void> lease_sweeper(std::shared_ptr<Shared> sh) {
   }
 }
 
-/// Stops accepting, releases the JSON permits, and closes the connections
-/// (after letting them say goodbye), within the shutdown grace period.
+/// Stops accepting, releases the JSON permits, closes the admission API's
+/// connections (after letting them say goodbye) and lets gateway requests in
+/// flight finish, within the shutdown grace period; then closes what is left.
 awaitable<void> drain(std::shared_ptr<Shared> sh) {
   sh->stopping.store(true);
   net::post(sh->acceptor_strand, [sh] {
@@ -681,18 +717,44 @@ awaitable<void> drain(std::shared_ptr<Shared> sh) {
   timer.expires_after(100ms);
   co_await timer.async_wait(nothrow);
   const auto deadline = std::chrono::steady_clock::now() + sh->config.server.shutdown_grace;
-  while (sh->session_count() > 0 && std::chrono::steady_clock::now() < deadline) {
-    sh->close_sessions();
+  while (sh->session_count() > 0) {
+    const bool force = sh->force_stop.load() || std::chrono::steady_clock::now() >= deadline;
+    sh->close_sessions(force);
+    if (force) break;
     timer.expires_after(20ms);
+    co_await timer.async_wait(nothrow);
+  }
+  // Forced: give the closes (and the releases of the permits they held) a moment to run.
+  for (int i = 0; i < 10 && sh->session_count() > 0; ++i) {
+    timer.expires_after(10ms);
     co_await timer.async_wait(nothrow);
   }
 }
 
+/// A second SIGTERM/SIGINT while draining: stop at once.
+awaitable<void> force_on_second_signal(std::shared_ptr<Shared> sh, net::signal_set& signals, std::FILE* out) {
+  auto [ec, sig] = co_await signals.async_wait(nothrow);
+  if (ec) co_return;
+  sh->force_stop.store(true);
+  const std::string text = fmt::format("fairgate serve: second {}: closing every connection now\n",
+                                       sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::fputs(text.c_str(), out);
+  std::fflush(out);
+}
+
 /// SIGTERM/SIGINT: end waiters, drain, let the last Redis commands go out, then stop the loop.
-awaitable<void> shutdown_on_signal(std::shared_ptr<Shared> sh, net::signal_set& signals, int& which) {
+awaitable<void> shutdown_on_signal(std::shared_ptr<Shared> sh, net::signal_set& signals, int& which,
+                                   std::FILE* out) {
   auto [ec, sig] = co_await signals.async_wait(nothrow);
   if (ec) co_return;
   which = sig;
+  const std::string text = fmt::format(
+      "fairgate serve: {}: draining (gateway requests in flight may finish within {} ms; a second signal "
+      "stops at once)\n",
+      sig == SIGINT ? "SIGINT" : "SIGTERM", sh->config.server.shutdown_grace.count());
+  std::fputs(text.c_str(), out);
+  std::fflush(out);
+  net::co_spawn(co_await net::this_coro::executor, force_on_second_signal(sh, signals, out), net::detached);
   sh->backend->shutdown();
   co_await drain(sh);
   // Releases and cancels are sent asynchronously: give them a moment on the wire.
@@ -702,6 +764,18 @@ awaitable<void> shutdown_on_signal(std::shared_ptr<Shared> sh, net::signal_set& 
     co_await timer.async_wait(nothrow);
   }
   sh->io.stop();
+}
+
+/// SIGHUP: ignored (the config is read once, at start), never fatal.
+awaitable<void> ignore_hangups(net::signal_set& hangups, std::FILE* out) {
+  for (;;) {
+    auto [ec, sig] = co_await hangups.async_wait(nothrow);
+    if (ec) co_return;
+    std::fputs(
+        "fairgate serve: SIGHUP ignored (the config file is read at start only; restart to change it)\n",
+        out);
+    std::fflush(out);
+  }
 }
 
 /// One line of the settings in force and where they come from (docs/serve.md, "Which settings win").
@@ -818,7 +892,9 @@ int run_server(const ServeConfig& config, std::FILE* out) {
 
   net::signal_set signals(io, SIGINT, SIGTERM);
   int which = 0;
-  net::co_spawn(io, shutdown_on_signal(sh, signals, which), net::detached);
+  net::co_spawn(io, shutdown_on_signal(sh, signals, which, out), net::detached);
+  net::signal_set hangups(io, SIGHUP);
+  net::co_spawn(io, ignore_hangups(hangups, out), net::detached);
   server.start();
 
   std::string routes;

@@ -73,6 +73,9 @@ struct Session {
   std::uint64_t id;
   std::string client;
   bool closing = false;
+  /// A gateway request is being served (waiting, or relaying the upstream's
+  /// answer): a graceful shutdown lets it finish within shutdown_grace_ms.
+  bool in_gateway = false;
   /// The current request's Origin when it is allowed (server.cors_origins):
   /// every answer to it carries the CORS headers. Empty: none.
   std::string cors_origin;
@@ -97,6 +100,8 @@ struct Shared {
   net::strand<net::io_context::executor_type> acceptor_strand;
   tcp::acceptor acceptor;
   std::atomic<bool> stopping{false};
+  /// A second SIGTERM/SIGINT: stop draining, close every connection now.
+  std::atomic<bool> force_stop{false};
   std::atomic<std::uint64_t> next_ticket{1};
 
   std::mutex mu;
@@ -108,15 +113,19 @@ struct Shared {
     std::lock_guard lock(mu);
     return sessions.size();
   }
-  /// Posts close() to every session's strand.
-  void close_sessions() {
+  /// Posts close() to every session's strand; unless `force`, sessions in
+  /// the middle of a gateway request are left to finish it.
+  void close_sessions(bool force) {
     std::vector<std::shared_ptr<Session>> all;
     {
       std::lock_guard lock(mu);
       for (auto& [id, weak] : sessions)
         if (auto s = weak.lock()) all.push_back(std::move(s));
     }
-    for (auto& s : all) net::post(s->stream.get_executor(), [s] { s->close(); });
+    for (auto& s : all)
+      net::post(s->stream.get_executor(), [s, force] {
+        if (force || !s->in_gateway) s->close();
+      });
   }
 };
 

@@ -13,7 +13,10 @@
 #include "support/redis_server.hpp"
 
 #include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -121,6 +124,213 @@ ClientRun run_client(const std::string& scenario, const std::string& gateways, c
       std::string(GATEWAY_DIR) + "/gateway_client.mjs", scenario, "--gateway", gateways, "--mock", mock};
   argv.insert(argv.end(), args.begin(), args.end());
   return run_node(argv);
+}
+
+/// One HTTP/1.1 exchange over a raw socket, read as it arrives (the body
+/// limit and drain tests need exact bytes and timing control).
+class RawHttp {
+ public:
+  explicit RawHttp(const std::string& url) {
+    const int port = std::stoi(url.substr(url.rfind(':') + 1));
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  }
+  ~RawHttp() { ::close(fd_); }
+  RawHttp(const RawHttp&) = delete;
+  RawHttp& operator=(const RawHttp&) = delete;
+
+  bool send(const std::string& bytes) {
+    std::size_t sent = 0;
+    while (connected_ && sent < bytes.size()) {
+      const auto n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      sent += static_cast<std::size_t>(n);
+    }
+    return connected_;
+  }
+  /// Reads until `needle` arrived (empty: until the server closes) or `limit` passed.
+  bool read_until(std::string_view needle, std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    while (Clock::now() < deadline) {
+      if (!needle.empty() && text_.find(needle) != std::string::npos) return true;
+      if (eof_) return needle.empty();
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      char buf[16384];
+      const auto n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        eof_ = true;
+        continue;
+      }
+      text_.append(buf, static_cast<std::size_t>(n));
+    }
+    return false;
+  }
+  const std::string& text() const { return text_; }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+  bool eof_ = false;
+  std::string text_;
+};
+
+std::string chat_request(const std::string& path, const std::string& content, bool stream) {
+  const std::string body = R"({"model":"fairgate-mock","stream":)" + std::string(stream ? "true" : "false") +
+                           R"(,"messages":[{"role":"user","content":")" + content + R"("}]})";
+  return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n" +
+         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+/// One route with the default body limit and one with a small one, no other settings.
+std::string plain_route_config(const std::string& mock, const std::string& server = "") {
+  return "[server]\n" + server +
+         "[limiters.chat]\n"
+         "max_concurrent = 2\n"
+         "max_wait_ms = 20000\n"
+         "[[route]]\n"
+         "path = \"/v1/chat/completions\"\n"
+         "upstream = \"" +
+         mock +
+         "\"\n"
+         "limiter = \"chat\"\n"
+         "[[route]]\n"
+         "path = \"/small/v1/chat/completions\"\n"
+         "upstream = \"" +
+         mock +
+         "/v1/chat/completions\"\n"
+         "limiter = \"chat\"\n"
+         "max_body_bytes = 1000\n";
+}
+
+bool has(const std::string& text, std::string_view what) { return text.find(what) != std::string::npos; }
+
+void expect_openai_413(const std::string& reply, std::string_view limit) {
+  EXPECT_EQ(reply.rfind("HTTP/1.1 413", 0), 0u) << reply.substr(0, 400);
+  EXPECT_TRUE(has(reply, "application/json")) << reply;
+  EXPECT_TRUE(has(reply, R"("type":"invalid_request_error")")) << reply;
+  EXPECT_TRUE(has(reply, R"("param":null)")) << reply;
+  EXPECT_TRUE(has(reply, R"("code":"body_too_large")")) << reply;
+  EXPECT_TRUE(has(reply, std::string("exceeds ") + std::string(limit) + " bytes")) << reply;
+}
+
+// A prompt with documents: 1 MiB of content passes the gateway (default
+// max_body_bytes 4 MiB) and the mock answers it; a body over a route's limit
+// gets 413 in OpenAI's error shape, before the upstream hears of it.
+TEST(GatewayMemory, OneMebibyteChatRequestPassesAndOversizedBodyGetsOpenAiShaped413) {
+  MockLlm mock(3);
+  Serve gateway(plain_route_config(mock.url()), {});
+  {
+    RawHttp c(gateway.url());
+    ASSERT_TRUE(c.send(chat_request("/v1/chat/completions", std::string(1024 * 1024, 'a'), false)));
+    EXPECT_TRUE(c.read_until("", kSanitized ? 60s : 20s));
+    EXPECT_EQ(c.text().rfind("HTTP/1.1 200", 0), 0u) << c.text().substr(0, 400);
+    EXPECT_TRUE(has(c.text(), R"("object":"chat.completion")")) << c.text().substr(0, 400);
+  }
+  {
+    // Over the default 4 MiB: refused on the header (Content-Length), no body sent.
+    RawHttp c(gateway.url());
+    ASSERT_TRUE(
+        c.send("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Content-Length: 4194305\r\n\r\n"));
+    EXPECT_TRUE(c.read_until("", kSanitized ? 60s : 20s));
+    expect_openai_413(c.text(), "4194304");
+  }
+  {
+    // A route's own limit, with the body sent: chunked, so it is counted as it comes.
+    RawHttp c(gateway.url());
+    const std::string chunk(1500, 'b');
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx", chunk.size());
+    ASSERT_TRUE(
+        c.send("POST /small/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Transfer-Encoding: chunked\r\n\r\n" +
+               std::string(size) + "\r\n" + chunk + "\r\n0\r\n\r\n"));
+    EXPECT_TRUE(c.read_until("", kSanitized ? 60s : 20s));
+    expect_openai_413(c.text(), "1000");
+  }
+  {
+    // The admission API keeps its own (smaller) server.max_body_bytes and error shape.
+    RawHttp c(gateway.url());
+    ASSERT_TRUE(
+        c.send("POST /v1/limiters/chat/acquire HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n"));
+    EXPECT_TRUE(c.read_until("", kSanitized ? 60s : 20s));
+    EXPECT_EQ(c.text().rfind("HTTP/1.1 413", 0), 0u) << c.text();
+    EXPECT_TRUE(has(c.text(), R"("reason":"body_too_large")")) << c.text();
+  }
+  EXPECT_EQ(gateway.terminate(), 0);
+  EXPECT_EQ(mock.terminate(), 0);
+}
+
+// Rolling deploys: a streaming answer in flight when SIGTERM arrives is
+// relayed whole (every token, the final chunk, [DONE]); new connections are
+// refused meanwhile; the process then exits 0, well before the grace ends.
+TEST(GatewayMemory, SigtermLetsAStreamInFlightFinishThenExitsZero) {
+  // 30 tokens at 10/s: ~3 s of answer, most of it after the signal.
+  Listening mock({FAIRGATE_BIN, "mock-llm", "--listen", "127.0.0.1:0", "--tokens-per-second", "10",
+                  "--tokens", "30", "--max-concurrent", "3"},
+                 "fairgate mock-llm");
+  const auto grace = kSanitized ? 60s : 30s;
+  Serve gateway(plain_route_config(
+                    mock.url(),
+                    "shutdown_grace_ms = " + std::to_string(std::chrono::milliseconds(grace).count()) + "\n"),
+                {});
+  RawHttp c(gateway.url());
+  ASSERT_TRUE(c.send(chat_request("/v1/chat/completions", "hello", true)));
+  ASSERT_TRUE(c.read_until("t1 ", kSanitized ? 60s : 20s)) << c.text();
+  const auto signalled = Clock::now();
+  ASSERT_EQ(::kill(gateway.pid(), SIGTERM), 0);
+  EXPECT_TRUE(c.read_until("", grace)) << "the stream did not end within the grace";
+  const auto streamed = Clock::now();
+  const std::string& text = c.text();
+  EXPECT_EQ(text.rfind("HTTP/1.1 200", 0), 0u) << text.substr(0, 400);
+  for (int i = 0; i < 30; ++i)
+    EXPECT_TRUE(has(text, "t" + std::to_string(i) + " ")) << "token " << i << "\n" << text;
+  EXPECT_TRUE(has(text, R"("finish_reason":"stop")")) << text;
+  EXPECT_TRUE(has(text, "data: [DONE]")) << text;
+  // No new connections while draining (the listener is closed at once).
+  RawHttp late(gateway.url());
+  EXPECT_TRUE(!late.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n") || late.read_until("", 5s));
+  EXPECT_FALSE(has(late.text(), "HTTP/1.1 200")) << late.text();
+  EXPECT_EQ(gateway.wait_exit(grace), 0);  // already exiting: no second signal
+  const auto gone = Clock::now();
+  std::printf(
+      "stream ended %lld ms after SIGTERM, process gone %lld ms after it (grace %lld ms)\n",
+      static_cast<long long>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(streamed - signalled).count()),
+      static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(gone - signalled).count()),
+      static_cast<long long>(std::chrono::milliseconds(grace).count()));
+  EXPECT_LT(gone - signalled, grace);
+  EXPECT_EQ(mock.terminate(), 0);
+}
+
+// A second SIGTERM during the drain stops at once: the stream in flight is
+// cut (no [DONE]) and the process exits 0 long before the answer or the grace would end.
+TEST(GatewayMemory, SecondSigtermStopsAtOnce) {
+  // 300 tokens at 10/s: a 30-second answer; grace 60 s.
+  Listening mock({FAIRGATE_BIN, "mock-llm", "--listen", "127.0.0.1:0", "--tokens-per-second", "10",
+                  "--tokens", "300", "--max-concurrent", "3"},
+                 "fairgate mock-llm");
+  Serve gateway(plain_route_config(mock.url(), "shutdown_grace_ms = 60000\n"), {});
+  RawHttp c(gateway.url());
+  ASSERT_TRUE(c.send(chat_request("/v1/chat/completions", "hello", true)));
+  ASSERT_TRUE(c.read_until("t1 ", kSanitized ? 60s : 20s)) << c.text();
+  const auto signalled = Clock::now();
+  ASSERT_EQ(::kill(gateway.pid(), SIGTERM), 0);
+  ASSERT_TRUE(c.read_until("t3 ", 20s)) << "the first SIGTERM must not cut the stream\n" << c.text();
+  ASSERT_EQ(::kill(gateway.pid(), SIGTERM), 0);
+  EXPECT_EQ(gateway.wait_exit(20s), 0);
+  const auto gone = Clock::now();
+  EXPECT_TRUE(c.read_until("", 10s));
+  EXPECT_FALSE(has(c.text(), "data: [DONE]")) << c.text();
+  std::printf("process gone %lld ms after the first SIGTERM (answer 30 s, grace 60 s)\n",
+              static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(gone - signalled).count()));
+  EXPECT_EQ(mock.terminate(), 0);
 }
 
 TEST(GatewayMemory, OpenAiSdkTenConcurrentStreamsThroughCapThreeMockNever429s) {

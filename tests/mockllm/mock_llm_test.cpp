@@ -486,7 +486,8 @@ TEST_F(MockLlmTest, ATooLargeBodyIs413) {
   start(fast());
   auto stream = connect();
   const std::string head =
-      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n\r\n{\"model\":";
+      // Over the 8 MiB limit (above the gateway's 4 MiB default).
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 8388609\r\n\r\n{\"model\":";
   await(net::async_write(stream, net::buffer(head), net::use_awaitable));
   Response res;
   await(http::async_read(stream, buffer_, res, net::use_awaitable));

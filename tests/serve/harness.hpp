@@ -167,6 +167,8 @@ class Listening {
   pid_t pid() const { return child_->pid(); }
   /// SIGTERM; the exit code (0 = clean shutdown).
   int terminate() { return child_->stop(SIGTERM, kSanitized ? 60s : 20s); }
+  /// Waits (without a signal) up to `limit` for the exit; the exit code, -1 when it did not end.
+  int wait_exit(std::chrono::milliseconds limit) { return child_->wait(limit); }
 
  private:
   std::unique_ptr<Child> child_;

@@ -303,6 +303,38 @@ std::unique_ptr<Serve> memory_server(const std::string& limiter, const std::stri
   return std::make_unique<Serve>(base_config(extra_config), std::vector<std::string>{"--limiter", limiter});
 }
 
+/// SIGHUP is ignored (docs/serve.md, "Signals"): the server keeps serving and
+/// a permit it holds stays held; SIGTERM then still ends it with exit 0.
+TEST(ServeMemory, SighupDoesNotKillAndHeldPermitStaysHeld) {
+  auto s = memory_server("hup=1");
+  const std::string acquire =
+      "POST /v1/limiters/hup/acquire?max_wait_ms=200&lease_ms=600000 HTTP/1.1\r\nHost: x\r\n"
+      "Connection: close\r\nContent-Length: 0\r\n\r\n";
+  const auto first = http_exchange(s->url(), acquire);
+  ASSERT_EQ(first.rfind("HTTP/1.1 200", 0), 0u) << first;
+  ASSERT_EQ(::kill(s->pid(), SIGHUP), 0);
+  ASSERT_EQ(::kill(s->pid(), SIGHUP), 0);
+  // Still alive, still answering, and the permit is still held: a second
+  // acquire of the only seat times out, and the limiter shows 1 in use.
+  const std::string health = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  std::string reply;
+  const auto deadline = Clock::now() + (kSanitized ? 30s : 10s);
+  while (Clock::now() < deadline) {  // the signal is asynchronous: ask until it must have arrived
+    reply = http_exchange(s->url(), health);
+    if (reply.empty()) break;
+    if (reply.rfind("HTTP/1.1 200", 0) == 0) break;
+  }
+  EXPECT_EQ(reply.rfind("HTTP/1.1 200", 0), 0u) << "after SIGHUP: " << reply;
+  std::this_thread::sleep_for(200ms);  // a late fatal SIGHUP would have ended it by now
+  const auto second = http_exchange(s->url(), acquire);
+  EXPECT_EQ(second.rfind("HTTP/1.1 429", 0), 0u) << second;
+  EXPECT_NE(second.find(R"("reason":"timeout")"), std::string::npos) << second;
+  const auto limiter =
+      http_exchange(s->url(), "GET /v1/limiters/hup HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_NE(limiter.find(R"("in_use":1)"), std::string::npos) << limiter;
+  EXPECT_EQ(s->terminate(), 0) << "SIGTERM after SIGHUP must still end fairgate serve with exit code 0";
+}
+
 TEST(ServeMemory, SixtySseClientsCapFifoAllGranted) {
   SKIP_WITHOUT_NODE();
   auto s = memory_server("chat=3");
