@@ -10,6 +10,7 @@
 // more than the cap through), and it must see the aborts of clients that
 // left. Every process is stopped with SIGTERM and must exit 0.
 #include "serve/harness.hpp"
+#include "support/loopback.hpp"
 #include "support/redis_server.hpp"
 
 #include <netinet/in.h>
@@ -131,15 +132,12 @@ ClientRun run_client(const std::string& scenario, const std::string& gateways, c
 class RawHttp {
  public:
   explicit RawHttp(const std::string& url) {
-    const int port = std::stoi(url.substr(url.rfind(':') + 1));
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<std::uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    fd_ = fairgate::test::connect_loopback(url);
+    connected_ = fd_ >= 0;
   }
-  ~RawHttp() { ::close(fd_); }
+  ~RawHttp() {
+    if (fd_ >= 0) ::close(fd_);
+  }
   RawHttp(const RawHttp&) = delete;
   RawHttp& operator=(const RawHttp&) = delete;
 

@@ -13,6 +13,7 @@
 // sockets; every wait is bounded and event-driven (polls with generous limits).
 #include "harness.hpp"
 #include "serve/routes.hpp"
+#include "support/loopback.hpp"
 
 #include <gtest/gtest.h>
 
@@ -61,15 +62,7 @@ struct Reply {
 /// A client connection to `url` (127.0.0.1:PORT).
 class Conn {
  public:
-  explicit Conn(const std::string& url) {
-    const int port = std::stoi(url.substr(url.rfind(':') + 1));
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<std::uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) close();
-  }
+  explicit Conn(const std::string& url) { fd_ = fairgate::test::connect_loopback(url); }
   ~Conn() { close(); }
   Conn(const Conn&) = delete;
   Conn& operator=(const Conn&) = delete;
