@@ -25,6 +25,7 @@ enum class RouteId {
   permit,
   renew,
   events,
+  dashboard,
 };
 
 struct RouteSpec {
@@ -36,7 +37,7 @@ struct RouteSpec {
   std::string_view methods;
 };
 
-inline constexpr std::array<RouteSpec, 10> kRoutes{{
+inline constexpr std::array<RouteSpec, 11> kRoutes{{
     {RouteId::healthz, "/healthz", "GET"},
     {RouteId::metrics, "/metrics", "GET"},
     {RouteId::openapi_yaml, "/openapi.yaml", "GET"},
@@ -47,6 +48,7 @@ inline constexpr std::array<RouteSpec, 10> kRoutes{{
     {RouteId::permit, "/v1/permits/{permit}", "DELETE"},
     {RouteId::renew, "/v1/permits/{permit}/renew", "POST"},
     {RouteId::events, "/v1/events", "GET"},
+    {RouteId::dashboard, "/dashboard", "GET"},
 }};
 
 /// The route whose pattern matches the decoded path `segments`, with the

@@ -21,6 +21,7 @@
 
 #include "redis/connection.hpp"
 #include "serve/cors.hpp"
+#include "serve/dashboard.hpp"
 #include "serve/gateway.hpp"
 #include "serve/openapi.hpp"
 #include "serve/params.hpp"
@@ -468,6 +469,17 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
     }
     case RouteId::openapi_yaml: co_return co_await send_openapi(s, req, openapi::kYaml, "application/yaml");
     case RouteId::openapi_json: co_return co_await send_openapi(s, req, openapi::kJson, "application/json");
+    case RouteId::dashboard: {
+      // Same-origin only: the page reads this server's API with relative URLs; it may not be framed.
+      Response res =
+          make_response(http::status::ok, req, std::string(dashboard::kHtml), "text/html; charset=utf-8");
+      res.set(http::field::cache_control, "no-store");
+      res.set("Content-Security-Policy",
+              "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; frame-ancestors "
+              "'none'");
+      res.set("X-Content-Type-Options", "nosniff");
+      co_return co_await send(s, std::move(res)) && req.keep_alive();
+    }
     case RouteId::limiters: {
       Response res = json_response(http::status::ok, req, limiters_json(*sh.backend));
       co_return co_await send(s, std::move(res)) && req.keep_alive();

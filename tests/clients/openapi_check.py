@@ -258,6 +258,9 @@ def check_server(doc: Doc, client: Client, token: str) -> None:
     check(text.startswith("openapi: 3.1"), "GET /openapi.yaml starts with 'openapi: 3.1'")
     _, _, text = expect(doc, client, "openApiJson", "GET", "/openapi.json", 200)
     check(json.loads(text) == doc.d if text else False, "GET /openapi.json is docs/openapi.yaml as JSON")
+    # The dashboard page (its behaviour: tests/browser/dashboard_test.mjs).
+    _, _, text = expect(doc, client, "dashboard", "GET", "/dashboard", 200)
+    check("<title>fairgate dashboard</title>" in (text or ""), "GET /dashboard is the dashboard page")
     # Status and admin.
     expect(doc, client, "listLimiters", "GET", "/v1/limiters", 200)
     expect(doc, client, "getLimiter", "GET", "/v1/limiters/nope", 404)
