@@ -194,6 +194,7 @@ TEST(ClientsOpenApi, DocumentMatchesTheRunningServer) {
       "admin_token = \"oa-token\"\n"
       "[limiters.oa]\nmax_concurrent = 1\n"
       "[limiters.oa-off]\nmax_concurrent = 1\nenabled = false\nwhen_disabled = \"reject\"\n"
+      "[ratelimit.oa-rl]\nalgorithm = \"gcra\"\nrate = 2\nperiod_ms = 600000\n"
       "[[route]]\npath = \"/v1/chat/completions\"\nupstream = \"http://127.0.0.1:1\"\nlimiter = \"oa\"\n"
       "tenant_header = \"x-user-id\"\n",
       {});
