@@ -999,7 +999,8 @@ Server::Server(net::io_context& io, const ServeConfig& config, std::shared_ptr<B
       throw ConfigError(
           fmt::format("limiters.{}.{}: {}", l.name, opened.error().field, opened.error().problem));
   }
-  if (config.redis) {
+  // No rules: an in-process limiter (no Redis connection) keeps the routes answering.
+  if (config.redis && !config.rate_rules.empty()) {
     RateLimiterRedisOptions ro;
     ro.url = config.redis->url;
     ro.key_prefix = config.redis->key_prefix;
