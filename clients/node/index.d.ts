@@ -129,6 +129,8 @@ export interface Health {
   redis: 'up' | 'down' | 'none';
   backend: string;
   degraded_limiters?: number;
+  /** With rate-limit rules: degraded while the rate limiter's last Redis call failed. */
+  ratelimit?: 'ok' | 'degraded';
 }
 
 export interface SettingsChange {
