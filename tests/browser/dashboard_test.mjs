@@ -13,7 +13,8 @@
 //  4. admin: a wrong token is refused (401 shown, nothing changed); with the
 //     right one a cap of 4 set from the page applies (the server reports 4 and
 //     the two waiters get their seats), and Disable/Enable work;
-//  5. 150 waiters: the queue table lists 100 and counts the rest.
+//  5. 150 waiters: the queue table lists 100 and counts the rest;
+//  and the rate-limit rules with this instance's counters (3 allowed, 2 refused).
 // --screenshot writes a PNG of the page under load (docs/dashboard.png is one).
 // Exits 0 when every check passed, 1 otherwise, 77 (skipped) without Chromium
 // unless FAIRGATE_REQUIRE_BROWSER=1.
@@ -41,6 +42,11 @@ max_queue = 1000
 [limiters.export]
 max_concurrent = 1
 max_wait_ms = 60000
+
+[ratelimit.per-user]
+algorithm = "fixed_window"
+rate = 3
+period_ms = 600000
 `);
   const { child, match } = await start(args.fairgate,
     ['serve', '--config', config, '--listen', '127.0.0.1:0', '--admin-token', TOKEN],
@@ -108,6 +114,20 @@ async function main() {
     check((await field('export', 'max_concurrent')) === '1', 'every limiter is drawn (export, cap 1)');
     check((await page.eval("document.querySelector('[data-limiter=chat]').getAttribute('aria-selected')")) === 'true',
       'the first limiter is selected');
+
+    // Rate-limit rules: 5 calls on a rule of 3 per window, 3 allowed and 2 refused, as the page shows.
+    const codes = [];
+    for (let i = 0; i < 5; ++i) {
+      const r = await fetch(`${server.url}/v1/ratelimit/per-user`, {
+        method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ key: 'u1' }),
+      });
+      codes.push(r.status);
+    }
+    check(codes.join() === '200,200,200,429,429', `the rule allowed 3 of 5: ${codes.join()}`);
+    const ruleField = (name) => page.eval(`document.querySelector('[data-rule=per-user] [data-field=${name}]')?.textContent`);
+    await waitFor('the rule on the page', async () => (await ruleField('allowed')) === '3' && (await ruleField('refused')) === '2')
+      .then(() => check(true, 'the rate-limit rule is listed with 3 allowed, 2 refused'),
+        async () => check(false, `the rule row: allowed ${await ruleField('allowed')}, refused ${await ruleField('refused')}`));
 
     // 2. Two hold, three wait.
     for (const tenant of ['alice', 'bob']) {
