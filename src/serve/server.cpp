@@ -790,6 +790,7 @@ std::string describe_settings(const Snapshot& snap) {
       "max_concurrent={}, max_wait={}ms, max_queue={}, enabled={}", st.max_concurrent, st.max_wait.count(),
       st.max_queue ? std::to_string(*st.max_queue) : "none", st.enabled ? "true" : "false");
   if (!st.enabled) line += fmt::format(", when_disabled={}", to_string(st.when_disabled));
+  if (st.reject_early) line += ", reject_early=true";
   if (st.tenant_fairness) line += ", tenant_fairness=true";
   if (st.max_per_tenant) line += fmt::format(", max_per_tenant={}", *st.max_per_tenant);
   line += fmt::format(", on_redis_down={}", to_string(st.on_redis_down));
