@@ -262,7 +262,9 @@ TEST(ServeConfigFile, EveryKeyOfTheExampleIsReadAndRedisDownIsReported) {
       std::string::npos)
       << limiters;
   EXPECT_NE(limiters.find(R"("name":"document-upload","max_concurrent":10)"), std::string::npos) << limiters;
-  EXPECT_NE(limiters.find(R"("degraded":false,"tenant_fairness":true,"max_per_tenant":2)"), std::string::npos)
+  EXPECT_NE(
+      limiters.find(R"("degraded":false,"reject_early":false,"tenant_fairness":true,"max_per_tenant":2)"),
+      std::string::npos)
       << limiters;
   EXPECT_NE(limiters.find(R"("on_redis_down":"local","local_share":1)"), std::string::npos) << limiters;
   EXPECT_NE(limiters.find(R"("name":"document-upload")"), std::string::npos) << limiters;
