@@ -1,7 +1,7 @@
 // Type declarations of the fairgate Node client (index.js).
 
 /** Reasons the server gives when it decides not to grant. */
-export type RejectReason = 'timeout' | 'queue_full' | 'disabled' | 'unavailable' | 'too_many_waiters';
+export type RejectReason = 'timeout' | 'queue_full' | 'would_time_out' | 'disabled' | 'unavailable' | 'too_many_waiters';
 export declare const REJECT_REASONS: readonly RejectReason[];
 
 /** Where a waiting request stands: position 1 is next in line. */

@@ -8,7 +8,7 @@
 // AbortSignal or a callback that throws never strands a permit.
 // The wire contract: docs/serve.md and docs/openapi.yaml in the fairgate repository.
 
-export const REJECT_REASONS = Object.freeze(['timeout', 'queue_full', 'disabled', 'unavailable', 'too_many_waiters']);
+export const REJECT_REASONS = Object.freeze(['timeout', 'queue_full', 'would_time_out', 'disabled', 'unavailable', 'too_many_waiters']);
 
 const asyncDispose = Symbol.asyncDispose ?? Symbol.for('nodejs.asyncDispose');
 const dispose = Symbol.dispose ?? Symbol.for('nodejs.dispose');
@@ -25,7 +25,7 @@ export class FairgateError extends Error {
   }
 }
 
-/** The server decided: no permit (reason timeout, queue_full, disabled, unavailable, too_many_waiters). */
+/** The server decided: no permit (reason timeout, queue_full, would_time_out, disabled, unavailable, too_many_waiters). */
 export class Rejected extends FairgateError {
   constructor(reason, message, { status = 0, waitedMs = 0, ticket = null, retryAfterMs = null } = {}) {
     super(reason, message, status);

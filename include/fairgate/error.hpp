@@ -23,6 +23,9 @@ enum class RejectReason : int {
   unavailable,       ///< the backend cannot decide right now (REJECTED)
   invalid_argument,  ///< the acquire options were invalid (REJECTED)
   shutdown,          ///< the backend shut down while the request waited (REJECTED)
+  /// reject_early: the wait estimate for it already exceeded its max_wait by
+  /// the margin (docs/eta.md), so it was turned away at arrival (REJECTED)
+  would_time_out,
 };
 
 /// Stable lower-case name of a reason, as used on the wire: "timeout", "queue_full", ...

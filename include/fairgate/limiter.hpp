@@ -43,6 +43,9 @@ struct QueueStatus {
   /// Redis): a later arrival has a larger number, and waiters are served in
   /// increasing order. Lets a client check FIFO for itself.
   std::uint64_t sequence = 0;
+  /// The request's id as snapshots list it: WaiterInfo::ticket while it
+  /// waits, then HolderInfo::permit and Permit::id() once granted.
+  std::string ticket;
 };
 
 /// Options of one acquire.
@@ -127,7 +130,7 @@ struct LimiterStats {
   std::uint64_t rejections = 0;  ///< ended REJECTED (any reason)
   std::uint64_t releases = 0;    ///< permits returned
   /// Ended requests by RejectReason (index = static_cast<int>(reason)).
-  std::array<std::uint64_t, 8> by_reason{};
+  std::array<std::uint64_t, 9> by_reason{};
 };
 
 /// How one limiter of the Redis backend stands with Redis on this instance

@@ -63,7 +63,7 @@ struct Settings {
   DisabledMode when_disabled = DisabledMode::pass_through;
   /// Reject at once (reason timeout) when the estimated wait already exceeds
   /// the waiter's max_wait (F7). Off by default: estimates can be wrong.
-  bool early_reject = false;
+  bool reject_early = false;
   /// Tenant fairness (F12): one FIFO queue per tenant (AcquireOptions::tenant)
   /// and a weighted round robin over the tenants that wait, instead of one
   /// global FIFO. Within a tenant, arrival order stays strict. Off = global FIFO.
@@ -117,7 +117,7 @@ struct SettingsUpdate {
   std::optional<std::optional<std::uint32_t>> max_queue;
   std::optional<bool> enabled;
   std::optional<DisabledMode> when_disabled;
-  std::optional<bool> early_reject;
+  std::optional<bool> reject_early;
   std::optional<bool> tenant_fairness;
   /// Outer optional: change it or not; inner: the new value (nullopt = no cap).
   std::optional<std::optional<std::uint32_t>> max_per_tenant;

@@ -32,7 +32,8 @@ struct ServeArgs {
 
 constexpr std::string_view kLimiterHelp =
     "A limiter: "
-    "NAME=MAX[,max_wait=20s][,max_queue=K][,enabled=false][,tenant_fairness=true][,max_per_tenant=K]"
+    "NAME=MAX[,max_wait=20s][,max_queue=K][,enabled=false][,reject_early=true]"
+    "[,tenant_fairness=true][,max_per_tenant=K]"
     "[,on_redis_down=local|open|closed][,local_share=K]; "
     "repeat for more (replaces a config file limiter of the same name)";
 
@@ -72,10 +73,12 @@ serve::LimiterConfig parse_limiter_spec(const std::string& spec) {
       const auto q = parse_count(value, 0, kMaxQueueLimit);
       if (!q) return fail(fmt::format("max_queue: {}", q.error));
       l.settings.max_queue = static_cast<std::uint32_t>(*q.value);
-    } else if (key == "enabled" || key == "tenant_fairness") {
+    } else if (key == "enabled" || key == "tenant_fairness" || key == "reject_early") {
       if (value != "true" && value != "false")
         return fail(fmt::format("{}: \"{}\" is not true or false", key, value));
-      (key == "enabled" ? l.settings.enabled : l.settings.tenant_fairness) = value == "true";
+      (key == "enabled"           ? l.settings.enabled
+       : key == "tenant_fairness" ? l.settings.tenant_fairness
+                                  : l.settings.reject_early) = value == "true";
     } else if (key == "max_per_tenant") {
       const auto q = parse_count(value, 1, kMaxConcurrentLimit);
       if (!q) return fail(fmt::format("max_per_tenant: {}", q.error));
@@ -89,10 +92,10 @@ serve::LimiterConfig parse_limiter_spec(const std::string& spec) {
       if (!q) return fail(fmt::format("local_share: {}", q.error));
       l.settings.local_share = static_cast<std::uint32_t>(*q.value);
     } else {
-      return fail(
-          fmt::format("unknown option \"{}\" (use max_wait, max_queue, enabled, tenant_fairness, "
-                      "max_per_tenant, on_redis_down, local_share)",
-                      key));
+      return fail(fmt::format(
+          "unknown option \"{}\" (use max_wait, max_queue, enabled, reject_early, tenant_fairness, "
+          "max_per_tenant, on_redis_down, local_share)",
+          key));
     }
   }
   if (auto e = validate(l.settings)) return fail(e->message());

@@ -22,6 +22,7 @@ std::string ended_message(RejectReason reason, std::chrono::milliseconds waited,
                                 : "queue is full";
     case RejectReason::disabled: return "limiter is disabled";
     case RejectReason::shutdown: return "limiter is shutting down";
+    case RejectReason::would_time_out: return "the estimated wait already exceeds max_wait (reject_early)";
     case RejectReason::unavailable: return "limiter is unavailable (its backend cannot be reached)";
     case RejectReason::invalid_argument:
       return "invalid acquire options (max_wait must be 0.." + std::to_string(kMaxWaitLimit.count()) +

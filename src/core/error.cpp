@@ -13,6 +13,7 @@ std::string_view to_string(RejectReason reason) noexcept {
     case RejectReason::unavailable: return "unavailable";
     case RejectReason::invalid_argument: return "invalid_argument";
     case RejectReason::shutdown: return "shutdown";
+    case RejectReason::would_time_out: return "would_time_out";
   }
   return "unknown";
 }
@@ -31,6 +32,7 @@ class RejectCategory final : public boost::system::error_category {
       case RejectReason::unavailable: return "the limiter is unavailable";
       case RejectReason::invalid_argument: return "invalid acquire options";
       case RejectReason::shutdown: return "the limiter is shutting down";
+      case RejectReason::would_time_out: return "the estimated wait exceeds the maximum wait";
     }
     return "unknown rejection";
   }

@@ -11,21 +11,8 @@ using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 }  // namespace
 
-void GrantRate::record(Time t) noexcept {
-  times_[count_ % kWindow] = t;
-  ++count_;
-}
-
-std::optional<milliseconds> GrantRate::estimate(std::size_t position, Time now) const noexcept {
-  const std::size_t n = std::min(count_, kWindow);
-  if (n < 2) return std::nullopt;
-  const Time oldest = times_[(count_ - n) % kWindow];
-  // Rate over [oldest grant, now]: the time since the last grant counts too,
-  // so a limiter whose holders all run long is not thought to be fast.
-  const double span_ms = std::chrono::duration<double, std::milli>(now - oldest).count();
-  if (span_ms <= 0.0) return std::nullopt;
-  const double per_grant_ms = span_ms / static_cast<double>(n);
-  return milliseconds(static_cast<std::int64_t>(std::ceil(per_grant_ms * static_cast<double>(position))));
+bool would_time_out(milliseconds estimate, milliseconds max_wait) noexcept {
+  return estimate > max_wait + std::max(kRejectEarlyMargin, max_wait / 4);
 }
 
 bool LimiterState::has_room() const noexcept {
@@ -93,9 +80,10 @@ Admission LimiterState::admit(RequestId id, Time now, Time deadline, std::string
     const std::size_t turn = rank == 1 ? tenants : turn_of(tenant);
     position = std::min((rank - 1) * tenants + turn, position);
   }
-  const auto estimate = rate_.estimate(position, now);
-  if (settings_.early_reject && estimate && now + *estimate > deadline) {
-    a.reason = RejectReason::timeout;
+  const auto estimate = pace_.estimate(position, now);
+  if (settings_.reject_early && estimate &&
+      would_time_out(*estimate, duration_cast<milliseconds>(deadline - now))) {
+    a.reason = RejectReason::would_time_out;
     return a;
   }
   const std::uint64_t seq = next_seq_++;
@@ -245,15 +233,17 @@ bool LimiterState::release(RequestId id, Time now, DispatchSink& sink) {
     place(t);  // back of the rotation
   }
   forget_if_idle(t);
-  rate_.record(now);  // a freed seat is what moves the queue: the service rate
   dispatch(now, sink);
+  // A freed seat is what moves the queue: the pace, measured while full.
+  pace_.on_release(now, settings_.enabled && holders_.size() >= settings_.max_concurrent);
   return true;
 }
 
-bool LimiterState::withdraw(RequestId id) {
+bool LimiterState::withdraw(RequestId id, std::optional<Time> now) {
   auto it = waiters_.find(id);
   if (it == waiters_.end()) return false;
   remove_waiter(it);
+  if (now) pace_.on_departure(*now);
   return true;
 }
 
@@ -261,6 +251,7 @@ void LimiterState::expire(Time now, DispatchSink& sink) {
   while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
     const RequestId id = deadlines_.begin()->second;
     remove_waiter(waiters_.find(id));
+    pace_.on_departure(now);
     sink.drop(id, RejectReason::timeout);
   }
 }
@@ -269,6 +260,8 @@ void LimiterState::configure(Settings settings, Time now, DispatchSink& sink) {
   const bool retenant = settings.tenant_fairness != settings_.tenant_fairness ||
                         settings.max_per_tenant != settings_.max_per_tenant ||
                         settings.enabled != settings_.enabled;
+  if (settings.max_concurrent != settings_.max_concurrent || settings.enabled != settings_.enabled)
+    pace_.interrupt();  // seats changed without a release: the running interval is no gap
   settings_ = std::move(settings);
   // Waiters keep their sequence and their place in their tenant's queue; the
   // rotation restarts in order of each tenant's oldest waiter.

@@ -44,6 +44,8 @@
 #include <fairgate/error.hpp>
 #include <fairgate/settings.hpp>
 
+#include "core/service_pace.hpp"
+
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -83,19 +85,11 @@ struct Admission {
   std::optional<std::chrono::milliseconds> estimated_wait;  ///< when queued
 };
 
-/// Recent release times — the rate at which seats free up, which is the rate
-/// the queue moves — behind position estimates (F7).
-class GrantRate {
- public:
-  void record(Time t) noexcept;
-  /// Estimated wait of the waiter at `position`, or nullopt without history.
-  std::optional<std::chrono::milliseconds> estimate(std::size_t position, Time now) const noexcept;
-
- private:
-  static constexpr std::size_t kWindow = 32;
-  std::array<Time, kWindow> times_{};
-  std::size_t count_ = 0;  // total recorded (ring index = count_ % kWindow)
-};
+/// True when reject_early turns away an arrival whose wait estimate is
+/// `estimate` and that may wait `max_wait`: the estimate exceeds max_wait by
+/// more than the margin, max(kRejectEarlyMargin, max_wait / 4) (docs/eta.md).
+inline constexpr std::chrono::milliseconds kRejectEarlyMargin{100};
+bool would_time_out(std::chrono::milliseconds estimate, std::chrono::milliseconds max_wait) noexcept;
 
 class LimiterState {
  public:
@@ -118,7 +112,8 @@ class LimiterState {
 
   /// A new request `id` (unused so far) arriving at `now` that may wait until
   /// `deadline`: granted at once, queued, or rejected (queue_full, disabled,
-  /// timeout when it cannot wait or would surely wait too long).
+  /// timeout when it cannot wait, would_time_out when reject_early is on and
+  /// the estimate exceeds its wait by the margin, see would_time_out()).
   Admission admit(RequestId id, Time now, Time deadline, std::string tenant, std::uint32_t weight = 1);
 
   /// Counts `id` (unused so far) as a holder without any check: a permit that
@@ -132,7 +127,8 @@ class LimiterState {
   bool release(RequestId id, Time now, DispatchSink& sink);
 
   /// Removes waiter `id` from the queue (cancel). False when it is not waiting.
-  bool withdraw(RequestId id);
+  /// With `now`, its departure counts in the pace (ServicePace::on_departure).
+  bool withdraw(RequestId id, std::optional<Time> now = std::nullopt);
 
   /// Drops every waiter whose deadline is <= now, with reason timeout.
   void expire(Time now, DispatchSink& sink);
@@ -196,8 +192,10 @@ class LimiterState {
   }
 
   std::optional<std::chrono::milliseconds> estimated_wait(std::size_t position, Time now) const {
-    return rate_.estimate(position, now);
+    return pace_.estimate(position, now);
   }
+  /// The measured pace (for status pages and the measurement program).
+  PaceFigures pace(Time now) const noexcept { return pace_.figures(now); }
 
  private:
   struct Tenant {
@@ -239,7 +237,7 @@ class LimiterState {
   std::set<std::pair<std::uint64_t, std::string>> ready_;  // tenant-aware mode: dispatch order
   std::uint64_t next_turn_ = 0;                            // rotation ticket (fairness)
   std::size_t waiting_tenants_ = 0;
-  GrantRate rate_;
+  ServicePace pace_;
 };
 
 }  // namespace fairgate::core

@@ -83,7 +83,7 @@ Settings apply(Settings base, const SettingsUpdate& u) {
   if (u.max_queue) base.max_queue = *u.max_queue;
   if (u.enabled) base.enabled = *u.enabled;
   if (u.when_disabled) base.when_disabled = *u.when_disabled;
-  if (u.early_reject) base.early_reject = *u.early_reject;
+  if (u.reject_early) base.reject_early = *u.reject_early;
   if (u.tenant_fairness) base.tenant_fairness = *u.tenant_fairness;
   if (u.max_per_tenant) base.max_per_tenant = *u.max_per_tenant;
   if (u.on_redis_down) base.on_redis_down = *u.on_redis_down;

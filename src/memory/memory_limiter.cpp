@@ -71,12 +71,14 @@ void MemoryLimiter::start_acquire(AcquireOptions options, std::unique_ptr<detail
       request->ticket.resume(admission.reason == RejectReason::timeout ? core::TicketEvent::timeout
                                                                        : core::TicketEvent::reject);
       if (admission.reason == RejectReason::timeout) {
-        // Decided at arrival: either it may not wait at all, or the estimate
-        // already exceeds its max wait (early rejection, F7).
+        // Decided at arrival: it may not wait at all.
+        deliver_ended(*request, admission.reason, t, "no permit free and max_wait is 0 ms");
+      } else if (admission.reason == RejectReason::would_time_out) {
+        // Early rejection (F7): the estimate already exceeds its max wait by the margin.
+        const auto estimate = state_.estimated_wait(state_.queued() + 1, t);
         deliver_ended(*request, admission.reason, t,
-                      max_wait.count() == 0
-                          ? "no permit free and max_wait is 0 ms"
-                          : "estimated wait exceeds max_wait of " + std::to_string(max_wait.count()) + " ms");
+                      "estimated wait " + std::to_string(estimate ? estimate->count() : 0) +
+                          " ms exceeds max_wait of " + std::to_string(max_wait.count()) + " ms");
       } else {
         deliver_ended(*request, admission.reason, t);
       }
@@ -149,7 +151,7 @@ void MemoryLimiter::deliver_ended(Request& request, RejectReason reason, core::T
 void MemoryLimiter::cancel(const RequestPtr& request) {
   if (request->ticket.resume(core::TicketEvent::cancel) != core::TicketAction::deliver) return;
   std::lock_guard lock(mu_);
-  state_.withdraw(request->id);
+  state_.withdraw(request->id, now());
   take_waiting(request->id);
   deliver_ended(*request, RejectReason::cancelled, now());
   schedule_positions_locked(false);
@@ -210,8 +212,8 @@ void MemoryLimiter::run_positions() {
           auto it = waiting_.find(id);
           if (it == waiting_.end() || !it->second->on_queued || it->second->told_position == position) return;
           it->second->told_position = position;
-          updates.emplace_back(it->second,
-                               QueueStatus{position, queued, state_.estimated_wait(position, t), w.seq});
+          updates.emplace_back(it->second, QueueStatus{position, queued, state_.estimated_wait(position, t),
+                                                       w.seq, std::to_string(id)});
         });
   }
   // Outside the lock: callbacks may call back into the limiter.
@@ -243,7 +245,10 @@ Snapshot MemoryLimiter::snapshot() const {
   state_.for_each_waiter([&](core::RequestId id, std::size_t position, const core::LimiterState::Waiter& w) {
     s.waiters.push_back(WaiterInfo{std::to_string(id), w.tenant, position, since(w.enqueued, t)});
   });
-  s.estimated_wait = state_.estimated_wait(s.queued + 1, t);
+  // A new arrival: served at once when nobody waits and a seat is free.
+  s.estimated_wait = s.queued == 0 && s.in_use < s.settings.max_concurrent
+                         ? std::optional<milliseconds>(0)
+                         : state_.estimated_wait(s.queued + 1, t);
   return s;
 }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <utility>
 
 namespace fairgate::redis {
@@ -163,7 +164,8 @@ std::vector<std::string> RedisLimiter::settings_fields(const Settings& s) {
           "when_disabled",   s.when_disabled == DisabledMode::reject ? "reject" : "pass",
           "max_wait_ms",     std::to_string(s.max_wait.count()),
           "tenant_fairness", s.tenant_fairness ? "1" : "0",
-          "max_per_tenant",  optional(s.max_per_tenant)};
+          "max_per_tenant",  optional(s.max_per_tenant),
+          "reject_early",    s.reject_early ? "1" : "0"};
 }
 
 Settings RedisLimiter::settings_from_fields(const std::vector<Reply>& cfg, Settings s) {
@@ -191,6 +193,8 @@ Settings RedisLimiter::settings_from_fields(const std::vector<Reply>& cfg, Setti
       s.tenant_fairness = value == "1";
     } else if (field == "max_per_tenant") {
       optional(value, s.max_per_tenant);
+    } else if (field == "reject_early") {
+      s.reject_early = value == "1";
     }
   }
   return s;
@@ -388,20 +392,25 @@ void RedisLimiter::on_acquire_reply(const RequestPtr& request, boost::system::er
       request->order = integer_of(reply.elements[1]);
       const auto position = std::max<std::size_t>(1, count_of(reply.elements[2]));
       queued_ = std::max(queued_, position);
+      // The estimate Redis made from the cluster-wide pace (-1: none yet).
+      std::optional<milliseconds> estimate;
+      if (is_array(reply, 4) && integer_of(reply.elements[3]) >= 0)
+        estimate = milliseconds(integer_of(reply.elements[3]));
       if (request->on_queued) {
         request->told_position = position;
-        post_position(request, QueueStatus{position, queued_, std::nullopt,
-                                           static_cast<std::uint64_t>(request->order)});
+        post_position(request, QueueStatus{position, queued_, estimate,
+                                           static_cast<std::uint64_t>(request->order), id});
       }
     }
     return;
   }
   if (kind == "rejected" && is_array(reply, 2)) {
     const std::string& reason_text = reply.elements[1].str;
-    const RejectReason reason = reason_text == "queue_full" ? RejectReason::queue_full
-                                : reason_text == "disabled" ? RejectReason::disabled
-                                : reason_text == "timeout"  ? RejectReason::timeout
-                                                            : RejectReason::unavailable;
+    const RejectReason reason = reason_text == "queue_full"       ? RejectReason::queue_full
+                                : reason_text == "disabled"       ? RejectReason::disabled
+                                : reason_text == "timeout"        ? RejectReason::timeout
+                                : reason_text == "would_time_out" ? RejectReason::would_time_out
+                                                                  : RejectReason::unavailable;
     std::lock_guard lock(mu_);
     if (request->phase != Phase::sending) return;
     const auto event =
@@ -640,6 +649,16 @@ void RedisLimiter::post_position(const RequestPtr& request, QueueStatus status) 
   });
 }
 
+std::optional<milliseconds> RedisLimiter::estimate_locked(std::size_t position, Clock::time_point now) const {
+  if (pace_seen_ == Clock::time_point{}) return std::nullopt;
+  // The figures age locally since the reply (no clock is compared with Redis').
+  const double elapsed = std::chrono::duration<double, std::milli>(now - pace_seen_).count();
+  core::PaceFigures f = pace_;
+  if (f.since_full_ms) *f.since_full_ms += std::max(0.0, elapsed);
+  f.age_ms += std::max(0.0, elapsed);
+  return core::estimate_wait(f, position);
+}
+
 std::size_t RedisLimiter::position_locked(std::int64_t order) const {
   if (head_order_ <= 0 || order <= 0) return 1;
   // Order scores are contiguous within one state, and every score of an older
@@ -659,13 +678,14 @@ void RedisLimiter::update_positions_locked(std::vector<std::pair<RequestPtr, Que
   // that left ahead of us leave gaps). Under tenant fairness the order says
   // nothing about the rotation: the position the acquire reply gave stays.
   if (settings_.tenant_fairness) return;
+  const auto now = Clock::now();
   for (auto& [n, request] : requests_) {
     if (!request->on_queued || request->phase != Phase::queued) continue;
     const auto position = position_locked(request->order);
     if (position == request->told_position) continue;
     request->told_position = position;
-    out.emplace_back(
-        request, QueueStatus{position, queued_, std::nullopt, static_cast<std::uint64_t>(request->order)});
+    out.emplace_back(request, QueueStatus{position, queued_, estimate_locked(position, now),
+                                          static_cast<std::uint64_t>(request->order), permit_id(n)});
   }
 }
 
@@ -832,6 +852,30 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const std::set<std::ui
           "no instance had reached Redis for longer than the liveness TTL: Redis was away, so every "
           "instance's "
           "liveness was extended instead of reaping them");
+    }
+    if (e.size() > 15) {
+      // The pace (F7), in Redis time: as of now_ms, seen here now.
+      const std::int64_t redis_now = integer_of(e[15]);
+      core::PaceFigures f;
+      std::int64_t last = 0, at = 0;
+      const auto& cfg = e[5].elements;
+      for (std::size_t i = 0; i + 1 < cfg.size(); i += 2) {
+        const std::string& field = cfg[i].str;
+        const std::string& value = cfg[i + 1].str;
+        if (field == "pace_gap") {
+          f.gap_ms = std::strtod(value.c_str(), nullptr);
+        } else if (field == "pace_n") {
+          f.samples = parse_number<std::uint32_t>(value).value_or(0);
+        } else if (field == "pace_last") {
+          last = parse_number<std::int64_t>(value).value_or(0);
+        } else if (field == "pace_at") {
+          at = parse_number<std::int64_t>(value).value_or(0);
+        }
+      }
+      if (last > 0) f.since_full_ms = static_cast<double>(std::max<std::int64_t>(0, redis_now - last));
+      f.age_ms = static_cast<double>(std::max<std::int64_t>(0, redis_now - at));
+      pace_ = f;
+      pace_seen_ = now;
     }
     // A configure sent after this heartbeat is newer than its cfg.
     if (generation == config_generation_)
@@ -1200,7 +1244,8 @@ void RedisLimiter::local_admit_locked(const RequestPtr& request, Clock::time_poi
       request->phase = Phase::local;
       if (request->on_queued) {
         request->told_position = a.position;
-        post_position(request, QueueStatus{a.position, local_->queued(), a.estimated_wait, request->n});
+        post_position(request, QueueStatus{a.position, local_->queued(), a.estimated_wait, request->n,
+                                           permit_id(request->n)});
       }
       return;
     case core::Admission::Kind::rejected: {
@@ -1283,6 +1328,11 @@ Snapshot RedisLimiter::snapshot() const {
   }
   std::sort(waiters.begin(), waiters.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [key, w] : waiters) s.waiters.push_back(std::move(w));
+  if (s.queued == 0 && s.in_use < s.settings.max_concurrent) {
+    s.estimated_wait = milliseconds(0);
+  } else if (!local_) {
+    s.estimated_wait = estimate_locked(s.queued + 1, t);
+  }
   return s;
 }
 
@@ -1310,12 +1360,12 @@ std::vector<std::string> changed_fields(const SettingsUpdate& u, const std::vect
   if (u.max_wait) take("max_wait_ms");
   if (u.tenant_fairness) take("tenant_fairness");
   if (u.max_per_tenant) take("max_per_tenant");
+  if (u.reject_early) take("reject_early");
   return out;
 }
 
 /// The fields that live only on this instance (never stored in Redis).
 void copy_local_fields(const Settings& from, Settings& to) {
-  to.early_reject = from.early_reject;
   to.on_redis_down = from.on_redis_down;
   to.local_share = from.local_share;
 }

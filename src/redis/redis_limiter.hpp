@@ -207,6 +207,8 @@ class RedisLimiter final : public detail::LimiterImpl {
   /// A reply said the state is fenced for `left` more (0: not fenced).
   void note_fence_locked(Clock::time_point now, std::chrono::milliseconds left);
   void post_position(const RequestPtr& request, QueueStatus status);
+  /// Wait estimate for `position` from the cluster-wide pace of the last heartbeat (F7).
+  std::optional<std::chrono::milliseconds> estimate_locked(std::size_t position, Clock::time_point now) const;
   void update_positions_locked(std::vector<std::pair<RequestPtr, QueueStatus>>& out);
 
   // Link health and the degraded modes.
@@ -242,6 +244,10 @@ class RedisLimiter final : public detail::LimiterImpl {
   std::int64_t head_order_ = 0, epoch_ = 0;
   std::size_t older_ = 0;               // waiters below the epoch (restored from an older state)
   std::vector<std::string> instances_;  // registered instances at the last heartbeat
+  // The cluster-wide pace (release.lua measures it in Redis time), as of the
+  // last heartbeat reply, received at pace_seen_ (core/service_pace.hpp).
+  core::PaceFigures pace_;
+  Clock::time_point pace_seen_{};
   std::uint64_t next_n_ = 1;
   std::map<std::uint64_t, RequestPtr> requests_;  // pending, by n (= arrival order here)
   std::map<std::uint64_t, Holder> holders_;       // permits this instance holds, by n

@@ -119,8 +119,8 @@ LimiterConfig read_limiter(const std::string& name, const toml::table& t) {
         l.settings.when_disabled = DisabledMode::reject;
       else
         fail(field, fmt::format("\"{}\" is not one of pass_through, reject", mode));
-    } else if (k == "early_reject") {
-      l.settings.early_reject = get_bool(node, field);
+    } else if (k == "reject_early" || k == "early_reject") {  // early_reject: its first name
+      l.settings.reject_early = get_bool(node, field);
     } else if (k == "tenant_fairness") {
       l.settings.tenant_fairness = get_bool(node, field);
     } else if (k == "max_per_tenant") {

@@ -238,6 +238,8 @@ OpenAiReject openai_reject(RejectReason reason) {
   switch (reason) {
     case RejectReason::timeout: return {http::status::too_many_requests, "rate_limit_error", "queue_timeout"};
     case RejectReason::queue_full: return {http::status::too_many_requests, "rate_limit_error", "queue_full"};
+    case RejectReason::would_time_out:
+      return {http::status::too_many_requests, "rate_limit_error", "would_time_out"};
     case RejectReason::invalid_argument:
       return {http::status::bad_request, "invalid_request_error", "invalid_argument"};
     case RejectReason::disabled: return {http::status::service_unavailable, "server_error", "disabled"};
@@ -942,7 +944,7 @@ awaitable<bool> proxy(std::shared_ptr<Session> self, const Request& req, Gateway
     }
     Response res = openai_response(r.status, req, error);
     if (result.reason() != RejectReason::invalid_argument)
-      res.set(http::field::retry_after, retry_after_seconds(*limiter));
+      res.set(http::field::retry_after, retry_after_seconds(*limiter, rc.max_wait));
     res.keep_alive(keep);
     co_return co_await send(s, std::move(res)) && keep;
   }

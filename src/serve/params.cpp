@@ -251,6 +251,9 @@ std::optional<SettingsUpdate> parse_settings_update(std::string_view body, BadRe
     } else if (key == "enabled") {
       if (!v.is_bool()) return bad("enabled: must be true or false");
       u.enabled = v.as_bool();
+    } else if (key == "reject_early") {
+      if (!v.is_bool()) return bad("reject_early: must be true or false");
+      u.reject_early = v.as_bool();
     } else if (key == "tenant_fairness") {
       if (!v.is_bool()) return bad("tenant_fairness: must be true or false");
       u.tenant_fairness = v.as_bool();
@@ -266,8 +269,8 @@ std::optional<SettingsUpdate> parse_settings_update(std::string_view body, BadRe
       }
     } else {
       return bad(fmt::format(
-          "unknown field \"{}\" (use max_concurrent, max_wait_ms, max_queue, enabled, tenant_fairness, "
-          "max_per_tenant)",
+          "unknown field \"{}\" (use max_concurrent, max_wait_ms, max_queue, enabled, reject_early, "
+          "tenant_fairness, max_per_tenant)",
           key.substr(0, 32)));
     }
   }

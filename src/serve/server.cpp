@@ -78,6 +78,7 @@ using std::chrono::milliseconds;
 http::status status_of(RejectReason reason) {
   switch (reason) {
     case RejectReason::timeout:
+    case RejectReason::would_time_out:
     case RejectReason::queue_full: return http::status::too_many_requests;
     case RejectReason::invalid_argument: return http::status::bad_request;
     default: return http::status::service_unavailable;
@@ -136,7 +137,8 @@ awaitable<bool> acquire_sse(std::shared_ptr<Session> self, Limiter limiter, Acqu
 
   const auto strand = s.stream.get_executor();
   auto st = std::make_shared<SseAcquire>(strand);
-  st->ticket = fmt::format("t-{}", sh.next_ticket.fetch_add(1, std::memory_order_relaxed));
+  // The ticket is the limiter's id for the request (what GET /v1/limiters/{name}
+  // lists, and the permit id once granted): known from the first queued event.
 
   AcquireOptions options;
   options.max_wait = params.max_wait;
@@ -147,6 +149,7 @@ awaitable<bool> acquire_sse(std::shared_ptr<Session> self, Limiter limiter, Acqu
       // The completion is the truth: a position that arrives after it is stale.
       if (st->completed || st->closed || q.position == st->told_position) return;
       st->told_position = q.position;
+      st->ticket = q.ticket;
       json::object data;
       data["position"] = q.position;
       data["queued"] = q.queued;
@@ -167,7 +170,7 @@ awaitable<bool> acquire_sse(std::shared_ptr<Session> self, Limiter limiter, Acqu
       json::object data;
       data["permit"] = permit.id();
       data["waited_ms"] = permit.waited().count();
-      data["ticket"] = st->ticket;
+      data["ticket"] = permit.id();
       st->permit = std::move(permit);
       st->granted = true;
       st->push(sse_event("granted", data));
@@ -177,7 +180,7 @@ awaitable<bool> acquire_sse(std::shared_ptr<Session> self, Limiter limiter, Acqu
       data["reason"] = wire_reason(r.reason());
       data["message"] = r.message();
       data["waited_ms"] = r.waited().count();
-      data["ticket"] = st->ticket;
+      if (!st->ticket.empty()) data["ticket"] = st->ticket;  // absent when rejected at arrival
       st->finished = true;
       st->push(sse_event("rejected", data));
     }
@@ -220,9 +223,11 @@ awaitable<bool> acquire_json(std::shared_ptr<Session> self, Limiter limiter, Acq
     const auto waited = permit.waited();
     record_grant(sh, limiter.name(), waited);
     const auto lease = params.lease.value_or(sh.config.server.lease);
+    const std::string id = permit.id();  // as GET /v1/limiters/{name} lists its holder
     const std::string token = sh.leases.add(std::move(permit), limiter.name(), lease);
     json::object body;
     body["permit"] = token;
+    body["ticket"] = id;
     body["waited_ms"] = waited.count();
     body["lease_ms"] = lease.count();
     body["limiter"] = limiter.name();
@@ -237,7 +242,7 @@ awaitable<bool> acquire_json(std::shared_ptr<Session> self, Limiter limiter, Acq
   Response res =
       error_response(status_of(result.reason()), req, wire_reason(result.reason()), result.message());
   if (result.reason() != RejectReason::invalid_argument)
-    res.set(http::field::retry_after, retry_after_seconds(limiter));
+    res.set(http::field::retry_after, retry_after_seconds(limiter, params.max_wait));
   res.keep_alive(keep);
   co_return co_await send(s, std::move(res)) && keep;
 }
@@ -958,6 +963,7 @@ std::string describe_settings(const Snapshot& snap) {
       "max_concurrent={}, max_wait={}ms, max_queue={}, enabled={}", st.max_concurrent, st.max_wait.count(),
       st.max_queue ? std::to_string(*st.max_queue) : "none", st.enabled ? "true" : "false");
   if (!st.enabled) line += fmt::format(", when_disabled={}", to_string(st.when_disabled));
+  if (st.reject_early) line += ", reject_early=true";
   if (st.tenant_fairness) line += ", tenant_fairness=true";
   if (st.max_per_tenant) line += fmt::format(", max_per_tenant={}", *st.max_per_tenant);
   line += fmt::format(", on_redis_down={}", to_string(st.on_redis_down));

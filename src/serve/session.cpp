@@ -6,6 +6,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <algorithm>
 #include <array>
 
 namespace fairgate::serve {
@@ -92,10 +93,15 @@ awaitable<void> watch_disconnect(Session& s, bool& saw_data) {
   }
 }
 
-std::string retry_after_seconds(const Limiter& limiter) {
-  const auto est = limiter.snapshot().estimated_wait;
-  const auto ms = est ? est->count() : 1000;
-  return std::to_string(std::max<std::int64_t>(1, (ms + 999) / 1000));
+std::string retry_after_seconds(const Limiter& limiter, std::optional<std::chrono::milliseconds> max_wait) {
+  using std::chrono::milliseconds;
+  const Snapshot snap = limiter.snapshot();
+  const milliseconds wait = max_wait.value_or(snap.settings.max_wait);
+  const milliseconds cap = std::clamp(wait, milliseconds(1000), milliseconds(60'000));
+  const milliseconds after = snap.estimated_wait
+                                 ? std::clamp(*snap.estimated_wait - wait, milliseconds(1000), cap)
+                                 : milliseconds(1000);
+  return std::to_string((after.count() + 999) / 1000);
 }
 
 }  // namespace fairgate::serve

@@ -201,8 +201,12 @@ net::awaitable<bool> send_raw(Session& s, const std::string& bytes);
 /// The header of an event stream; the body runs until the connection closes.
 net::awaitable<bool> send_sse_header(Session& s, const Request& req);
 
-/// Seconds a rejected client should wait before it tries again (Retry-After), at least 1.
-std::string retry_after_seconds(const Limiter& limiter);
+/// Seconds a rejected client should wait before it tries again (Retry-After),
+/// from the same wait estimate as the queue events: the estimate for a new
+/// arrival minus the `max_wait` it may spend queued (the limiter's when
+/// nullopt), at least 1 s and at most max(1 s, max_wait) and 60 s; 1 s without
+/// an estimate (docs/eta.md).
+std::string retry_after_seconds(const Limiter& limiter, std::optional<std::chrono::milliseconds> max_wait);
 
 /// Completes when the client closes the connection (or it fails). Bytes the
 /// client sends meanwhile are read and dropped; `saw_data` tells.

@@ -23,6 +23,7 @@ json::object limiter_json(const Snapshot& s, std::string_view backend, bool deta
   o["when_disabled"] = to_string(s.settings.when_disabled);
   o["backend"] = backend;
   o["degraded"] = s.engine.degraded;
+  o["reject_early"] = s.settings.reject_early;
   o["tenant_fairness"] = s.settings.tenant_fairness;
   if (s.settings.max_per_tenant)
     o["max_per_tenant"] = *s.settings.max_per_tenant;

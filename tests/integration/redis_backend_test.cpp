@@ -499,6 +499,94 @@ TEST(RedisBackendTest, HotConfigFromOneInstanceReachesAnother) {
   ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 2s));
 }
 
+/// The QueueStatus updates one acquire received (on an io thread).
+struct Statuses {
+  std::mutex mu;
+  std::vector<fairgate::QueueStatus> seen;
+  std::optional<fairgate::QueueStatus> first() {
+    std::lock_guard lock(mu);
+    if (seen.empty()) return std::nullopt;
+    return seen.front();
+  }
+};
+
+std::shared_ptr<Probe> acquire_watched(Limiter& limiter, Statuses& st, std::chrono::milliseconds max_wait) {
+  AcquireOptions o;
+  o.max_wait = max_wait;
+  o.on_queued = [&st](const fairgate::QueueStatus& q) {
+    std::lock_guard lock(st.mu);
+    st.seen.push_back(q);
+  };
+  return acquire(limiter, std::move(o));
+}
+
+// F7 on Redis: the pace is measured in Redis (release.lua), so an instance
+// that never released anything estimates from the others' releases; no
+// history means no estimate; reject_early is a cluster-wide setting. Time
+// only gives lower bounds: the test waits 100 ms between releases.
+TEST(RedisBackendTest, ClusterWidePaceEstimateAndRejectEarlyEverywhere) {
+  const std::string name = test_name();
+  auto o = fast_options();
+  Instance a(o);
+  Instance b(o);
+  Limiter la = a.open(name, cap(1));
+  Limiter lb = b.open(name, cap(1));
+  auto holder = acquire(la);
+  ASSERT_TRUE(wait_until([&] { return holder->done(); }));
+  std::vector<std::shared_ptr<Probe>> waiters;
+  for (int i = 0; i < 5; ++i) waiters.push_back(acquire_queued(la));
+  Statuses early_st;
+  auto early = acquire_watched(lb, early_st, 20s);
+  ASSERT_TRUE(wait_until([&] { return early_st.first().has_value(); }, 5s));
+  EXPECT_EQ(early_st.first()->position, 6u);
+  EXPECT_EQ(early_st.first()->estimated_wait, std::nullopt) << "no history: no estimate";
+  const auto snap_b = lb.snapshot();
+  ASSERT_EQ(snap_b.waiters.size(), 1u);
+  EXPECT_EQ(early_st.first()->ticket, snap_b.waiters[0].ticket) << "the id GET lists";
+
+  // a releases four times, 100+ ms apart, each seat handed on: three gaps.
+  holder->release();
+  for (int k = 0; k < 3; ++k) {
+    ASSERT_TRUE(wait_until([&] { return waiters[static_cast<std::size_t>(k)]->done(); }));
+    std::this_thread::sleep_for(100ms);
+    waiters[static_cast<std::size_t>(k)]->release();
+  }
+  ASSERT_TRUE(wait_until([&] { return waiters[3]->done(); }));
+  std::this_thread::sleep_for(100ms);
+  waiters[3]->release();
+  ASSERT_TRUE(wait_until([&] { return waiters[4]->done(); }));
+  const std::string gaps = server().command({"HGET", key(name, "cfg"), "pace_n"});
+  ASSERT_FALSE(gaps.empty()) << "release.lua measures the pace in the cfg hash";
+  EXPECT_GE(std::stoll(gaps), 3);
+
+  // b never released anything: its newcomer (position 2, behind b's first) is
+  // estimated from the pace in Redis.
+  Statuses next_st;
+  auto next = acquire_watched(lb, next_st, 20s);
+  ASSERT_TRUE(wait_until([&] { return next_st.first().has_value(); }, 5s));
+  EXPECT_EQ(next_st.first()->position, 2u);
+  ASSERT_TRUE(next_st.first()->estimated_wait.has_value());
+  EXPECT_GE(*next_st.first()->estimated_wait, 100ms) << "one gap and at least half of the next";
+
+  // reject_early, set on a, applies on b: position 3, >= 200 ms away, may wait 50 ms.
+  fairgate::SettingsUpdate on;
+  on.reject_early = true;
+  ASSERT_TRUE(la.configure(on).value().reject_early);
+  ASSERT_TRUE(wait_until([&] { return lb.settings().reject_early; }, 3s)) << "a Redis setting";
+  auto refused = acquire(lb, AcquireOptions{.max_wait = 50ms});
+  ASSERT_TRUE(wait_until([&] { return refused->done(); }));
+  EXPECT_EQ(refused->reason(), RejectReason::would_time_out) << refused->message();
+  EXPECT_EQ(zcard(name, "queue"), 2) << "it never queued";
+
+  waiters[4]->release();
+  ASSERT_TRUE(wait_until([&] { return early->done(); }));
+  EXPECT_EQ(early->outcome(), Outcome::granted);
+  early->release();
+  ASSERT_TRUE(wait_until([&] { return next->done(); }));
+  next->release();
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 2s));
+}
+
 TEST(RedisBackendTest, ShutdownEndsWaitersAndCleansRedis) {
   const std::string name = test_name();
   Instance a(fast_options());

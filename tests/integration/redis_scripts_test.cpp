@@ -498,7 +498,9 @@ TEST_F(RedisScriptsTest, CommandsPerGrantStayFlatFrom10To1000Waiters) {
   RecordProperty("redis_cmds_per_grant_10_waiters", std::to_string(small));
   RecordProperty("redis_cmds_per_grant_1000_waiters", std::to_string(large));
   std::printf("Redis-side commands per grant: %.2f with 10 waiters, %.2f with 1000 waiters\n", small, large);
-  EXPECT_LE(small, 20.0);
+  // 21: 20 before the wait estimate, plus the one HSET per release into a
+  // full limiter that measures the pace (docs/eta.md).
+  EXPECT_LE(small, 21.0);
   EXPECT_NEAR(large, small, small * 0.10) << "flat within 10 %";
 }
 
@@ -547,7 +549,7 @@ TEST_F(RedisScriptsTest, CommandsPerGrantUnderTenantFairnessStayFlatInWaitersAnd
       "Redis-side commands per grant under tenant fairness: %.2f (10 waiters, 2 tenants), %.2f (1000 "
       "waiters, 200 tenants)\n",
       small, large);
-  EXPECT_LE(small, 40.0);
+  EXPECT_LE(small, 41.0);  // 40, plus the HSET of the pace (docs/eta.md)
   EXPECT_NEAR(large, small, small * 0.10) << "flat within 10 %";
   EXPECT_EQ(server().command({"ZCARD", keys_[1]}), "1") << "never more than the one permit";
 }

@@ -185,7 +185,9 @@ TEST(ServeConfigFile, EveryKeyOfTheExampleIsReadAndRedisDownIsReported) {
       std::string::npos)
       << limiters;
   EXPECT_NE(limiters.find(R"("name":"document-upload","max_concurrent":10)"), std::string::npos) << limiters;
-  EXPECT_NE(limiters.find(R"("degraded":false,"tenant_fairness":true,"max_per_tenant":2)"), std::string::npos)
+  EXPECT_NE(
+      limiters.find(R"("degraded":false,"reject_early":false,"tenant_fairness":true,"max_per_tenant":2)"),
+      std::string::npos)
       << limiters;
   EXPECT_NE(limiters.find(R"("on_redis_down":"local","local_share":1)"), std::string::npos) << limiters;
   EXPECT_NE(limiters.find(R"("name":"document-upload")"), std::string::npos) << limiters;
@@ -305,6 +307,59 @@ TEST(ServeMemory, PerClientCapOnWaitingRequests) {
   auto s = memory_server("chat=1", "max_waiters_per_client = 3\n");
   const auto run = run_client("clientcap", {s.get()}, {"--limiter", "chat", "--client_cap", "3"});
   EXPECT_CLIENT_OK(run);
+  EXPECT_EQ(s->terminate(), 0);
+}
+
+/// The first capture of `pattern` (one group) in `text`, or "".
+std::string capture(const std::string& text, const std::string& pattern) {
+  std::smatch m;
+  return std::regex_search(text, m, std::regex(pattern)) ? m[1].str() : std::string();
+}
+
+/// Issue 15: the id an SSE client is given is the one GET /v1/limiters/{name}
+/// lists for it (queue ticket, then holder permit), and a long-poll permit's
+/// `ticket` is the holder id GET lists (its `permit` stays the lease token).
+/// Without history a queued event carries no estimate, and a 1 s max_wait
+/// does not get a Retry-After longer than 1 s.
+TEST(ServeMemory, SseAndLongPollIdsAreTheIdsTheStatusListsAndNoHistoryMeansNoEstimate) {
+  auto s = memory_server("ids=1");
+  const auto lp = http_exchange(s->url(),
+                                "POST /v1/limiters/ids/acquire?lease_ms=600000 HTTP/1.1\r\nHost: x\r\n"
+                                "Connection: close\r\nContent-Length: 0\r\n\r\n");
+  ASSERT_EQ(lp.rfind("HTTP/1.1 200", 0), 0u) << lp;
+  const std::string token = capture(lp, R"re("permit":"(lp-[0-9a-f]+)")re");
+  const std::string lp_id = capture(lp, R"re("ticket":"([^"]+)")re");
+  ASSERT_FALSE(token.empty()) << lp;
+  ASSERT_FALSE(lp_id.empty()) << lp;
+  const std::string status_req = "GET /v1/limiters/ids HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  auto status = http_exchange(s->url(), status_req);
+  EXPECT_NE(status.find(R"("permit":")" + lp_id + "\""), std::string::npos) << lp_id << " in " << status;
+
+  RawSse waiter(s->url(), "ids");
+  ASSERT_TRUE(waiter.wait_for("event: queued", 10s)) << waiter.data();
+  ASSERT_TRUE(waiter.wait_for("}\n\n", 10s)) << waiter.data();
+  const std::string ticket = capture(waiter.data(), R"re("ticket":"([^"]+)")re");
+  ASSERT_FALSE(ticket.empty()) << waiter.data();
+  EXPECT_EQ(waiter.data().find("estimated_wait_ms"), std::string::npos) << "no history: " << waiter.data();
+  status = http_exchange(s->url(), status_req);
+  EXPECT_NE(status.find(R"("ticket":")" + ticket + "\""), std::string::npos) << ticket << " in " << status;
+
+  const auto busy = http_exchange(s->url(),
+                                  "POST /v1/limiters/ids/acquire?max_wait_ms=1000 HTTP/1.1\r\nHost: x\r\n"
+                                  "Connection: close\r\nContent-Length: 0\r\n\r\n");
+  ASSERT_EQ(busy.rfind("HTTP/1.1 429", 0), 0u) << busy;
+  EXPECT_NE(busy.find("Retry-After: 1\r\n"), std::string::npos) << busy;
+
+  const auto del = http_exchange(
+      s->url(), "DELETE /v1/permits/" + token + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  ASSERT_EQ(del.rfind("HTTP/1.1 204", 0), 0u) << del;
+  ASSERT_TRUE(waiter.wait_for("event: granted", 10s)) << waiter.data();
+  ASSERT_TRUE(waiter.wait_for("\"}\n\n", 10s)) << waiter.data();
+  const auto granted = waiter.data().substr(waiter.data().find("event: granted"));
+  EXPECT_EQ(capture(granted, R"re("permit":"([^"]+)")re"), ticket) << granted;
+  EXPECT_EQ(capture(granted, R"re("ticket":"([^"]+)")re"), ticket) << granted;
+  status = http_exchange(s->url(), status_req);
+  EXPECT_NE(status.find(R"("permit":")" + ticket + "\""), std::string::npos) << ticket << " in " << status;
   EXPECT_EQ(s->terminate(), 0);
 }
 

@@ -25,9 +25,10 @@ using fairgate::DisabledMode;
 using fairgate::RejectReason;
 using fairgate::Settings;
 using fairgate::core::Admission;
-using fairgate::core::GrantRate;
 using fairgate::core::LimiterState;
+using fairgate::core::PaceFigures;
 using fairgate::core::RequestId;
+using fairgate::core::ServicePace;
 using fairgate::core::Time;
 using fairgate::test::RecordingSink;
 using Drop = RecordingSink::Drop;
@@ -378,73 +379,150 @@ TEST(LimiterStateDropAll, DropsEveryWaiterInOrderWithTheReason) {
 
 // --- estimates (F7) ---------------------------------------------------------------
 
-TEST(GrantRateTest, NoEstimateWithoutHistory) {
-  GrantRate r;
-  EXPECT_EQ(r.estimate(1, t0), std::nullopt);
-  r.record(t0);
-  EXPECT_EQ(r.estimate(1, t0 + 1s), std::nullopt) << "one grant is no rate";
-  r.record(t0 + 100ms);
-  EXPECT_NE(r.estimate(1, t0 + 1s), std::nullopt);
+TEST(ServicePaceTest, NoEstimateWithoutThreeSaturatedGaps) {
+  ServicePace p;
+  EXPECT_EQ(p.estimate(1, t0), std::nullopt);
+  // Releases that leave a seat free measure nothing, however many.
+  for (int i = 0; i < 10; ++i) p.on_release(t0 + i * 10ms, /*full_after=*/false);
+  EXPECT_EQ(p.estimate(1, t0 + 100ms), std::nullopt);
+  p.on_release(t0 + 200ms, true);  // starts a gap
+  p.on_release(t0 + 300ms, true);  // 1
+  p.on_release(t0 + 400ms, true);  // 2
+  EXPECT_EQ(p.estimate(1, t0 + 400ms), std::nullopt) << "two gaps are no pace yet";
+  p.on_release(t0 + 500ms, true);  // 3
+  EXPECT_EQ(p.estimate(1, t0 + 500ms), 100ms);
+  EXPECT_EQ(p.figures(t0 + 500ms).samples, 3u);
 }
 
-TEST(GrantRateTest, EstimateIsProportionalToPosition) {
-  GrantRate r;
-  r.record(t0);
-  r.record(t0 + 100ms);
-  // Two grants over [t0, t0+200ms]: 100 ms per grant.
-  const Time now = t0 + 200ms;
-  EXPECT_EQ(r.estimate(1, now), 100ms);
-  EXPECT_EQ(r.estimate(2, now), 200ms);
-  EXPECT_EQ(r.estimate(5, now), 500ms);
-  // Time since the last grant counts: the service got slower.
-  EXPECT_EQ(r.estimate(1, t0 + 400ms), 200ms);
+TEST(ServicePaceTest, EstimateIsPositionTimesTheGap) {
+  ServicePace p;
+  for (int i = 0; i <= 4; ++i) p.on_release(t0 + i * 100ms, true);
+  const Time now = t0 + 400ms;  // just after a release
+  EXPECT_EQ(p.estimate(1, now), 100ms);
+  EXPECT_EQ(p.estimate(2, now), 200ms);
+  EXPECT_EQ(p.estimate(10, now), 1000ms);
+  // Mid-gap: the next release is partly elapsed ...
+  EXPECT_EQ(p.estimate(1, now + 40ms), 60ms);
+  EXPECT_EQ(p.estimate(3, now + 40ms), 260ms);
+  // ... but a late one is never counted below half a gap.
+  EXPECT_EQ(p.estimate(1, now + 90ms), 50ms);
+  EXPECT_EQ(p.estimate(1, now + 5s), 50ms);
+  EXPECT_EQ(p.estimate(2, now + 5s), 150ms);
 }
 
-TEST(GrantRateTest, UsesOnlyTheRecentWindow) {
-  GrantRate r;
-  // 40 grants 10 ms apart, after a first burst that was very slow.
-  r.record(t0 - 1h);
-  for (int i = 0; i < 40; ++i) r.record(t0 + i * 10ms);
-  // The window keeps the last 32: t0+80ms .. t0+390ms; now = t0+400ms -> 320 ms / 32.
-  EXPECT_EQ(r.estimate(1, t0 + 400ms), 10ms);
-  EXPECT_EQ(r.estimate(3, t0 + 400ms), 30ms);
+TEST(ServicePaceTest, IdleTimeAndUnsaturatedReleasesDoNotSlowIt) {
+  // The old estimate divided the time since the 32nd last grant by 32: an hour
+  // idle made the next waiter's estimate huge.
+  ServicePace p;
+  for (int i = 0; i <= 4; ++i) p.on_release(t0 + i * 100ms, true);
+  p.on_release(t0 + 500ms, false);  // ends the 5th gap; the queue ran dry: a seat stays free
+  const Time later = t0 + 5min;
+  EXPECT_EQ(p.estimate(1, later), 100ms) << "idle time is no gap";
+  EXPECT_EQ(p.estimate(4, later), 400ms);
+  p.on_release(later, true);  // full again: one gap starts, none measured across the idle time
+  EXPECT_EQ(p.figures(later).samples, 5u);
+  EXPECT_EQ(p.estimate(2, later + 10ms), 190ms);
 }
 
-TEST(GrantRateTest, NoEstimateForAnEmptySpan) {
-  GrantRate r;
-  r.record(t0);
-  r.record(t0);
-  EXPECT_EQ(r.estimate(1, t0), std::nullopt);
+TEST(ServicePaceTest, OldHistoryIsNoEstimate) {
+  ServicePace p;
+  for (int i = 0; i <= 4; ++i) p.on_release(t0 + i * 100ms, true);
+  p.on_release(t0 + 500ms, false);
+  const Time last_gap = t0 + 500ms;
+  EXPECT_NE(p.estimate(1, last_gap + fairgate::core::kPaceStale), std::nullopt);
+  EXPECT_EQ(p.estimate(1, last_gap + fairgate::core::kPaceStale + 1ms), std::nullopt);
 }
 
-// Builds a history of one seat freed (and handed on) every 100 ms: holder 1
-// granted at t0, released at t0+100ms handing over to 2, released at
-// t0+200ms handing over to 3. Whether the rate is taken from grant times
-// (t0, +100, +200) or from release times (+100, +200), at t0+300ms it is
-// 100 ms per seat.
-void seat_every_100ms(LimiterState& st, RecordingSink& sink, std::chrono::milliseconds wait2 = 10s) {
+TEST(ServicePaceTest, MeanOfTheFirstGapsThenAnExponentialMean) {
+  ServicePace p;
+  p.on_release(t0, true);
+  p.on_release(t0 + 100ms, true);  // 100
+  p.on_release(t0 + 400ms, true);  // 300
+  p.on_release(t0 + 600ms, true);  // 200: mean 200
+  EXPECT_DOUBLE_EQ(p.figures(t0 + 600ms).gap_ms, 200.0);
+  for (int i = 1; i <= 5; ++i) p.on_release(t0 + 600ms + i * 200ms, true);  // 8 gaps, mean 200
+  EXPECT_DOUBLE_EQ(p.figures(t0 + 1600ms).gap_ms, 200.0);
+  p.on_release(t0 + 2400ms, true);  // one gap of 800: weight 1/8 -> 275
+  EXPECT_DOUBLE_EQ(p.figures(t0 + 2400ms).gap_ms, 275.0);
+}
+
+TEST(ServicePaceTest, InterruptEndsTheRunningGap) {
+  ServicePace p;
+  for (int i = 0; i <= 3; ++i) p.on_release(t0 + i * 100ms, true);
+  p.interrupt();  // the cap changed
+  p.on_release(t0 + 10s, true);
+  EXPECT_EQ(p.figures(t0 + 10s).samples, 3u);
+  EXPECT_DOUBLE_EQ(p.figures(t0 + 10s).gap_ms, 100.0);
+}
+
+TEST(ServicePaceTest, WaitersLeavingAFullLimiterMoveTheQueueToo) {
+  ServicePace p;
+  p.on_departure(t0);  // not full since a release: measures nothing
+  EXPECT_EQ(p.figures(t0).samples, 0u);
+  p.on_release(t0, true);
+  p.on_departure(t0 + 100ms);  // timed out while full: one advance
+  p.on_departure(t0 + 200ms);
+  p.on_release(t0 + 300ms, true);
+  EXPECT_EQ(p.figures(t0 + 300ms).samples, 3u);
+  EXPECT_EQ(p.estimate(2, t0 + 300ms), 200ms);
+  p.on_release(t0 + 400ms, false);  // a seat stays free: departures count no more
+  p.on_departure(t0 + 500ms);
+  EXPECT_EQ(p.figures(t0 + 500ms).samples, 4u);
+}
+
+TEST(LimiterStateEstimate, TimeoutsAheadCountAsTheQueueMoving) {
+  LimiterState st(cap(1));
+  RecordingSink sink;
   ASSERT_EQ(admit(st, 1, t0).kind, Kind::granted);
-  ASSERT_EQ(admit(st, 2, t0, wait2).kind, Kind::queued);
-  ASSERT_EQ(admit(st, 3, t0, 10s).kind, Kind::queued);
-  ASSERT_TRUE(st.release(1, t0 + 100ms, sink));
-  ASSERT_TRUE(st.holding(2));
-  ASSERT_TRUE(st.release(2, t0 + 200ms, sink));
-  ASSERT_TRUE(st.holding(3));
+  for (RequestId id = 2; id <= 4; ++id) ASSERT_EQ(admit(st, id, t0, 1h).kind, Kind::queued);
+  for (RequestId id = 5; id <= 7; ++id)
+    ASSERT_EQ(admit(st, id, t0, std::chrono::milliseconds(100 * static_cast<int>(id))).kind, Kind::queued);
+  ASSERT_TRUE(st.release(1, t0 + 100ms, sink));  // 2 holds: full, a gap starts
+  st.expire(t0 + 500ms, sink);                   // 5 leaves (gap 400)
+  st.expire(t0 + 650ms, sink);                   // 7 is not due: 6 leaves (gap 150)
+  EXPECT_TRUE(st.waiting(7));
+  ASSERT_TRUE(st.withdraw(3, t0 + 800ms));  // a cancel (gap 150): mean (400 + 150 + 150) / 3
+  EXPECT_EQ(st.pace(t0 + 800ms).samples, 3u);
+  EXPECT_EQ(st.estimated_wait(1, t0 + 800ms), 233ms);
+  ASSERT_TRUE(st.withdraw(4));  // without a time: not counted
+  EXPECT_EQ(st.pace(t0 + 800ms).samples, 3u);
+}
+
+TEST(ServicePaceTest, WouldTimeOutNeedsTheMargin) {
+  using fairgate::core::would_time_out;
+  EXPECT_FALSE(would_time_out(1100ms, 1000ms));
+  EXPECT_FALSE(would_time_out(1250ms, 1000ms)) << "margin max(100 ms, max_wait / 4)";
+  EXPECT_TRUE(would_time_out(1251ms, 1000ms));
+  EXPECT_FALSE(would_time_out(200ms, 100ms));
+  EXPECT_TRUE(would_time_out(201ms, 100ms));
+  EXPECT_TRUE(would_time_out(101ms, 0ms));
+}
+
+// Builds a history of one seat freed (and handed on at once) every `gap`,
+// on a limiter of one seat: 1 granted at t0, then releases at t0 + k x gap,
+// k = 1..4, each handing over to the next waiter: three saturated gaps by
+// t0 + 4 x gap, where 5 holds and 6, 7 still wait.
+void seat_every(LimiterState& st, RecordingSink& sink, std::chrono::milliseconds gap) {
+  ASSERT_EQ(admit(st, 1, t0).kind, Kind::granted);
+  for (RequestId id = 2; id <= 7; ++id) ASSERT_EQ(admit(st, id, t0, 1h).kind, Kind::queued);
+  for (RequestId id = 1; id <= 4; ++id) {
+    ASSERT_TRUE(st.release(id, t0 + static_cast<int>(id) * gap, sink));
+    ASSERT_TRUE(st.holding(id + 1));
+  }
 }
 
 TEST(LimiterStateEstimate, QueuedAdmissionCarriesTheEstimate) {
   LimiterState st(cap(1));
   RecordingSink sink;
-  seat_every_100ms(st, sink);
-  const Time now = t0 + 300ms;
-  const Admission a = admit(st, 4, now, 10s);
+  seat_every(st, sink, 100ms);
+  const Time now = t0 + 400ms;
+  EXPECT_EQ(st.queued(), 2u);
+  const Admission a = admit(st, 8, now, 10s);
   ASSERT_EQ(a.kind, Kind::queued);
-  EXPECT_EQ(a.position, 1u);
-  EXPECT_EQ(a.estimated_wait, 100ms);
-  const Admission b = admit(st, 5, now, 10s);
-  EXPECT_EQ(b.position, 2u);
-  EXPECT_EQ(b.estimated_wait, 200ms);
-  EXPECT_EQ(st.estimated_wait(3, now), 300ms);
+  EXPECT_EQ(a.position, 3u);
+  EXPECT_EQ(a.estimated_wait, 300ms);
+  EXPECT_EQ(st.estimated_wait(1, now), 100ms);
+  EXPECT_EQ(st.estimated_wait(4, now + 20ms), 380ms);
 }
 
 TEST(LimiterStateEstimate, NoEstimateBeforeAnyHistory) {
@@ -455,27 +533,40 @@ TEST(LimiterStateEstimate, NoEstimateBeforeAnyHistory) {
   EXPECT_EQ(a.estimated_wait, std::nullopt);
 }
 
-TEST(LimiterStateEstimate, EarlyRejectWhenTheEstimateExceedsTheDeadline) {
+TEST(LimiterStateEstimate, ReleasesIntoFreeSeatsMeasureNothing) {
+  // Cap 3, one request at a time: every release leaves seats free.
+  LimiterState st(cap(3));
+  RecordingSink sink;
+  for (RequestId id = 1; id <= 20; ++id) {
+    ASSERT_EQ(admit(st, id, t0 + static_cast<int>(id) * 1s).kind, Kind::granted);
+    ASSERT_TRUE(st.release(id, t0 + static_cast<int>(id) * 1s + 10ms, sink));
+  }
+  EXPECT_EQ(st.pace(t0 + 30s).samples, 0u);
+  EXPECT_EQ(st.estimated_wait(1, t0 + 30s), std::nullopt);
+}
+
+TEST(LimiterStateEstimate, EarlyRejectWhenTheEstimateExceedsMaxWaitByTheMargin) {
   Settings s = cap(1);
-  s.early_reject = true;
+  s.reject_early = true;
   LimiterState st(s);
   RecordingSink sink;
-  // Without history there is no estimate: waiter 2 (150 ms) queues normally.
-  seat_every_100ms(st, sink, /*wait2=*/150ms);
-  const Time now = t0 + 300ms;
-  const Admission too_short = st.admit(4, now, now + 99ms, "");
+  seat_every(st, sink, 1s);  // 2 wait: a newcomer is at position 3, about 3 s away
+  const Time now = t0 + 4s;
+  const Admission too_short = st.admit(10, now, now + 2s, "");
   EXPECT_EQ(too_short.kind, Kind::rejected);
-  EXPECT_EQ(too_short.reason, RejectReason::timeout);
-  EXPECT_FALSE(st.waiting(4));
-  EXPECT_EQ(st.admit(5, now, now + 100ms, "").kind, Kind::queued) << "estimate == max_wait is fine";
-  // Position 2 needs ~200 ms.
-  EXPECT_EQ(st.admit(6, now, now + 150ms, "").reason, RejectReason::timeout);
-  EXPECT_EQ(st.admit(7, now, now + 250ms, "").kind, Kind::queued);
+  EXPECT_EQ(too_short.reason, RejectReason::would_time_out);
+  EXPECT_FALSE(st.waiting(10));
+  // 3 s estimated, 2.5 s max wait: within the margin (625 ms), it waits.
+  const Admission close = st.admit(11, now, now + 2500ms, "");
+  EXPECT_EQ(close.kind, Kind::queued);
+  // Position 4 now: 4 s away.
+  EXPECT_EQ(st.admit(12, now, now + 3100ms, "").reason, RejectReason::would_time_out);
+  EXPECT_EQ(st.admit(13, now, now + 3300ms, "").kind, Kind::queued);
 
   // Off: the same request waits.
-  s.early_reject = false;
+  s.reject_early = false;
   st.configure(s, now, sink);
-  EXPECT_EQ(st.admit(8, now, now + 1ms, "").kind, Kind::queued);
+  EXPECT_EQ(st.admit(14, now, now + 1ms, "").kind, Kind::queued);
 }
 
 // --- views --------------------------------------------------------------------------
@@ -710,8 +801,10 @@ TEST_P(ModelTest, RandomOperationsKeepEveryInvariant) {
         want_reason = RejectReason::timeout;
       } else if (s.max_queue && m.queue.size() >= *s.max_queue) {
         want_reason = RejectReason::queue_full;
-      } else if (s.early_reject && estimate && m.now + *estimate > deadline) {
-        want_reason = RejectReason::timeout;
+      } else if (s.reject_early && estimate &&
+                 fairgate::core::would_time_out(
+                     *estimate, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - m.now))) {
+        want_reason = RejectReason::would_time_out;
       } else {
         want = Kind::queued;
       }
@@ -772,7 +865,7 @@ TEST_P(ModelTest, RandomOperationsKeepEveryInvariant) {
           q == 0 ? std::nullopt : std::optional<std::uint32_t>(static_cast<std::uint32_t>(pick(25)));
       s.enabled = pick(8) != 0;
       s.when_disabled = pick(2) ? DisabledMode::pass_through : DisabledMode::reject;
-      s.early_reject = pick(5) == 0;
+      s.reject_early = pick(5) == 0;
       const bool lowering = s.enabled && s.max_concurrent <= in_use_before;
       m.configuring_disabled_reject = !s.enabled && s.when_disabled == DisabledMode::reject;
       const std::size_t grants_before = m.grants;

@@ -496,6 +496,90 @@ TEST_F(MemoryBackendTest, OnQueuedIsNotCalledForAnImmediateGrant) {
   EXPECT_EQ(calls, 0);
 }
 
+// --- wait estimates (F7), early rejection, ids ------------------------------------
+
+// The estimate is absent without history, then comes from the pace of a full
+// limiter; every queued event names the request as snapshots do, and the
+// permit it gets carries the same id. Time only gives lower bounds here: each
+// gap is at least 60 ms because the test waits that long between releases.
+TEST_F(MemoryBackendTest, EstimateIsAbsentWithoutHistoryThenFollowsThePaceAndIdsMatchSnapshots) {
+  Settings s = cap(1);
+  auto lim = open("eta", s);
+  Permit holder = hold(lim);
+  constexpr std::size_t kWaiters = 6;
+  std::array<std::vector<QueueStatus>, kWaiters> seen;
+  std::deque<Outcome1> outs(kWaiters);
+  for (std::size_t i = 0; i < kWaiters; ++i) {
+    AcquireOptions o;
+    o.max_wait = 60s;
+    o.on_queued = [&seen, i](const QueueStatus& st) { seen[i].push_back(st); };
+    lim.async_acquire(o, outs[i].handler());
+  }
+  ASSERT_TRUE(run_until(
+      [&] { return std::all_of(seen.begin(), seen.end(), [](const auto& v) { return !v.empty(); }); }));
+  const auto snap = lim.snapshot();
+  ASSERT_EQ(snap.waiters.size(), kWaiters);
+  for (std::size_t i = 0; i < kWaiters; ++i) {
+    EXPECT_EQ(seen[i].front().estimated_wait, std::nullopt) << "no history: no estimate, not a guess";
+    EXPECT_EQ(seen[i].front().ticket, snap.waiters[i].ticket) << "waiter " << i;
+  }
+  EXPECT_EQ(snap.estimated_wait, std::nullopt);
+  // Four releases 60+ ms apart, each handing the seat on: three gaps.
+  for (std::size_t k = 0; k < 4; ++k) {
+    fairgate::test::run_for(io, 60ms);
+    holder.release();
+    ASSERT_TRUE(run_until([&] { return outs[k].done(); }));
+    ASSERT_TRUE(outs[k].granted());
+    holder = outs[k].result->take_permit();
+    EXPECT_EQ(holder.id(), seen[k].back().ticket) << "the permit id is the ticket the waiter was given";
+  }
+  ASSERT_TRUE(run_until([&] { return seen[4].back().position == 1 && seen[5].back().position == 2; }));
+  const auto& head = seen[4].back();
+  const auto& second = seen[5].back();
+  ASSERT_TRUE(head.estimated_wait.has_value());
+  ASSERT_TRUE(second.estimated_wait.has_value());
+  EXPECT_GE(*head.estimated_wait, 30ms) << "at least half a gap";
+  EXPECT_GE(*second.estimated_wait, 90ms) << "one gap more than the head's next one";
+  EXPECT_GT(*second.estimated_wait, *head.estimated_wait);
+  ASSERT_TRUE(lim.snapshot().estimated_wait.has_value());
+  EXPECT_GE(*lim.snapshot().estimated_wait, 150ms) << "a newcomer at position 3";
+
+  // reject_early: a newcomer (position 3, >= 150 ms) with 1 ms to wait is
+  // turned away at once; within the margin it queues.
+  Outcome1 plain;
+  AcquireOptions quick;
+  quick.max_wait = 1ms;
+  lim.async_acquire(quick, plain.handler());
+  ASSERT_TRUE(run_until([&] { return plain.done(); }));
+  EXPECT_EQ(plain.result->reason(), RejectReason::timeout) << "off: it waits its 1 ms";
+  SettingsUpdate on;
+  on.reject_early = true;
+  ASSERT_TRUE(lim.configure(on).has_value());
+  Outcome1 early;
+  lim.async_acquire(quick, early.handler());
+  ASSERT_TRUE(run_until([&] { return early.done(); }));
+  ASSERT_FALSE(early.granted());
+  EXPECT_EQ(early.result->reason(), RejectReason::would_time_out);
+  EXPECT_EQ(early.result->waited(), 0ms);
+  EXPECT_EQ(by_reason(lim.snapshot(), RejectReason::would_time_out), 1u);
+  Outcome1 patient;
+  AcquireOptions slow;
+  slow.max_wait = 60s;
+  lim.async_acquire(slow, patient.handler());
+  fairgate::test::run_for(io, 20ms);
+  EXPECT_FALSE(patient.done()) << "an estimate within its max wait queues";
+  for (std::size_t k = 4; k < kWaiters; ++k) {
+    holder.release();
+    ASSERT_TRUE(run_until([&] { return outs[k].done(); }));
+    ASSERT_TRUE(outs[k].granted());
+    holder = outs[k].result->take_permit();
+  }
+  holder.release();
+  ASSERT_TRUE(run_until([&] { return patient.done(); }));
+  EXPECT_TRUE(patient.granted());
+  expect_balanced(lim.snapshot().stats);
+}
+
 // --- hot config (F9) ---------------------------------------------------------------------------
 
 TEST_F(MemoryBackendTest, RaisingTheCapAdmitsWaitersImmediately) {

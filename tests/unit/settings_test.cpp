@@ -26,7 +26,7 @@ TEST(SettingsValidate, DefaultsAreValid) {
   EXPECT_EQ(s.max_queue, std::nullopt);
   EXPECT_TRUE(s.enabled);
   EXPECT_EQ(s.when_disabled, DisabledMode::pass_through);
-  EXPECT_FALSE(s.early_reject);
+  EXPECT_FALSE(s.reject_early);
 }
 
 TEST(SettingsValidate, MaxConcurrentBounds) {
@@ -132,7 +132,7 @@ TEST(SettingsApply, OnlySetFieldsChange) {
   base.max_queue = 10;
   base.enabled = true;
   base.when_disabled = DisabledMode::pass_through;
-  base.early_reject = false;
+  base.reject_early = false;
 
   SettingsUpdate u;
   u.max_concurrent = 5;
@@ -145,13 +145,13 @@ TEST(SettingsApply, OnlySetFieldsChange) {
   v.max_wait = 1s;
   v.enabled = false;
   v.when_disabled = DisabledMode::reject;
-  v.early_reject = true;
+  v.reject_early = true;
   out = fairgate::apply(base, v);
   want = base;
   want.max_wait = 1s;
   want.enabled = false;
   want.when_disabled = DisabledMode::reject;
-  want.early_reject = true;
+  want.reject_early = true;
   EXPECT_EQ(out, want);
 }
 

@@ -6,8 +6,10 @@
 --         request already reached Redis, its standing is reported instead (idempotent)
 -- Returns one of:
 --   {'granted'}                     the permit "inst|n" is held now
---   {'queued', order, position}     waiting; order = its order score (later arrivals: larger)
---   {'rejected', reason}            reason: queue_full | disabled | timeout
+--   {'queued', order, position, est} waiting; order = its order score (later arrivals: larger);
+--                                   est = estimated wait in ms (-1: no estimate, see lib.lua)
+--   {'rejected', reason}            reason: queue_full | disabled | timeout | would_time_out
+--                                   (reject_early: the estimate exceeds max wait by the margin)
 --   {'lost'}                        the state is gone, or this instance is not registered in it:
 --                                   nothing was changed; the instance heartbeats (and restores)
 --                                   and asks again
@@ -52,6 +54,24 @@ elseif queued == 0 and has_room(cfg, redis.call('ZCARD', K_HOLDERS), now) then
 end
 if max_wait <= 0 then return {'rejected', 'timeout'} end
 if cfg.max_queue and queued >= cfg.max_queue then return {'rejected', 'queue_full'} end
+if cfg.reject_early then
+  -- Its position once queued (as below), before anything is written.
+  local p = queued + 1
+  if cfg.tmode and cfg.fair then
+    local k = redis.call('ZCARD', tq(tenant)) + 1
+    local tenants = redis.call('ZCARD', K_TREADY) + redis.call('SCARD', K_TPARKED)
+    local turn = tenants + 1
+    if k == 1 then
+      tenants = tenants + 1
+    else
+      local rank = redis.call('ZRANK', K_TREADY, tenant)
+      turn = rank and rank + 1 or tenants
+    end
+    p = math.min((k - 1) * tenants + turn, queued + 1)
+  end
+  local est = pace_estimate(cfg, now, p)
+  if est >= 0 and would_time_out(est, max_wait) then return {'rejected', 'would_time_out'} end
+end
 local order = redis.call('INCR', K_SEQ)
 local member = make_member(id, now + max_wait, weight, tenant)
 q_add(member, order)
@@ -67,4 +87,4 @@ if cfg.tmode then
     position = math.min((k - 1) * tenants + turn, queued + 1)
   end
 end
-return {'queued', order, position}
+return {'queued', order, position, pace_estimate(cfg, now, position)}

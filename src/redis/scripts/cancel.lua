@@ -12,6 +12,7 @@ local cfg = load_cfg()
 local member = find_waiter(id)
 if member then
   waiter_remove(cfg, member)
+  if cfg then pace_on_departure(cfg, now_ms()) end  -- the queue moved (F7)
   return {'removed'}
 end
 if holder_remove(cfg, id, nil) == 1 then

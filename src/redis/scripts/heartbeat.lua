@@ -27,6 +27,7 @@
 --   my_waiters  this instance's waiters in Redis (level-triggered loss detection)
 --   older       waiters whose order score is below the epoch (restored from an older state)
 --   instances   the registered instances (ids), for local shares while Redis is unreachable
+--   now         Redis time in ms (the pace fields in cfg are in it: wait estimates, F7)
 local inst, ttl, expiry, fence_ms = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local has_state = tonumber(ARGV[6]) > 0 or tonumber(ARGV[7]) > 0
 local now = now_ms()
@@ -99,4 +100,4 @@ for i = 1, #list, 2 do
 end
 if lost == 0 then ids[#ids + 1] = inst end
 return {lost, held, head_order, queued, in_use, flat, reaped, granted, created, away,
-        math.max(0, cfg.fence - now), my_waiters, cfg.epoch, older, ids}
+        math.max(0, cfg.fence - now), my_waiters, cfg.epoch, older, ids, now}

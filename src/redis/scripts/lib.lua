@@ -4,8 +4,13 @@
 -- on one shard):
 --   KEYS[1] cfg        hash  settings: max_concurrent, max_queue ('' = unbounded), enabled ('1'|'0'),
 --                            when_disabled ('pass'|'reject'), max_wait_ms, tenant_fairness ('1'|'0'),
---                            max_per_tenant ('' = none); engine fields: epoch (the state's
---                            generation, see below), fence_until (ms: no grant before it)
+--                            max_per_tenant ('' = none), reject_early ('1'|'0'); engine fields:
+--                            epoch (the state's generation, see below), fence_until (ms: no grant
+--                            before it); the pace (F7, core/service_pace.hpp): pace_gap (mean ms
+--                            between two advances of the queue of a full limiter), pace_n (gaps
+--                            measured), pace_last (ms of the last advance — a release that left
+--                            every seat taken, or a waiter leaving while full; 0 when a release
+--                            since left a seat free), pace_at (ms of the last gap)
 --   KEYS[2] holders    zset  "inst|n" -> 0      (score 0: lex ranges find one instance's permits)
 --   KEYS[3] queue      zset  waiter member -> order score (the global FIFO; all waiters, every mode)
 --                            member: "inst|n|deadline_ms" (tenant '' and weight 1), else
@@ -160,6 +165,9 @@ local function make_cfg(h)
     epoch = tonumber(h.epoch),
     fence = tonumber(h.fence_until or '0') or 0,
     credit = tonumber(h.fence_credit or '0') or 0,
+    reject_early = h.reject_early == '1',
+    pace = {gap = tonumber(h.pace_gap or '0') or 0, n = tonumber(h.pace_n or '0') or 0,
+            last = tonumber(h.pace_last or '0') or 0, at = tonumber(h.pace_at or '0') or 0},
   }
   c.tmode = c.fair or c.per_tenant ~= nil
   -- The per-tenant cap binds only while enabled (pass-through limits nothing).
@@ -168,7 +176,8 @@ local function make_cfg(h)
 end
 
 local CFG_FIELDS = {'max_concurrent', 'enabled', 'when_disabled', 'max_queue', 'tenant_fairness',
-                    'max_per_tenant', 'epoch', 'fence_until', 'fence_credit'}
+                    'max_per_tenant', 'epoch', 'fence_until', 'fence_credit', 'reject_early',
+                    'pace_gap', 'pace_n', 'pace_last', 'pace_at'}
 
 -- The limiter's config and engine fields; nil when the state is gone.
 local function load_cfg()
@@ -176,6 +185,66 @@ local function load_cfg()
   local h = {}
   for i, f in ipairs(CFG_FIELDS) do if v[i] then h[f] = v[i] end end
   return make_cfg(h)
+end
+
+-- The wait estimate (F7), as core/service_pace.hpp computes it (same constants, same formula):
+-- a release that leaves every seat taken starts a gap; the next release ends it.
+local PACE_MIN, PACE_WARM, PACE_WEIGHT, PACE_STALE_MS, PACE_MAX = 3, 8, 0.125, 600000, 1000000
+local REJECT_EARLY_MARGIN_MS = 100
+
+-- A seat was released at `now`; `full_after`: every seat is taken again. One HSET at most.
+local function pace_on_release(cfg, now, full_after)
+  local p = cfg.pace
+  local fields = {}
+  if p.last > 0 then
+    local gap = math.max(0, now - p.last)
+    if p.n == 0 then
+      p.gap = gap
+    else
+      local w = PACE_WEIGHT
+      if p.n < PACE_WARM then w = 1 / (p.n + 1) end
+      p.gap = p.gap + w * (gap - p.gap)
+    end
+    p.n = math.min(p.n + 1, PACE_MAX)
+    p.at = now
+    fields = {'pace_gap', string.format('%.3f', p.gap), 'pace_n', int(p.n), 'pace_at', int(now)}
+  end
+  local last = full_after and now or 0
+  if last ~= p.last then
+    p.last = last
+    fields[#fields + 1] = 'pace_last'
+    fields[#fields + 1] = int(last)
+  end
+  if #fields > 0 then redis.call('HSET', K_CFG, unpack(fields)) end
+end
+
+-- A waiter left the queue without a seat (timeout, cancel): one more advance of a full limiter.
+local function pace_on_departure(cfg, now)
+  local p = cfg.pace
+  if p.last <= 0 then return end
+  local gap = math.max(0, now - p.last)
+  local w = PACE_WEIGHT
+  if p.n < PACE_WARM then w = 1 / (p.n + 1) end
+  if p.n == 0 then p.gap = gap else p.gap = p.gap + w * (gap - p.gap) end
+  p.n = math.min(p.n + 1, PACE_MAX)
+  p.at, p.last = now, now
+  redis.call('HSET', K_CFG, 'pace_gap', string.format('%.3f', p.gap), 'pace_n', int(p.n), 'pace_at', int(now),
+             'pace_last', int(now))
+end
+
+-- Estimated wait in ms of the waiter at `position`, or -1 without (recent) history.
+local function pace_estimate(cfg, now, position)
+  local p = cfg.pace
+  if p.n < PACE_MIN or position < 1 or now - p.at > PACE_STALE_MS then return -1 end
+  local e = 0
+  if p.last > 0 then e = math.max(0, now - p.last) end
+  local nxt = math.max(p.gap - e, p.gap / 2)
+  return math.floor((position - 1) * p.gap + nxt + 0.5)
+end
+
+-- reject_early: does an estimate of `est` ms exceed a max wait of `max_wait` ms by the margin?
+local function would_time_out(est, max_wait)
+  return est > max_wait + math.max(REJECT_EARLY_MARGIN_MS, math.floor(max_wait / 4))
 end
 
 -- A flat field/value list (HGETALL) as a table.

@@ -2,7 +2,10 @@
 -- KEYS: see lib.lua.  ARGV[2] permit id "inst|n", ARGV[3] its tenant (optional:
 -- absent = look it up in ptenant).
 -- Returns {released (1|0), grants made}. Releasing twice is harmless (0).
+-- Measures the pace (F7): see pace_on_release in lib.lua.
 local now = now_ms()
 local cfg = load_cfg()
 if holder_remove(cfg, ARGV[2], ARGV[3]) == 0 then return {0, 0} end
-return {1, (dispatch(cfg, now))}
+local granted, holders = dispatch(cfg, now)
+if cfg then pace_on_release(cfg, now, cfg.enabled and holders >= cfg.max) end
+return {1, granted}

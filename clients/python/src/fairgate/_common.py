@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 Seconds = Union[int, float, datetime.timedelta]
 
 #: Reasons the server gives when it decides not to grant (docs/serve.md).
-REJECT_REASONS = ("timeout", "queue_full", "disabled", "unavailable", "too_many_waiters")
+REJECT_REASONS = ("timeout", "queue_full", "would_time_out", "disabled", "unavailable", "too_many_waiters")
 
 
 class FairgateError(Exception):
