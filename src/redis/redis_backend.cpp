@@ -3,6 +3,7 @@
 // (wake messages are routed to the limiter they name), and the limiters.
 #include "api/limiter_registry.hpp"
 #include "redis/redis_limiter.hpp"
+#include "redis/tls.hpp"
 #include "redis/url.hpp"
 
 #include <fairgate/redis_backend.hpp>
@@ -129,6 +130,12 @@ std::shared_ptr<RedisLimiter> redis_limiter_of(const Backend& backend, std::stri
 std::optional<SettingsError> validate(const RedisBackendOptions& o) {
   const auto endpoint = redis::parse_target(o.url);
   if (const auto* problem = std::get_if<std::string>(&endpoint)) return SettingsError{"url", *problem};
+  // rediss://: the CA file, client certificate and key must load now, not
+  // fail every connect later.
+  if (const auto& tls = std::get<redis::Target>(endpoint).nodes.front().tls; tls.enabled) {
+    auto context = redis::make_tls_context(tls);
+    if (const auto* problem = std::get_if<std::string>(&context)) return SettingsError{"url", *problem};
+  }
   if (o.key_prefix.empty() || o.key_prefix.size() > 128)
     return SettingsError{"key_prefix", "must be 1..128 characters"};
   for (const char c : o.key_prefix) {
