@@ -362,11 +362,18 @@ void Connection::read() {
                                                         keep = tls_](error_code ec, std::size_t n) {
       if (gen != self->generation_) return;
       if (ec) {
-        if (!self->tls_ && !self->received_ &&
-            (ec == asio::error::connection_reset || ec == asio::error::eof)) {
+        if (!self->received_ && ec != asio::error::operation_aborted) {
           const Endpoint ep = self->endpoint();
-          self->report("Redis at " + ep.host + ":" + std::to_string(ep.port) +
-                       " closed the connection before any reply (a TLS-only port? then use rediss://)");
+          const std::string where = ep.host + ":" + std::to_string(ep.port);
+          if (!self->tls_ && (ec == asio::error::connection_reset || ec == asio::error::eof)) {
+            self->report("Redis at " + where +
+                         " closed the connection before any reply (a TLS-only port? then use rediss://)");
+          } else if (self->tls_) {
+            // TLS 1.3: a server that refuses our client certificate (or its
+            // absence) says so after our side of the handshake has ended.
+            self->report("TLS connection to " + where + " ended before any reply: " + ec.message() +
+                         " (does it want a client certificate: tls_cert_file, tls_key_file?)");
+          }
         }
         return self->reset("read failed");
       }
