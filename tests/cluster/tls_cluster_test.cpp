@@ -4,11 +4,15 @@
 // `fairgate bench-worker` processes on rediss+cluster:// and
 // rediss+sentinel:// URLs.
 #include "bench/fleet.hpp"
+#include "bench/process.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/test_pki.hpp"
 #include "support/wait.hpp"
 
 #include <gtest/gtest.h>
+#include <boost/json.hpp>
+
+#include <sys/wait.h>
 
 #include <chrono>
 #include <cstdio>
@@ -124,6 +128,34 @@ TEST(TlsCluster, LimitersOnThreeMastersOverTls) {
     EXPECT_EQ(cluster.owner_of_slot(cluster.slot_of(holders)), static_cast<int>(m));
     EXPECT_EQ(cluster.node(m).command({"EXISTS", "tc:{" + names[m] + "}:cfg"}), "1");
   }
+}
+
+// `fairgate bench --redis rediss+cluster://...`: the load generator takes
+// Cluster and TLS URLs too (its bookkeeping client routes by the limiter's
+// slot): W1's figures, nothing left, and Redis-side commands per grant
+// counted on the limiter's own master (the same range as on one server).
+TEST(TlsCluster, BenchRunsOnATlsCluster) {
+  RedisCluster::Options co;
+  co.tls = tls();
+  RedisCluster cluster(co);
+  fairgate::bench::Child bench(
+      {FAIRGATE_BIN, "bench", "--redis", cluster.url(), "--workload", "W1", "--prefix", "tb", "--quiet"});
+  const auto line = bench.next_line(90s);
+  ASSERT_TRUE(line) << "no output";
+  const auto status = bench.wait(30s);
+  ASSERT_TRUE(status);
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+  const auto v = boost::json::parse(*line).as_object();
+  EXPECT_EQ(v.at("workload").as_string(), "W1");
+  EXPECT_EQ(v.at("grants").to_number<int>(), 10) << *line;
+  EXPECT_EQ(v.at("overshoot").to_number<int>(), 0);
+  EXPECT_EQ(v.at("max_holders").to_number<int>(), 3);
+  EXPECT_EQ(v.at("leftover_holders").to_number<int>(), 0);
+  EXPECT_EQ(v.at("leftover_waiters").to_number<int>(), 0);
+  const double per_grant = v.at("redis_cmds_per_grant").to_number<double>();
+  EXPECT_GT(per_grant, 5.0) << "counted on the master that ran the limiter";
+  EXPECT_LT(per_grant, 40.0);
+  std::printf("%s\n", line->c_str());
 }
 
 // 1 master, 1 replica, 3 sentinels, all TLS-only: the client asks the
