@@ -1321,7 +1321,8 @@ Command add_demo_command(CLI::App& root) {
       ->type_name("FACTOR")
       ->default_str(flags->speed);
   app->add_option("--redis", flags->redis,
-                  "Run the gateways as two `fairgate serve` processes on this Redis, redis://host:port[/db]")
+                  "Run the gateways as two `fairgate serve` processes on this Redis: redis://host:port[/db], "
+                  "redis+cluster://..., redis+sentinel://..., rediss... for TLS")
       ->type_name("URL");
   app->add_flag("--no-color", flags->no_color, "No colors (they are off anyway unless stdout is a terminal)");
   app->add_flag("-q,--quiet", flags->quiet, "Only the header and the summary, no live timeline");
