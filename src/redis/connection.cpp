@@ -323,7 +323,6 @@ void Connection::on_connected() {
   if (reader_) redisReaderFree(reader_);
   reader_ = redisReaderCreate();
   received_ = false;
-  if (tls_) last_problem_.clear();  // the TLS side works: report the next problem again
   state_ = State::ready;
   backoff_ = std::chrono::milliseconds(0);
   connects_.fetch_add(1, std::memory_order_relaxed);
@@ -386,7 +385,7 @@ void Connection::read() {
       }
       if (n > 0 && !self->received_) {
         self->received_ = true;
-        if (!self->tls_) self->last_problem_.clear();
+        self->last_problem_.clear();  // it works: report the next problem again
       }
       self->on_read(n);
     });

@@ -207,6 +207,9 @@ TEST(RedisTls, MutualTlsWithAClientCertificate) {
   // client certificate; the server's alert ends the connection instead.
   EXPECT_NE(loop.all().find("certificate required"), std::string::npos) << loop.all();
   EXPECT_NE(loop.all().find("tls_cert_file, tls_key_file"), std::string::npos) << loop.all();
+  const std::string mutual_log = loop.all();
+  EXPECT_EQ(std::count(mutual_log.begin(), mutual_log.end(), '\n'), 1)
+      << "one line, not one per reconnect: " << mutual_log;
   Loop loop2;
   const auto r2 = ping(loop2, url + "&tls_cert_file=" + pki().file("client.crt") +
                                   "&tls_key_file=" + pki().file("client.key"));
