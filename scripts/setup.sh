@@ -16,6 +16,8 @@ packages=(
   help2man dpkg-dev file systemd
   # The browser test (ctest -L browser): examples/browser in a headless Chromium.
   chromium
+  # The `fairgate top` test runs it in a real terminal.
+  tmux
 )
 if [[ "${1:-}" == "--with-dev-tools" ]]; then
   packages+=(clang clang-format clang-tidy)

@@ -129,6 +129,8 @@ export interface Health {
   redis: 'up' | 'down' | 'none';
   backend: string;
   degraded_limiters?: number;
+  /** With rate-limit rules: degraded while the rate limiter's last Redis call failed. */
+  ratelimit?: 'ok' | 'degraded';
 }
 
 export interface SettingsChange {
@@ -154,6 +156,50 @@ export declare class Fairgate {
   limiter(name: string): Promise<LimiterDetail>;
   configure(name: string, changes: SettingsChange, options?: { token?: string }): Promise<LimiterStatus>;
   health(): Promise<Health>;
+  /** POST /v1/ratelimit/RULE: the decision, allowed (200) or refused (429). */
+  rateLimit(rule: string, key: string, options?: { cost?: number }): Promise<RateDecision>;
+  /** POST /v1/ratelimit/RULE/refund: the units that came back. */
+  refund(rule: string, key: string, decision: string, amount: number): Promise<number>;
+  /** GET /v1/ratelimit. */
+  rateRules(): Promise<RateRule[]>;
 }
 
 export default Fairgate;
+
+/** One rate-limit decision (docs/ratelimit.md, "In fairgate serve"). */
+export interface RateDecision {
+  allowed: boolean;
+  rule: string;
+  key: string;
+  cost: number;
+  limit: number;
+  remaining: number;
+  reset_ms: number;
+  /** Refused: when the same cost would pass; -1 = never. 0 when allowed. */
+  retry_after_ms: number;
+  source: 'store' | 'local_layer' | 'degraded';
+  /** Allowed: names the decision for refund(). */
+  decision?: string;
+  reason?: 'rate_limited' | 'cost_exceeds_capacity' | 'unavailable';
+  message?: string;
+}
+
+export interface RateRule {
+  name: string;
+  algorithm: 'fixed_window' | 'sliding_log' | 'sliding_window' | 'token_bucket' | 'gcra';
+  rate: number;
+  period_ms: number;
+  burst: number;
+  limit: number;
+  on_redis_down: 'local' | 'open' | 'closed';
+  local_divisor: number;
+  stats?: {
+    allowed: number;
+    refused: number;
+    local_refusals: number;
+    store_errors: number;
+    degraded: number;
+    refunded: number;
+    store_calls: number;
+  };
+}

@@ -386,6 +386,28 @@ export class Fairgate {
     });
   }
 
+  /**
+   * POST /v1/ratelimit/RULE: takes `cost` units for `key`. Resolves with the
+   * decision either way ({allowed, remaining, reset_ms, retry_after_ms, decision?, reason?});
+   * bad input rejects with ApiError.
+   */
+  async rateLimit(rule, key, { cost = 1 } = {}) {
+    return this._call('POST', `/v1/ratelimit/${encodeURIComponent(rule)}`, { body: { key, cost }, accept: [200, 429] });
+  }
+
+  /** POST /v1/ratelimit/RULE/refund: gives back unused units of an allowed decision; resolves with the units that came back. */
+  async refund(rule, key, decision, amount) {
+    const r = await this._call('POST', `/v1/ratelimit/${encodeURIComponent(rule)}/refund`, {
+      body: { key, decision, amount },
+    });
+    return r.refunded ?? 0;
+  }
+
+  /** GET /v1/ratelimit → every rate-limit rule with this instance's counters. */
+  async rateRules() {
+    return (await this._call('GET', '/v1/ratelimit')).rules ?? [];
+  }
+
   /** GET /healthz (also its body when the server answers 503). */
   async health() {
     return this._call('GET', '/healthz', { accept: [200, 503] });

@@ -87,6 +87,18 @@ struct RefundResult {
   std::int64_t refunded = 0;  ///< units given back (0 once the decision's window has passed)
 };
 
+/// How a cluster-wide rule change (async_publish_rule) or a pull of the
+/// cluster's rules (async_sync_rules) ended.
+struct RuleUpdateResult {
+  /// Empty: done. Otherwise Errc::unknown_rule, Errc::invalid_settings (see
+  /// `message`, "rate: 0 is not in ..."), Errc::unavailable (Redis did not
+  /// confirm: nothing changed), Errc::shut_down.
+  boost::system::error_code error;
+  std::string message;
+  /// async_sync_rules: rules of this instance that the cluster's copy changed.
+  std::size_t changed = 0;
+};
+
 /// Counters of one rule on this instance.
 struct RateRuleStats {
   std::uint64_t allowed = 0;
@@ -118,11 +130,15 @@ namespace detail {
 class RateLimiterImpl;
 using RateCompletion = BasicCompletion<RateResult>;
 using RefundCompletion = BasicCompletion<RefundResult>;
+using RuleUpdateCompletion = BasicCompletion<RuleUpdateResult>;
 boost::asio::any_io_executor executor_of(const RateLimiterImpl& impl);
 void start_check(RateLimiterImpl& impl, std::vector<RateRequest> requests,
                  std::unique_ptr<RateCompletion> completion);
 void start_refund(RateLimiterImpl& impl, RateDecision decision, std::int64_t amount,
                   std::unique_ptr<RefundCompletion> completion);
+void start_publish_rule(RateLimiterImpl& impl, std::string name, RateRule rule,
+                        std::unique_ptr<RuleUpdateCompletion> completion);
+void start_sync_rules(RateLimiterImpl& impl, std::unique_ptr<RuleUpdateCompletion> completion);
 }  // namespace detail
 
 class RateLimiter {
@@ -183,6 +199,34 @@ class RateLimiter {
               detail::make_completion<RefundResult>(std::move(handler), detail::executor_of(*impl)));
         },
         token, std::move(decision), amount);
+  }
+
+  /// Changes the existing rule `name` for the whole cluster: on Redis the rule
+  /// is stored under "<key_prefix>:rl-rules" first (every instance picks it
+  /// up with async_sync_rules), then set here; on memory it is set here.
+  /// Signature void(RuleUpdateResult). A rule stored in Redis wins over an
+  /// instance's own (its config) from the next sync on.
+  template <typename Token>
+  auto async_publish_rule(std::string name, RateRule rule, Token&& token) {
+    return boost::asio::async_initiate<Token, void(RuleUpdateResult)>(
+        [impl = checked_impl()](auto handler, std::string n, RateRule r) {
+          detail::start_publish_rule(
+              *impl, std::move(n), r,
+              detail::make_completion<RuleUpdateResult>(std::move(handler), detail::executor_of(*impl)));
+        },
+        token, std::move(name), rule);
+  }
+  /// Pulls the rules stored in Redis and applies those this instance knows
+  /// (by name) where they differ. Memory: nothing to pull. Signature
+  /// void(RuleUpdateResult); `changed` counts the rules changed here.
+  template <typename Token>
+  auto async_sync_rules(Token&& token) {
+    return boost::asio::async_initiate<Token, void(RuleUpdateResult)>(
+        [impl = checked_impl()](auto handler) {
+          detail::start_sync_rules(*impl, detail::make_completion<RuleUpdateResult>(
+                                              std::move(handler), detail::executor_of(*impl)));
+        },
+        token);
   }
 
   /// Fails every later call with Errc::shut_down and closes the Redis connection.

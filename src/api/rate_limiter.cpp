@@ -12,6 +12,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <unordered_map>
@@ -53,6 +54,51 @@ std::string state_key(const RateStoreItem& item) {
   k += '\0';
   k += to_string(item.rule.algorithm);
   return k;
+}
+
+// The cluster's copy of a rule: "algorithm rate period_ms burst on_redis_down local_divisor".
+std::string encode_rule(const RateRule& r) {
+  std::string out(to_string(r.algorithm));
+  for (const auto v : {r.rate, r.period_ms, r.burst}) {
+    out += ' ';
+    out += std::to_string(v);
+  }
+  out += ' ';
+  out += to_string(r.on_redis_down);
+  out += ' ';
+  out += std::to_string(r.local_divisor);
+  return out;
+}
+
+std::optional<RateRule> decode_rule(const std::string& text) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const auto sp = text.find(' ', start);
+    parts.push_back(text.substr(start, sp == std::string::npos ? std::string::npos : sp - start));
+    if (sp == std::string::npos) break;
+    start = sp + 1;
+  }
+  if (parts.size() != 6) return std::nullopt;
+  RateRule r;
+  const auto a = parse_rate_algorithm(parts[0]);
+  const auto p = parse_redis_down_policy(parts[4]);
+  if (!a || !p) return std::nullopt;
+  r.algorithm = *a;
+  r.on_redis_down = *p;
+  try {
+    std::size_t used = 0;
+    std::int64_t* fields[] = {&r.rate, &r.period_ms, &r.burst, nullptr, &r.local_divisor};
+    for (std::size_t i = 1; i < 6; ++i) {
+      if (i == 4) continue;
+      *fields[i - 1] = std::stoll(parts[i], &used);
+      if (used != parts[i].size()) return std::nullopt;
+    }
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (validate(r)) return std::nullopt;
+  return r;
 }
 
 // --- the memory store --------------------------------------------------------
@@ -164,6 +210,50 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
   }
 
   bool degraded() const { return degraded_.load(); }
+
+  void publish_rule(std::string name, RateRule rule, std::unique_ptr<RuleUpdateCompletion> completion) {
+    std::shared_ptr<RuleUpdateCompletion> done(std::move(completion));
+    auto fail_with = [&](boost::system::error_code ec, std::string message) {
+      done->complete(RuleUpdateResult{ec, std::move(message), 0});
+    };
+    if (shut_) return fail_with(Errc::shut_down, "the rate limiter has been shut down");
+    {
+      std::lock_guard lock(mutex_);
+      if (rules_.find(name) == rules_.end())
+        return fail_with(Errc::unknown_rule, "rule \"" + name + "\": unknown");
+    }
+    if (auto e = validate(rule)) return fail_with(Errc::invalid_settings, e->message());
+    store_->store_rule(
+        name, encode_rule(rule),
+        [self = shared_from_this(), done, name, rule](boost::system::error_code ec, std::string m) {
+          if (ec) {
+            done->complete(RuleUpdateResult{make_error_code(Errc::unavailable),
+                                            "rule not changed: Redis did not confirm (" + m + ")", 0});
+            return;
+          }
+          (void)self->set_rule(name, rule);
+          done->complete(RuleUpdateResult{{}, {}, 1});
+        });
+  }
+
+  void sync_rules(std::unique_ptr<RuleUpdateCompletion> completion) {
+    std::shared_ptr<RuleUpdateCompletion> done(std::move(completion));
+    if (shut_) return done->complete(RuleUpdateResult{make_error_code(Errc::shut_down), "shut down", 0});
+    store_->load_rules(
+        [self = shared_from_this(), done](boost::system::error_code ec, std::string m,
+                                          std::vector<std::pair<std::string, std::string>> stored) {
+          if (ec) return done->complete(RuleUpdateResult{make_error_code(Errc::unavailable), m, 0});
+          std::size_t changed = 0;
+          for (const auto& [name, text] : stored) {
+            const auto rule = decode_rule(text);
+            if (!rule) continue;  // written by a newer version, or garbage: keep ours
+            const auto current = self->rule(name);
+            if (!current || *current == *rule) continue;  // only rules this instance has
+            if (self->set_rule(name, *rule)) ++changed;
+          }
+          done->complete(RuleUpdateResult{{}, {}, changed});
+        });
+  }
 
   void shutdown() {
     shut_ = true;
@@ -482,6 +572,15 @@ boost::asio::any_io_executor executor_of(const RateLimiterImpl& impl) { return i
 void start_check(RateLimiterImpl& impl, std::vector<RateRequest> requests,
                  std::unique_ptr<RateCompletion> completion) {
   impl.check(std::move(requests), std::move(completion));
+}
+
+void start_publish_rule(RateLimiterImpl& impl, std::string name, RateRule rule,
+                        std::unique_ptr<RuleUpdateCompletion> completion) {
+  impl.publish_rule(std::move(name), rule, std::move(completion));
+}
+
+void start_sync_rules(RateLimiterImpl& impl, std::unique_ptr<RuleUpdateCompletion> completion) {
+  impl.sync_rules(std::move(completion));
 }
 
 void start_refund(RateLimiterImpl& impl, RateDecision decision, std::int64_t amount,

@@ -47,6 +47,17 @@ class RateStore {
   /// once, possibly inside this call (memory) or on the store's strand (Redis).
   virtual void decide(std::vector<RateStoreItem> items, DecideCallback done) = 0;
   virtual void refund(RateStoreItem item, std::int64_t at_ms, std::int64_t amount, RefundCallback done) = 0;
+  using StatusCallback = std::function<void(boost::system::error_code, std::string)>;
+  using RulesCallback = std::function<void(boost::system::error_code, std::string,
+                                           std::vector<std::pair<std::string, std::string>>)>;
+  /// The cluster's copy of the rules ("<prefix>:rl-rules", name → encoded
+  /// rule). The memory store has none: stores nothing, loads nothing.
+  virtual void store_rule(const std::string& name, const std::string& encoded, StatusCallback done) {
+    (void)name;
+    (void)encoded;
+    done({}, {});
+  }
+  virtual void load_rules(RulesCallback done) { done({}, {}, {}); }
   /// True for Redis: failures follow on_redis_down.
   virtual bool remote() const noexcept = 0;
   virtual void close() {}

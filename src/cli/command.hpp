@@ -44,6 +44,9 @@ Command add_serve_command(CLI::App& root);
 /// `fairgate mock-llm`, the OpenAI-compatible mock model (mock_llm.cpp).
 Command add_mock_llm_command(CLI::App& root);
 
+/// `fairgate top`, a live terminal view of a server (top.cpp).
+Command add_top_command(CLI::App& root);
+
 /// `fairgate bench` and the hidden `fairgate bench-worker` it starts (bench.cpp).
 Command add_bench_command(CLI::App& root);
 Command add_bench_worker_command(CLI::App& root);

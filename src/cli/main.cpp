@@ -22,9 +22,6 @@
 namespace fairgate::cli {
 namespace {
 
-// Commands of api.md that this build does not have yet.
-constexpr std::string_view kPlanned[] = {"top"};
-
 /// `s` on one line: newlines and tabs become spaces, trailing blanks go.
 std::string one_line(std::string_view s) {
   std::string out;
@@ -77,12 +74,6 @@ std::string describe(const CLI::App& root, const std::vector<Command>& commands,
       if (!first.empty() && first.front() == '-')
         return fmt::format("{}: {}: unknown option ({})", prefix, first, see);
       if (&ctx == &root) {
-        for (const auto planned : kPlanned) {
-          if (first == planned) {
-            return fmt::format("fairgate: {}: not available in this version yet (commands: {})", first,
-                               command_list(commands));
-          }
-        }
         return fmt::format("fairgate: {}: unknown command (commands: {}; {})", first, command_list(commands),
                            see);
       }
@@ -116,6 +107,7 @@ int run(int argc, char** argv) {
   commands.push_back(add_demo_command(app));
   commands.push_back(add_serve_command(app));
   commands.push_back(add_mock_llm_command(app));
+  commands.push_back(add_top_command(app));
   commands.push_back(add_bench_command(app));
   commands.push_back(add_bench_worker_command(app));
   app.footer("Run 'fairgate <command> --help' for the options of a command.");

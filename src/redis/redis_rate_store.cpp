@@ -122,6 +122,32 @@ class RedisRateStore final : public detail::RateStore {
                          {});
   }
 
+  void store_rule(const std::string& name, const std::string& encoded, StatusCallback done) override {
+    const std::string key = prefix_ + ":rl-rules";
+    client_->exec(key, {"HSET", key, name, encoded},
+                  [done = std::move(done)](boost::system::error_code ec, redis::Reply reply) {
+                    if (ec) return done(ec, ec.message());
+                    if (reply.is_error())
+                      return done(make_error_code(Errc::unavailable), "Redis: " + reply.str);
+                    done({}, {});
+                  });
+  }
+
+  void load_rules(RulesCallback done) override {
+    const std::string key = prefix_ + ":rl-rules";
+    client_->exec(
+        key, {"HGETALL", key}, [done = std::move(done)](boost::system::error_code ec, redis::Reply reply) {
+          std::vector<std::pair<std::string, std::string>> out;
+          if (ec) return done(ec, ec.message(), out);
+          if (reply.is_error()) return done(make_error_code(Errc::unavailable), "Redis: " + reply.str, out);
+          if (reply.type != redis::Reply::Type::array || reply.elements.size() % 2 != 0)
+            return done(make_error_code(Errc::unavailable), "unexpected reply " + reply.debug_string(), out);
+          for (std::size_t i = 0; i + 1 < reply.elements.size(); i += 2)
+            out.emplace_back(reply.elements[i].str, reply.elements[i + 1].str);
+          done({}, {}, std::move(out));
+        });
+  }
+
   bool remote() const noexcept override { return true; }
   void close() override { client_->close_after_pending(); }
 

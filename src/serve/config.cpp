@@ -2,8 +2,9 @@
 //  * One pass per source (file, environment, flags), each writing into the
 //    same ServeConfig, so precedence is simply the order of the passes.
 //  * Unknown keys are errors (a typo like `max_concurent` must not silently
-//    fall back to a default), except the section another issue will serve
-//    (`ratelimit`), which is recorded and reported as ignored.
+//    fall back to a default).
+//  * Rate-limit rules end in fairgate::validate(const RateRule&), like the
+//    limiters, so the messages match the library's and PUT /v1/ratelimit's.
 //  * Routes are checked against the limiters once every source is merged
 //    (a route may name a limiter given by a flag).
 //  * Limiter settings end in fairgate::validate(), the one judge of settings,
@@ -19,6 +20,7 @@
 #include <boost/asio/ip/address.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <limits>
 
@@ -138,6 +140,103 @@ LimiterConfig read_limiter(const std::string& name, const toml::table& t) {
   return l;
 }
 
+void check_header_name(const std::string& name, const std::string& field);
+
+RateKeySpec parse_key_part(const std::string& text, const std::string& field) {
+  RateKeySpec k;
+  if (text == "tenant") {
+    k.part = RateKeyPart::tenant;
+  } else if (text == "ip") {
+    k.part = RateKeyPart::ip;
+  } else if (text == "route") {
+    k.part = RateKeyPart::route;
+  } else if (text == "global") {
+    k.part = RateKeyPart::global;
+  } else if (text.rfind("header:", 0) == 0) {
+    k.part = RateKeyPart::header;
+    k.header = text.substr(7);
+    check_header_name(k.header, field);
+  } else {
+    fail(field,
+         fmt::format("\"{}\" is not one of header:NAME, tenant, ip, route, global", text.substr(0, 100)));
+  }
+  return k;
+}
+
+RateRuleConfig read_rate_rule(const std::string& name, const toml::table& t) {
+  const std::string prefix = "ratelimit." + name;
+  RateRuleConfig r;
+  r.name = name;
+  if (auto e = validate_rule_name(name)) fail(prefix, e->problem);
+  bool has_rate = false;
+  for (auto&& [key, node] : t) {
+    const std::string k(key.str());
+    const std::string field = prefix + "." + k;
+    if (k == "algorithm") {
+      const auto text = get_string(node, field);
+      const auto a = parse_rate_algorithm(text);
+      if (!a)
+        fail(field,
+             fmt::format("\"{}\" is not one of fixed_window, sliding_log, sliding_window, token_bucket, gcra",
+                         text.substr(0, 100)));
+      r.rule.algorithm = *a;
+    } else if (k == "rate") {
+      r.rule.rate = get_int(node, field, 1, kMaxRate);
+      has_rate = true;
+    } else if (k == "period_ms") {
+      r.rule.period_ms = get_int(node, field, 1, kMaxPeriodMs);
+    } else if (k == "burst") {
+      r.rule.burst = get_int(node, field, 0, kMaxRate);
+    } else if (k == "on_redis_down") {
+      const auto text = get_string(node, field);
+      const auto policy = parse_redis_down_policy(text);
+      if (!policy) fail(field, fmt::format("\"{}\" is not one of local, open, closed", text));
+      r.rule.on_redis_down = *policy;
+    } else if (k == "local_divisor") {
+      r.rule.local_divisor = get_int(node, field, 1, 1000);
+    } else if (k == "key") {
+      if (const auto* list = node.as_array()) {
+        if (list->empty() || list->size() > 8) fail(field, "a composite key has 1..8 parts");
+        for (std::size_t i = 0; i < list->size(); ++i) {
+          const std::string item = fmt::format("{}[{}]", field, i);
+          r.key.push_back(parse_key_part(get_string(*list->get(i), item), item));
+        }
+      } else if (node.is_string()) {
+        r.key.push_back(parse_key_part(get_string(node, field), field));
+      } else {
+        fail(field,
+             fmt::format("expected a string (e.g. \"header:X-User-Id\", \"ip\") or an array of them, got {}",
+                         type_name(node)));
+      }
+    } else if (k == "cost") {
+      if (node.is_string()) {
+        const auto text = get_string(node, field);
+        if (text != "tokens")
+          fail(field, fmt::format("\"{}\" is not \"tokens\" or a whole number", text.substr(0, 100)));
+        r.cost_mode = RateCostMode::tokens;
+      } else if (node.is_integer()) {
+        r.cost = get_int(node, field, 1, kMaxCost);
+        r.cost_mode = RateCostMode::fixed;
+      } else {
+        fail(field, fmt::format("expected a whole number or \"tokens\", got {}", type_name(node)));
+      }
+    } else if (k == "default_max_tokens") {
+      r.default_max_tokens = get_int(node, field, 1, 10'000'000);
+    } else if (k == "chars_per_token") {
+      r.chars_per_token = get_int(node, field, 1, 100);
+    } else {
+      fail(field, "unknown key");
+    }
+  }
+  if (!has_rate)
+    fail(prefix + ".rate", "missing (units per period_ms, e.g. rate = 60 with period_ms = 60000)");
+  if (auto e = validate(r.rule)) fail(prefix + "." + e->field, e->problem);
+  if (r.cost_mode == RateCostMode::fixed && r.cost > r.rule.capacity())
+    fail(prefix + ".cost", fmt::format("{} exceeds the rule's capacity {}: no request could ever pass",
+                                       r.cost, r.rule.capacity()));
+  return r;
+}
+
 /// `cors_origins = ["https://app.example.com", ...]` or `["*"]`; normalized as browsers send them.
 std::vector<std::string> read_cors_origins(const toml::node& node, const std::string& field) {
   const auto* list = node.as_array();
@@ -158,6 +257,38 @@ std::vector<std::string> read_cors_origins(const toml::node& node, const std::st
     const auto origin = normalize_origin(text, problem);
     if (!origin) fail(item, fmt::format("\"{}\": {}", text.substr(0, 100), problem));
     if (std::find(out.begin(), out.end(), *origin) == out.end()) out.push_back(*origin);
+  }
+  return out;
+}
+
+/// `trusted_proxies = ["10.0.0.0/8", "127.0.0.1", "::1/128"]`.
+std::vector<TrustedProxy> read_trusted_proxies(const toml::node& node, const std::string& field) {
+  const auto* list = node.as_array();
+  if (list == nullptr)
+    fail(field, fmt::format("expected an array of addresses or networks (e.g. [\"10.0.0.0/8\"]), got {}",
+                            type_name(node)));
+  if (list->size() > 1024) fail(field, "more than 1024 entries");
+  std::vector<TrustedProxy> out;
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const std::string item = fmt::format("{}[{}]", field, i);
+    const std::string text = get_string(*list->get(i), item);
+    const auto slash = text.find('/');
+    boost::system::error_code ec;
+    TrustedProxy p;
+    p.address = boost::asio::ip::make_address(text.substr(0, slash), ec);
+    if (ec)
+      fail(item, fmt::format("\"{}\" is not an IP address or ADDRESS/PREFIX network", text.substr(0, 100)));
+    const unsigned max = p.address.is_v4() ? 32 : 128;
+    p.prefix = max;
+    if (slash != std::string::npos) {
+      const std::string bits = text.substr(slash + 1);
+      if (bits.empty() || bits.size() > 3 ||
+          !std::all_of(bits.begin(), bits.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+          std::stoul(bits) > max)
+        fail(item, fmt::format("\"{}\": the prefix length must be 0..{}", text.substr(0, 100), max));
+      p.prefix = static_cast<unsigned>(std::stoul(bits));
+    }
+    out.push_back(p);
   }
   return out;
 }
@@ -194,6 +325,8 @@ void read_server(const toml::table& t, ServerLimits& s) {
       s.shutdown_grace = get_ms(node, field, 0, 600'000);
     } else if (k == "cors_origins") {
       s.cors_origins = read_cors_origins(node, field);
+    } else if (k == "trusted_proxies") {
+      s.trusted_proxies = read_trusted_proxies(node, field);
     } else {
       fail(field, "unknown key");
     }
@@ -297,6 +430,20 @@ RouteConfig read_route(const toml::table& t, const std::string& prefix) {
       r.max_body_bytes = static_cast<std::size_t>(get_int(node, field, 0, 256 * 1024 * 1024));
     } else if (k == "pool_size") {
       r.pool_size = static_cast<std::size_t>(get_int(node, field, 0, 10'000));
+    } else if (k == "ratelimit") {
+      const auto* list = node.as_array();
+      if (list == nullptr)
+        fail(field,
+             fmt::format("expected an array of rule names (e.g. [\"per-user\"]), got {}", type_name(node)));
+      if (list->size() > 32) fail(field, "more than 32 rules");
+      for (std::size_t i = 0; i < list->size(); ++i) {
+        const std::string item = fmt::format("{}[{}]", field, i);
+        std::string name = get_string(*list->get(i), item);
+        if (auto e = validate_rule_name(name)) fail(item, e->problem);
+        if (std::find(r.ratelimit.begin(), r.ratelimit.end(), name) != r.ratelimit.end())
+          fail(item, fmt::format("\"{}\" is listed twice", name));
+        r.ratelimit.push_back(std::move(name));
+      }
     } else {
       fail(field, "unknown key");
     }
@@ -323,6 +470,22 @@ void check_routes(const ServeConfig& cfg) {
     const bool known = std::any_of(cfg.limiters.begin(), cfg.limiters.end(),
                                    [&](const LimiterConfig& l) { return l.name == r.limiter; });
     if (!known) fail(prefix + ".limiter", fmt::format("no limiter named \"{}\" is configured", r.limiter));
+    for (std::size_t k = 0; k < r.ratelimit.size(); ++k) {
+      const std::string item = fmt::format("{}.ratelimit[{}]", prefix, k);
+      const auto rule = std::find_if(cfg.rate_rules.begin(), cfg.rate_rules.end(),
+                                     [&](const RateRuleConfig& x) { return x.name == r.ratelimit[k]; });
+      if (rule == cfg.rate_rules.end())
+        fail(item, fmt::format("no rule named \"{}\" is configured ([ratelimit.{}])", r.ratelimit[k],
+                               r.ratelimit[k]));
+      if (rule->key.empty())
+        fail(item,
+             fmt::format("rule \"{}\" has no key: set ratelimit.{}.key (e.g. \"header:X-User-Id\", \"ip\")",
+                         rule->name, rule->name));
+      for (const auto& part : rule->key)
+        if (part.part == RateKeyPart::tenant && r.tenant_header.empty())
+          fail(item, fmt::format("rule \"{}\" is keyed by the tenant, but this route has no tenant_header",
+                                 rule->name));
+    }
     for (std::size_t j = 0; j < i; ++j) {
       if (cfg.routes[j].path == r.path)
         fail(prefix + ".path", fmt::format("\"{}\" is already the path of route[{}]", r.path, j));
@@ -364,7 +527,10 @@ void read_file(const std::string& path, ServeConfig& cfg) {
     } else if (k == "route") {
       read_routes(node, cfg);
     } else if (k == "ratelimit") {
-      cfg.ignored_sections.push_back(k);
+      for (auto&& [name, rule] : get_table(node, k)) {
+        const std::string n(name.str());
+        cfg.rate_rules.push_back(read_rate_rule(n, get_table(rule, "ratelimit." + n)));
+      }
     } else {
       fail(k, "unknown key");
     }
@@ -449,6 +615,39 @@ void parse_upstream(std::string_view url, std::string_view field, RouteConfig& r
   route.upstream_port = static_cast<std::uint16_t>(port);
   route.upstream_base = base;
   route.upstream_has_path = slash != std::string_view::npos;
+}
+
+bool is_trusted_proxy(const boost::asio::ip::address& client, const std::vector<TrustedProxy>& proxies) {
+  auto bytes_of = [](const boost::asio::ip::address& a) {
+    std::array<unsigned char, 16> out{};
+    if (a.is_v4()) {
+      const auto b = a.to_v4().to_bytes();
+      std::copy(b.begin(), b.end(), out.begin());
+    } else {
+      const auto b = a.to_v6().to_bytes();
+      std::copy(b.begin(), b.end(), out.begin());
+    }
+    return out;
+  };
+  // An IPv4 peer on a dual-stack socket arrives as ::ffff:a.b.c.d.
+  boost::asio::ip::address c = client;
+  if (c.is_v6() && c.to_v6().is_v4_mapped())
+    c = boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, c.to_v6());
+  const auto cb = bytes_of(c);
+  for (const auto& p : proxies) {
+    if (p.address.is_v4() != c.is_v4()) continue;
+    const auto pb = bytes_of(p.address);
+    unsigned bits = p.prefix;
+    bool match = true;
+    for (std::size_t i = 0; match && bits > 0; ++i) {
+      const unsigned take = std::min(bits, 8u);
+      const auto mask = static_cast<unsigned char>(0xFFu << (8 - take));
+      match = (cb[i] & mask) == (pb[i] & mask);
+      bits -= take;
+    }
+    if (match) return true;
+  }
+  return false;
 }
 
 void parse_listen(std::string_view text, std::string_view field, ServeConfig& out) {

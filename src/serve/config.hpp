@@ -6,8 +6,11 @@
 // one line "field: problem" (api.md: exit 2 and one line naming the field).
 #pragma once
 
+#include <fairgate/rate_rule.hpp>
 #include <fairgate/redis_backend.hpp>
 #include <fairgate/settings.hpp>
+
+#include <boost/asio/ip/address.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -31,6 +34,12 @@ struct LimiterConfig {
   Settings settings;  ///< includes on_redis_down and local_share (D1)
 };
 
+/// A trusted proxy: an address with a prefix length ("10.0.0.0/8", "::1/128").
+struct TrustedProxy {
+  boost::asio::ip::address address;
+  unsigned prefix = 32;
+};
+
 /// HTTP protections (S7) and server tuning: the `[server]` table.
 struct ServerLimits {
   unsigned threads = 2;                                  ///< I/O threads
@@ -49,6 +58,44 @@ struct ServerLimits {
   /// Browser pages allowed to use the admission API (CORS): normalized
   /// origins ("https://app.example.com"), or {"*"}; empty = none (the default).
   std::vector<std::string> cors_origins;
+  /// Peers whose X-Forwarded-For is believed (the client IP of rate-limit
+  /// keys); empty = none: the client IP is always the peer's address.
+  std::vector<TrustedProxy> trusted_proxies;
+};
+
+/// One part of the key a gateway route derives for a rate-limit rule (R2).
+enum class RateKeyPart : std::uint8_t {
+  header,  ///< the value of a request header (`header:X-User-Id`)
+  tenant,  ///< the route's tenant (its tenant_header's value)
+  ip,      ///< the client's address (X-Forwarded-For only from server.trusted_proxies)
+  route,   ///< the route's path
+  global,  ///< one key for every request ("global")
+};
+
+struct RateKeySpec {
+  RateKeyPart part = RateKeyPart::global;
+  std::string header;  ///< part == header: the header's name
+};
+
+/// What one gateway request costs a rule.
+enum class RateCostMode : std::uint8_t {
+  fixed,   ///< `cost` units (default 1)
+  tokens,  ///< max_tokens (or default_max_tokens) + the prompt's estimate; refunded from `usage`
+};
+
+/// One `[ratelimit.NAME]` table (docs/ratelimit.md, "In fairgate serve").
+struct RateRuleConfig {
+  std::string name;
+  RateRule rule;
+  /// Gateway routes: how the key is derived; several parts = a composite key.
+  /// Empty: the rule is only for POST /v1/ratelimit/{rule} (a route may not name it).
+  std::vector<RateKeySpec> key;
+  RateCostMode cost_mode = RateCostMode::fixed;
+  std::int64_t cost = 1;
+  /// cost = "tokens": what a request without max_tokens reserves for its answer.
+  std::int64_t default_max_tokens = 1024;
+  /// cost = "tokens": prompt characters per token for the prompt's estimate.
+  std::int64_t chars_per_token = 4;
 };
 
 /// What a gateway route sends while a streaming request waits (api.md).
@@ -81,6 +128,8 @@ struct RouteConfig {
   std::chrono::milliseconds upstream_timeout{300'000};
   std::size_t max_body_bytes = 4 * 1024 * 1024;  ///< request body
   std::size_t pool_size = 64;                    ///< idle keep-alive connections kept to the upstream
+  /// Rate-limit rules checked (all must allow) before the concurrency queue.
+  std::vector<std::string> ratelimit;
 };
 
 struct ServeConfig {
@@ -93,8 +142,7 @@ struct ServeConfig {
   std::vector<LimiterConfig> limiters;
   ServerLimits server;
   std::vector<RouteConfig> routes;
-  /// Config sections this build reads but does not serve yet (rate limits).
-  std::vector<std::string> ignored_sections;
+  std::vector<RateRuleConfig> rate_rules;  ///< `[ratelimit.NAME]`, in file order
 };
 
 /// What the command line gave (already parsed; unset = not given).
@@ -121,6 +169,9 @@ ServeConfig load_config(const ServeFlags& flags, const EnvLookup& env);
 
 /// Reads an upstream URL "http://HOST[:PORT][/base]" into `route`. Throws ConfigError naming `field`.
 void parse_upstream(std::string_view url, std::string_view field, RouteConfig& route);
+
+/// Whether `client` is inside one of `proxies`.
+bool is_trusted_proxy(const boost::asio::ip::address& client, const std::vector<TrustedProxy>& proxies);
 
 /// Reads "HOST:PORT" ("[::1]:8080", "localhost:0", ":8080" = all interfaces).
 /// Throws ConfigError naming `field`.

@@ -14,9 +14,11 @@
 //    only the framing (Content-Length or chunked) is re-done for the client.
 #include "serve/gateway.hpp"
 
+#include "serve/ratelimit.hpp"
 #include "serve/views.hpp"
 
 #include <fairgate/limiter.hpp>
+#include <fairgate/rate_limiter.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
@@ -134,6 +136,8 @@ void Gateway::render_metrics(std::string& out) const {
          &RouteStats::admitted);
   series("fairgate_gateway_rejected_total", "Requests that got no permit (timeout, queue full, ...).",
          &RouteStats::rejected);
+  series("fairgate_gateway_rate_limited_total",
+         "Requests refused by the route's rate limits (before the queue).", &RouteStats::rate_limited);
   series("fairgate_gateway_client_gone_total", "Clients that left while waiting or while streaming.",
          &RouteStats::client_gone);
   series("fairgate_gateway_upstream_errors_total", "Upstream connect failures, timeouts and resets.",
@@ -433,9 +437,87 @@ awaitable<std::optional<std::size_t>> read_body_chunk(beast::tcp_stream& conn, b
   co_return chunk.size() - body.size;
 }
 
+/// Watches an upstream answer for what a token budget refunds from
+/// (docs/ratelimit.md, "Token budgets"): the `usage` the upstream reports
+/// (a JSON answer's, or a stream's final chunk's), else the number of
+/// streamed content chunks.
+struct UsageTap {
+  static constexpr std::size_t kMaxBody = 1024 * 1024;
+  bool reached = false;  // the upstream answered (any status)
+  unsigned status = 0;
+  bool sse = false;
+  std::string body;  // a JSON answer (bounded), or the unfinished SSE line
+  std::optional<std::int64_t> usage_total;
+  std::int64_t streamed = 0;  // content chunks seen
+
+  void start(unsigned st, std::string_view content_type) {
+    reached = true;
+    status = st;
+    sse = content_type.find("text/event-stream") != std::string_view::npos;
+  }
+  void feed(const char* data, std::size_t n) {
+    if (!sse) {
+      if (body.size() + n <= kMaxBody) body.append(data, n);
+      return;
+    }
+    body.append(data, n);
+    std::size_t start = 0;
+    for (;;) {
+      const auto nl = body.find('\n', start);
+      if (nl == std::string::npos) break;
+      line(std::string_view(body).substr(start, nl - start));
+      start = nl + 1;
+    }
+    body.erase(0, start);
+    if (body.size() > kMaxBody) body.clear();  // a line this long is not a chunk we read
+  }
+  void finish() {
+    if (sse || body.empty()) return;
+    boost::system::error_code ec;
+    const json::value v = json::parse(body, ec);
+    if (!ec && v.is_object()) read_usage(v.as_object());
+  }
+
+ private:
+  void line(std::string_view l) {
+    if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+    if (l.substr(0, 5) != "data:") return;
+    l.remove_prefix(5);
+    while (!l.empty() && l.front() == ' ') l.remove_prefix(1);
+    if (l.empty() || l == "[DONE]") return;
+    boost::system::error_code ec;
+    const json::value v = json::parse(l, ec);
+    if (ec || !v.is_object()) return;
+    const auto& o = v.as_object();
+    read_usage(o);
+    if (const auto* choices = o.if_contains("choices"); choices && choices->is_array()) {
+      for (const auto& c : choices->as_array()) {
+        if (!c.is_object()) continue;
+        const auto* delta = c.as_object().if_contains("delta");
+        const json::value* text = nullptr;
+        if (delta && delta->is_object()) text = delta->as_object().if_contains("content");
+        if (!text) text = c.as_object().if_contains("text");
+        if (text && text->is_string() && !text->as_string().empty()) ++streamed;
+      }
+    }
+  }
+  void read_usage(const json::object& o) {
+    const auto* u = o.if_contains("usage");
+    if (!u || !u->is_object()) return;
+    const auto& uo = u->as_object();
+    if (const auto* t = uo.if_contains("total_tokens"); t && t->is_int64()) {
+      usage_total = t->as_int64();
+    } else if (t && t->is_uint64()) {
+      usage_total = static_cast<std::int64_t>(std::min<std::uint64_t>(t->as_uint64(), kMaxCost));
+    }
+  }
+};
+
 /// Calls the upstream and relays its answer; returns whether the client
-/// connection may carry another request.
-awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& route, bool header_sent) {
+/// connection may carry another request. `tap` (if any) sees the answer;
+/// `extra` headers are added to a passed-through answer.
+awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& route, bool header_sent,
+                              UsageTap* tap, const http::fields* extra) {
   const RouteConfig& rc = route.config;
   RouteStats& stats = route.stats;
   const auto executor = s.stream.get_executor();
@@ -501,6 +583,10 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
     auto& res = parser.get();
     const unsigned status = res.result_int();
     count_status(stats, status);
+    if (tap)
+      tap->start(status, std::string_view(res[http::field::content_type].data(),
+                                          res[http::field::content_type].size()));
+
     std::array<char, 16 * 1024> chunk{};
 
     if (header_sent) {
@@ -513,11 +599,13 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
             co_return false;
           }
           if (*got == 0) continue;
+          if (tap) tap->feed(chunk.data(), *got);
           s.stream.expires_after(s.shared->config.server.write_timeout);
           auto [ec, n] = co_await net::async_write(s.stream, net::buffer(chunk.data(), *got), nothrow);
           s.stream.expires_never();
           if (ec) co_return false;
         }
+        if (tap) tap->finish();
         if (parser.keep_alive()) route.pool.put(conn.release_socket());
         co_return false;  // the event stream ends with the connection
       }
@@ -550,6 +638,8 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
       if (is_hop_by_hop(name, connection)) drop.emplace_back(name);
     }
     for (const auto& name : drop) res.erase(name);
+    if (extra)
+      for (const auto& f : *extra) res.set(f.name_string(), f.value());
     const bool has_length = parser.content_length().has_value();
     const bool no_body = parser.is_done();
     res.version(req.version());
@@ -570,6 +660,7 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
         co_return false;
       }
       if (*got == 0) continue;
+      if (tap) tap->feed(chunk.data(), *got);
       res.body().data = chunk.data();
       res.body().size = *got;
       res.body().more = true;
@@ -588,6 +679,7 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
       s.stream.expires_never();
       if (ec) co_return false;
     }
+    if (tap) tap->finish();
     if (parser.keep_alive()) route.pool.put(conn.release_socket());
     co_return client_keep;
   }
@@ -642,6 +734,62 @@ void start_acquire(Limiter& limiter, std::optional<std::chrono::milliseconds> ma
       net::bind_cancellation_slot(st->cancel.slot(), net::bind_executor(strand, std::move(on_done))));
 }
 
+/// The rate limits of a route, checked before the queue: the requests sent
+/// and the answer (whose decisions token budgets refund from).
+struct RouteRates {
+  std::vector<const RateRuleConfig*> configs;
+  std::vector<std::int64_t> prompt;  // per rule: the prompt's part of a token cost
+  RateResult result;
+  http::fields headers;  // RateLimit-*, X-RateLimit-* for the answer
+};
+
+/// Builds the checks of `rc.ratelimit` for `req`; false with `problem` when a key cannot be derived.
+bool rate_requests(const Shared& sh, const Session& s, const Request& req, const RouteConfig& rc,
+                   std::string_view tenant, RouteRates& rates, std::vector<RateRequest>& out,
+                   std::string& problem) {
+  const auto xff = req["X-Forwarded-For"];
+  const std::string ip =
+      client_ip(s.client, std::string_view(xff.data(), xff.size()), sh.config.server.trusted_proxies);
+  const KeyInputs in{static_cast<const http::fields*>(&req), tenant, ip, rc.path};
+  for (const auto& name : rc.ratelimit) {
+    const auto it = sh.rate_configs.find(name);
+    if (it == sh.rate_configs.end()) continue;  // checked at start (config.cpp)
+    auto key = derive_rate_key(it->second, in, problem);
+    if (!key) return false;
+    std::int64_t prompt = 0;
+    const std::int64_t cost = it->second.cost_mode == RateCostMode::tokens
+                                  ? estimate_token_cost(req.body(), it->second, &prompt)
+                                  : it->second.cost;
+    out.push_back(RateRequest{name, std::move(*key), cost});
+    rates.configs.push_back(&it->second);
+    rates.prompt.push_back(prompt);
+  }
+  return true;
+}
+
+/// Token budgets: gives back what a request reserved and did not use
+/// (docs/ratelimit.md, "Token budgets"). Fire and forget.
+void refund_token_budgets(Shared& sh, const RouteRates& rates, const UsageTap& tap) {
+  if (!rates.result.allowed) return;
+  for (std::size_t i = 0; i < rates.configs.size() && i < rates.result.decisions.size(); ++i) {
+    if (rates.configs[i]->cost_mode != RateCostMode::tokens) continue;
+    const RateDecision& d = rates.result.decisions[i];
+    std::int64_t used = 0;
+    if (!tap.reached || tap.status / 100 != 2) {
+      used = 0;  // nothing was generated
+    } else if (tap.usage_total) {
+      used = *tap.usage_total;
+    } else if (tap.sse) {
+      used = rates.prompt[i] + tap.streamed;
+    } else {
+      used = d.cost;  // an answer without usage: keep the reservation
+    }
+    const std::int64_t back = d.cost - used;
+    if (back <= 0 || d.at_us == 0) continue;  // used it all, or decided without the store (degraded)
+    sh.rates.async_refund(d, back, [](RefundResult) {});
+  }
+}
+
 }  // namespace
 
 awaitable<bool> proxy(std::shared_ptr<Session> self, const Request& req, Gateway::Route& route) {
@@ -673,6 +821,74 @@ awaitable<bool> proxy(std::shared_ptr<Session> self, const Request& req, Gateway
                                    openai_error(problem, "invalid_request_error", "invalid_tenant"));
     co_return co_await send(s, std::move(res)) && req.keep_alive();
   }
+  // Rate limits (docs/ratelimit.md, "Gateway rules"): all must allow, before the queue.
+  RouteRates rates;
+  if (!rc.ratelimit.empty()) {
+    std::vector<RateRequest> checks;
+    if (!rate_requests(sh, s, req, rc, *tenant, rates, checks, problem)) {
+      sh.metrics.http_bad_requests.fetch_add(1, std::memory_order_relaxed);
+      Response res =
+          openai_response(http::status::bad_request, req,
+                          openai_error(problem, "invalid_request_error", "rate_limit_key_missing"));
+      co_return co_await send(s, std::move(res)) && req.keep_alive();
+    }
+    rates.result = co_await rate_check(sh.rates, checks);
+    const RateResult& rr = rates.result;
+    if (rr.error) {
+      const bool bad = rr.error == make_error_code(RejectReason::invalid_argument);
+      Response res = openai_response(bad ? http::status::bad_request : http::status::service_unavailable, req,
+                                     openai_error(rr.message, bad ? "invalid_request_error" : "server_error",
+                                                  bad ? "invalid_argument" : "unavailable"));
+      co_return co_await send(s, std::move(res)) && req.keep_alive();
+    }
+    // The headers tell of the refusing rule, else of the one with the least left.
+    std::size_t shown = 0;
+    for (std::size_t i = 0; i < rr.decisions.size(); ++i) {
+      const auto& d = rr.decisions[i];
+      if (!d.allowed) {
+        shown = i;
+        break;
+      }
+      if (d.remaining < rr.decisions[shown].remaining) shown = i;
+    }
+    if (!rr.decisions.empty()) {
+      const RateDecision& d = rr.decisions[shown];
+      set_rate_headers(rates.headers, d, sh.rates.rule(d.rule).value_or(RateRule{}));
+    }
+    if (!rr.allowed) {
+      stats.rate_limited.fetch_add(1, std::memory_order_relaxed);
+      const RateDecision& d = rr.decisions[shown];
+      const bool unavailable = rr.reason.has_value();
+      const bool tokens = rates.configs[shown]->cost_mode == RateCostMode::tokens;
+      std::string message =
+          unavailable ? rr.message
+          : d.retry_after.count() < 0
+              ? fmt::format("Request too large for rate limit \"{}\": {}", d.rule, rr.message)
+              : fmt::format(
+                    "Rate limit reached for \"{}\" (limit {} {} per {} ms): please try again in {} ms",
+                    d.rule, d.limit, tokens ? "tokens" : "requests",
+                    sh.rates.rule(d.rule).value_or(RateRule{}).period_ms, d.retry_after.count());
+      Response res = openai_response(
+          unavailable ? http::status::service_unavailable : http::status::too_many_requests, req,
+          openai_error(message,
+                       unavailable ? "server_error"
+                       : tokens    ? "tokens"
+                                   : "requests",
+                       unavailable ? "unavailable" : "rate_limit_exceeded"));
+      for (const auto& f : rates.headers) res.set(f.name_string(), f.value());
+      if (unavailable) res.set(http::field::retry_after, "1");
+      co_return co_await send(s, std::move(res)) && req.keep_alive();
+    }
+  }
+  UsageTap tap;
+  // Every exit from here on gives back the unused part of a token budget.
+  struct RefundOnExit {
+    Shared& sh;
+    const RouteRates& rates;
+    const UsageTap& tap;
+    ~RefundOnExit() { refund_token_budgets(sh, rates, tap); }
+  } refund_on_exit{sh, rates, tap};
+
   WaiterSlot slot = WaiterSlot::take(self->shared, s.client);
   if (!slot.held()) {
     sh.metrics.client_cap_refusals.fetch_add(1, std::memory_order_relaxed);
@@ -742,7 +958,10 @@ awaitable<bool> proxy(std::shared_ptr<Session> self, const Request& req, Gateway
       co_return false;
     }
   }
-  auto relayed = co_await (call_upstream(s, req, route, header_sent) || watch_disconnect(s, saw_data));
+  auto relayed =
+      co_await (call_upstream(s, req, route, header_sent, rc.ratelimit.empty() ? nullptr : &tap,
+                              rates.headers.begin() == rates.headers.end() ? nullptr : &rates.headers) ||
+                watch_disconnect(s, saw_data));
   if (relayed.index() != 0) {
     // The client left mid-call: the upstream call was cancelled (its connection closed) above.
     stats.client_gone.fetch_add(1, std::memory_order_relaxed);

@@ -63,8 +63,9 @@ class UpstreamPool {
 struct RouteStats {
   std::atomic<std::uint64_t> requests{0};
   std::atomic<std::uint64_t> admitted{0};
-  std::atomic<std::uint64_t> rejected{0};     ///< no permit: timeout, queue full, disabled, unavailable
-  std::atomic<std::uint64_t> client_gone{0};  ///< client left while waiting or while streaming
+  std::atomic<std::uint64_t> rejected{0};      ///< no permit: timeout, queue full, disabled, unavailable
+  std::atomic<std::uint64_t> rate_limited{0};  ///< refused by the route's rate limits (before the queue)
+  std::atomic<std::uint64_t> client_gone{0};   ///< client left while waiting or while streaming
   std::atomic<std::uint64_t> upstream_2xx{0};
   std::atomic<std::uint64_t> upstream_4xx{0};
   std::atomic<std::uint64_t> upstream_5xx{0};

@@ -148,4 +148,36 @@ std::string render_metrics(const Backend& backend, const Metrics& metrics, std::
   return out;
 }
 
+void render_rate_metrics(const RateLimiter& rates, std::string& out) {
+  if (!rates.valid()) return;
+  const auto rules = rates.rules();
+  if (rules.empty()) return;
+  // Rule names are [A-Za-z0-9._-] (validated), so they need no escaping.
+  const auto counter = [&](std::string_view name, std::string_view help, auto value_of) {
+    header(out, name, "counter", help);
+    for (const auto& r : rules) out += fmt::format("{}{{rule=\"{}\"}} {}\n", name, r.name, value_of(r.stats));
+  };
+  counter("fairgate_ratelimit_allowed_total", "Rate-limit decisions that allowed (this instance).",
+          [](const RateRuleStats& s) { return s.allowed; });
+  counter("fairgate_ratelimit_refused_total", "Rate-limit decisions this rule refused (this instance).",
+          [](const RateRuleStats& s) { return s.refused; });
+  counter("fairgate_ratelimit_local_refusals_total",
+          "Refusals made by the in-process first layer, without a Redis round trip.",
+          [](const RateRuleStats& s) { return s.local_refusals; });
+  counter("fairgate_ratelimit_store_errors_total",
+          "Redis calls of this rule that failed (timeout, disconnect, error).",
+          [](const RateRuleStats& s) { return s.store_errors; });
+  counter("fairgate_ratelimit_degraded_total", "Decisions made under on_redis_down (Redis unreachable).",
+          [](const RateRuleStats& s) { return s.degraded; });
+  counter("fairgate_ratelimit_refunded_units_total", "Units given back by refunds.",
+          [](const RateRuleStats& s) { return s.refunded; });
+  counter("fairgate_ratelimit_store_calls_total", "Round trips to the store (Redis) for this rule.",
+          [](const RateRuleStats& s) { return s.store_calls; });
+  header(out, "fairgate_ratelimit_limit", "gauge", "The rule's capacity (rate, or burst for the buckets).");
+  for (const auto& r : rules)
+    out += fmt::format("fairgate_ratelimit_limit{{rule=\"{}\"}} {}\n", r.name, r.rule.capacity());
+  header(out, "fairgate_ratelimit_degraded", "gauge", "1 while the rate limiter's last Redis call failed.");
+  out += fmt::format("fairgate_ratelimit_degraded {}\n", rates.degraded() ? 1 : 0);
+}
+
 }  // namespace fairgate::serve

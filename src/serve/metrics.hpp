@@ -6,6 +6,7 @@
 #pragma once
 
 #include <fairgate/backend.hpp>
+#include <fairgate/rate_limiter.hpp>
 
 #include <array>
 #include <atomic>
@@ -56,5 +57,8 @@ struct Metrics {
 /// The whole /metrics page: per-limiter state and counters from the backend,
 /// then the server's own counters. `leases` = JSON permits held right now.
 std::string render_metrics(const Backend& backend, const Metrics& metrics, std::size_t leases);
+
+/// Appends the per-rule rate-limit series (fairgate_ratelimit_*) of `rates`.
+void render_rate_metrics(const RateLimiter& rates, std::string& out);
 
 }  // namespace fairgate::serve

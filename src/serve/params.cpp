@@ -274,6 +274,186 @@ std::optional<SettingsUpdate> parse_settings_update(std::string_view body, BadRe
   return u;
 }
 
+namespace {
+
+/// A cost or amount from JSON: any number (so 1.5, -1, 1e300 get their own message), validated.
+std::optional<std::int64_t> json_cost(const json::value& v, std::string_view field, BadRequest& error) {
+  std::optional<SettingsError> problem;
+  std::int64_t out = 0;
+  if (v.is_int64()) {
+    out = v.as_int64();
+    problem = validate_cost(out);
+  } else if (v.is_uint64()) {
+    problem = SettingsError{"cost", fmt::format("{} is not in 1..{}", v.as_uint64(), kMaxCost)};
+  } else if (v.is_double()) {
+    problem = validate_cost(v.as_double());
+    if (!problem) out = static_cast<std::int64_t>(v.as_double());
+  } else {
+    problem = SettingsError{"cost", "must be a whole number"};
+  }
+  if (problem) {
+    error.message = fmt::format("{}: {}", field, problem->problem);
+    return std::nullopt;
+  }
+  return out;
+}
+
+bool read_key(const json::value& v, std::string& out, BadRequest& error) {
+  if (!v.is_string()) {
+    error.message = "key: must be a string (the caller's key: a user id, an IP, ...)";
+    return false;
+  }
+  out = std::string(v.as_string().data(), v.as_string().size());
+  if (auto e = validate_rate_key(out)) {
+    error.message = e->message();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<RateCheckParams> parse_rate_check(std::string_view body, BadRequest& error) {
+  if (body.empty()) {
+    error.message = "body must be a JSON object {\"key\": \"...\", \"cost\": 1}";
+    return std::nullopt;
+  }
+  auto obj = parse_object(body, error);
+  if (!obj) return std::nullopt;
+  RateCheckParams p;
+  bool has_key = false;
+  for (const auto& [k, v] : *obj) {
+    const std::string_view key(k.data(), k.size());
+    if (key == "key") {
+      if (!read_key(v, p.key, error)) return std::nullopt;
+      has_key = true;
+    } else if (key == "cost") {
+      const auto c = json_cost(v, "cost", error);
+      if (!c) return std::nullopt;
+      p.cost = *c;
+    } else {
+      error.message = fmt::format("unknown field \"{}\" (use key, cost)", key.substr(0, 32));
+      return std::nullopt;
+    }
+  }
+  if (!has_key) {
+    error.message = "key: missing (the caller's key: a user id, an IP, \"global\", ...)";
+    return std::nullopt;
+  }
+  return p;
+}
+
+std::string decision_id(std::int64_t at_ms, std::int64_t at_us, std::int64_t cost) {
+  return fmt::format("{}.{}.{}", at_ms, at_us, cost);
+}
+
+std::optional<RateRefundParams> parse_rate_refund(std::string_view body, BadRequest& error) {
+  if (body.empty()) {
+    error.message = "body must be a JSON object {\"key\", \"decision\", \"amount\"}";
+    return std::nullopt;
+  }
+  auto obj = parse_object(body, error);
+  if (!obj) return std::nullopt;
+  RateRefundParams p;
+  bool has_key = false, has_decision = false, has_amount = false;
+  for (const auto& [k, v] : *obj) {
+    const std::string_view key(k.data(), k.size());
+    if (key == "key") {
+      if (!read_key(v, p.key, error)) return std::nullopt;
+      has_key = true;
+    } else if (key == "amount") {
+      const auto c = json_cost(v, "amount", error);
+      if (!c) return std::nullopt;
+      p.amount = *c;
+      has_amount = true;
+    } else if (key == "decision") {
+      const bool ok = v.is_string() && [&] {
+        const std::string text(v.as_string().data(), v.as_string().size());
+        std::int64_t* out[] = {&p.at_ms, &p.at_us, &p.cost};
+        std::size_t start = 0;
+        for (int i = 0; i < 3; ++i) {
+          const auto dot = text.find('.', start);
+          if ((i < 2) == (dot == std::string::npos)) return false;
+          const std::string part = text.substr(start, i < 2 ? dot - start : std::string::npos);
+          const auto n = parse_int(part);
+          if (!n || *n < 0) return false;
+          *out[i] = *n;
+          start = dot + 1;
+        }
+        return p.cost >= 1;
+      }();
+      if (!ok) {
+        error.message = "decision: must be the \"decision\" of an allowed answer (\"AT_MS.AT_US.COST\")";
+        return std::nullopt;
+      }
+      has_decision = true;
+    } else {
+      error.message = fmt::format("unknown field \"{}\" (use key, decision, amount)", key.substr(0, 32));
+      return std::nullopt;
+    }
+  }
+  if (!has_key)
+    error.message = "key: missing";
+  else if (!has_decision)
+    error.message = "decision: missing (the \"decision\" of the allowed answer)";
+  else if (!has_amount)
+    error.message = "amount: missing (the units to give back)";
+  if (!error.message.empty()) return std::nullopt;
+  return p;
+}
+
+std::optional<RateRule> parse_rate_rule_update(std::string_view body, RateRule current, BadRequest& error) {
+  if (body.empty()) {
+    error.message =
+        "body must be a JSON object with algorithm, rate, period_ms, burst, on_redis_down or local_divisor";
+    return std::nullopt;
+  }
+  auto obj = parse_object(body, error);
+  if (!obj) return std::nullopt;
+  RateRule r = current;
+  const auto bad = [&](std::string message) {
+    error.message = std::move(message);
+    return std::nullopt;
+  };
+  for (const auto& [k, v] : *obj) {
+    const std::string_view key(k.data(), k.size());
+    if (key == "algorithm" || key == "on_redis_down") {
+      if (!v.is_string()) return bad(fmt::format("{}: must be a string", key));
+      const std::string_view text(v.as_string().data(), v.as_string().size());
+      if (key == "algorithm") {
+        const auto a = parse_rate_algorithm(text);
+        if (!a)
+          return bad(fmt::format(
+              "algorithm: \"{}\" is not one of fixed_window, sliding_log, sliding_window, token_bucket, gcra",
+              text.substr(0, 32)));
+        r.algorithm = *a;
+      } else {
+        const auto p = parse_redis_down_policy(text);
+        if (!p)
+          return bad(
+              fmt::format("on_redis_down: \"{}\" is not one of local, open, closed", text.substr(0, 32)));
+        r.on_redis_down = *p;
+      }
+    } else if (key == "rate" || key == "period_ms" || key == "burst" || key == "local_divisor") {
+      const auto i = json_int(v);
+      if (!i) return bad(fmt::format("{}: must be a whole number", key));
+      if (key == "rate")
+        r.rate = *i;
+      else if (key == "period_ms")
+        r.period_ms = *i;
+      else if (key == "burst")
+        r.burst = *i;
+      else
+        r.local_divisor = *i;
+    } else {
+      return bad(fmt::format(
+          "unknown field \"{}\" (use algorithm, rate, period_ms, burst, on_redis_down, local_divisor)",
+          key.substr(0, 32)));
+    }
+  }
+  return r;
+}
+
 bool bearer_matches(std::string_view header, std::string_view token) noexcept {
   constexpr std::string_view kScheme = "Bearer ";
   if (token.empty() || header.size() != kScheme.size() + token.size()) return false;

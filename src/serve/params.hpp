@@ -2,6 +2,7 @@
 // JSON bodies (S7). Pure functions, no I/O: every rule is unit-testable.
 #pragma once
 
+#include <fairgate/rate_rule.hpp>
 #include <fairgate/settings.hpp>
 
 #include <chrono>
@@ -49,6 +50,32 @@ std::optional<AcquireParams> parse_acquire_params(const Target& target, std::str
 /// Reads the body of PUT /v1/limiters/{name}: a JSON object with any of
 /// max_concurrent, max_wait_ms, max_queue (null = unbounded), enabled.
 std::optional<SettingsUpdate> parse_settings_update(std::string_view body, BadRequest& error);
+
+/// The body of POST /v1/ratelimit/{rule}: {"key": "...", "cost": 1}.
+struct RateCheckParams {
+  std::string key;
+  std::int64_t cost = 1;  ///< absent = 1
+};
+std::optional<RateCheckParams> parse_rate_check(std::string_view body, BadRequest& error);
+
+/// The body of POST /v1/ratelimit/{rule}/refund: {"key", "decision", "amount"},
+/// `decision` as the allowed answer gave it.
+struct RateRefundParams {
+  std::string key;
+  std::int64_t amount = 0;
+  std::int64_t at_ms = 0;
+  std::int64_t at_us = 0;
+  std::int64_t cost = 0;
+};
+std::optional<RateRefundParams> parse_rate_refund(std::string_view body, BadRequest& error);
+
+/// The id of an allowed decision, for its refunds: "AT_MS.AT_US.COST".
+std::string decision_id(std::int64_t at_ms, std::int64_t at_us, std::int64_t cost);
+
+/// The body of PUT /v1/ratelimit/{rule}: any of algorithm, rate, period_ms,
+/// burst, on_redis_down, local_divisor, applied over `current` (not validated
+/// as a whole: the caller runs fairgate::validate).
+std::optional<RateRule> parse_rate_rule_update(std::string_view body, RateRule current, BadRequest& error);
 
 /// Constant-time comparison of an "Authorization" header with "Bearer <token>".
 bool bearer_matches(std::string_view header, std::string_view token) noexcept;

@@ -25,6 +25,10 @@ enum class RouteId {
   permit,
   renew,
   events,
+  dashboard,
+  ratelimits,
+  ratelimit_rule,
+  ratelimit_refund,
 };
 
 struct RouteSpec {
@@ -36,7 +40,7 @@ struct RouteSpec {
   std::string_view methods;
 };
 
-inline constexpr std::array<RouteSpec, 10> kRoutes{{
+inline constexpr std::array<RouteSpec, 14> kRoutes{{
     {RouteId::healthz, "/healthz", "GET"},
     {RouteId::metrics, "/metrics", "GET"},
     {RouteId::openapi_yaml, "/openapi.yaml", "GET"},
@@ -47,6 +51,10 @@ inline constexpr std::array<RouteSpec, 10> kRoutes{{
     {RouteId::permit, "/v1/permits/{permit}", "DELETE"},
     {RouteId::renew, "/v1/permits/{permit}/renew", "POST"},
     {RouteId::events, "/v1/events", "GET"},
+    {RouteId::dashboard, "/dashboard", "GET"},
+    {RouteId::ratelimits, "/v1/ratelimit", "GET"},
+    {RouteId::ratelimit_rule, "/v1/ratelimit/{rule}", "GET, POST, PUT"},
+    {RouteId::ratelimit_refund, "/v1/ratelimit/{rule}/refund", "POST"},
 }};
 
 /// The route whose pattern matches the decoded path `segments`, with the

@@ -21,9 +21,11 @@
 
 #include "redis/connection.hpp"
 #include "serve/cors.hpp"
+#include "serve/dashboard.hpp"
 #include "serve/gateway.hpp"
 #include "serve/openapi.hpp"
 #include "serve/params.hpp"
+#include "serve/ratelimit.hpp"
 #include "serve/routes.hpp"
 #include "serve/session.hpp"
 #include "serve/views.hpp"
@@ -357,6 +359,130 @@ awaitable<bool> route_put_limiter(std::shared_ptr<Session> self, const Request& 
   co_return co_await send(*self, std::move(res)) && req.keep_alive();
 }
 
+// --- rate limits (docs/ratelimit.md, "In fairgate serve") -----------------------
+
+awaitable<bool> send_unauthorized(Session& s, const Request& req) {
+  Shared& sh = *s.shared;
+  Response res = error_response(http::status::unauthorized, req, "unauthorized",
+                                sh.config.admin_token.empty()
+                                    ? "admin routes are off: start the server with --admin-token"
+                                    : "a valid 'Authorization: Bearer TOKEN' header is required");
+  res.set(http::field::www_authenticate, "Bearer");
+  sh.metrics.http_bad_requests.fetch_add(1, std::memory_order_relaxed);
+  co_return co_await send(s, std::move(res)) && req.keep_alive();
+}
+
+awaitable<bool> send_unknown_rule(Session& s, const Request& req, const std::string& name) {
+  co_return co_await send_error(s, req, http::status::not_found, "unknown_rule",
+                                fmt::format("no rate-limit rule named \"{}\"", name.substr(0, 64)));
+}
+
+json::value rate_rules_json(const RateLimiter& rates) {
+  json::array list;
+  for (const auto& r : rates.rules()) list.push_back(rate_rule_json(r.name, r.rule, &r.stats));
+  json::object o;
+  o["rules"] = std::move(list);
+  o["degraded"] = rates.degraded();
+  return o;
+}
+
+awaitable<bool> route_rate_check(std::shared_ptr<Session> self, const Request& req, const std::string& name) {
+  Session& s = *self;
+  Shared& sh = *s.shared;
+  const auto rule = sh.rates.rule(name);
+  if (!rule) co_return co_await send_unknown_rule(s, req, name);
+  BadRequest bad;
+  const auto params = parse_rate_check(req.body(), bad);
+  if (!params) co_return co_await send_error(s, req, http::status::bad_request, "bad_request", bad.message);
+  std::vector<RateRequest> requests{RateRequest{name, params->key, params->cost}};
+  RateResult r = co_await rate_check(sh.rates, requests);
+  if (r.error == make_error_code(Errc::unknown_rule)) co_return co_await send_unknown_rule(s, req, name);
+  if (r.error == make_error_code(RejectReason::invalid_argument))
+    co_return co_await send_error(s, req, http::status::bad_request, "bad_request", r.message);
+  if (r.error || r.decisions.empty()) {
+    const std::string why = r.message.empty() ? std::string("the rate limiter is shutting down") : r.message;
+    co_return co_await send_error(s, req, http::status::service_unavailable, "unavailable", why);
+  }
+  const RateDecision& d = r.decisions.front();
+  const auto status = r.allowed  ? http::status::ok
+                      : r.reason ? http::status::service_unavailable
+                                 : http::status::too_many_requests;
+  Response res = json_response(status, req, rate_decision_json(r, d));
+  set_rate_headers(res.base(), d, *rule);
+  if (r.reason) res.set(http::field::retry_after, "1");
+  co_return co_await send(s, std::move(res)) && req.keep_alive();
+}
+
+awaitable<bool> route_rate_refund(std::shared_ptr<Session> self, const Request& req,
+                                  const std::string& name) {
+  Session& s = *self;
+  Shared& sh = *s.shared;
+  const auto rule = sh.rates.rule(name);
+  if (!rule) co_return co_await send_unknown_rule(s, req, name);
+  BadRequest bad;
+  const auto params = parse_rate_refund(req.body(), bad);
+  if (!params) co_return co_await send_error(s, req, http::status::bad_request, "bad_request", bad.message);
+  RateDecision d;
+  d.rule = name;
+  d.key = params->key;
+  d.cost = params->cost;
+  d.allowed = true;
+  d.at_ms = params->at_ms;
+  d.at_us = params->at_us;
+  RefundResult r = co_await rate_refund(sh.rates, d, params->amount);
+  if (r.error == make_error_code(Errc::unknown_rule)) co_return co_await send_unknown_rule(s, req, name);
+  if (r.error == make_error_code(RejectReason::invalid_argument))
+    co_return co_await send_error(s, req, http::status::bad_request, "bad_request", r.message);
+  if (r.error) {
+    Response res = error_response(http::status::service_unavailable, req, "unavailable", r.message);
+    res.set(http::field::retry_after, "1");
+    co_return co_await send(s, std::move(res)) && req.keep_alive();
+  }
+  json::object o;
+  o["rule"] = name;
+  o["key"] = params->key;
+  o["refunded"] = r.refunded;
+  if (r.refunded < params->amount)
+    o["note"] = "too late: the decision's window has passed (nothing or less came back)";
+  Response res = json_response(http::status::ok, req, o);
+  co_return co_await send(s, std::move(res)) && req.keep_alive();
+}
+
+awaitable<bool> route_put_rate_rule(std::shared_ptr<Session> self, const Request& req,
+                                    const std::string& name) {
+  Session& s = *self;
+  Shared& sh = *s.shared;
+  if (!bearer_matches(req[http::field::authorization], sh.config.admin_token))
+    co_return co_await send_unauthorized(s, req);
+  const auto current = sh.rates.rule(name);
+  if (!current) co_return co_await send_unknown_rule(s, req, name);
+  BadRequest bad;
+  const auto rule = parse_rate_rule_update(req.body(), *current, bad);
+  if (!rule) co_return co_await send_error(s, req, http::status::bad_request, "bad_request", bad.message);
+  if (auto e = validate(*rule))
+    co_return co_await send_error(s, req, http::status::bad_request, "bad_request", e->message());
+  if (const auto cfg = sh.rate_configs.find(name); cfg != sh.rate_configs.end() &&
+                                                   cfg->second.cost_mode == RateCostMode::fixed &&
+                                                   cfg->second.cost > rule->capacity()) {
+    const std::string why = fmt::format("the gateway cost {} of this rule exceeds the new capacity {}",
+                                        cfg->second.cost, rule->capacity());
+    co_return co_await send_error(s, req, http::status::bad_request, "bad_request", why);
+  }
+  const RateRule wanted = *rule;
+  RuleUpdateResult applied = co_await rate_publish(sh.rates, name, wanted);
+  if (applied.error == make_error_code(Errc::unknown_rule))
+    co_return co_await send_unknown_rule(s, req, name);
+  if (applied.error == make_error_code(Errc::invalid_settings))
+    co_return co_await send_error(s, req, http::status::bad_request, "bad_request", applied.message);
+  if (applied.error) {
+    Response res = error_response(http::status::service_unavailable, req, "unavailable", applied.message);
+    res.set(http::field::retry_after, "1");
+    co_return co_await send(s, std::move(res)) && req.keep_alive();
+  }
+  Response res = json_response(http::status::ok, req, rate_rule_json(name, *rule, nullptr));
+  co_return co_await send(s, std::move(res)) && req.keep_alive();
+}
+
 awaitable<bool> method_not_allowed(Session& s, const Request& req, std::string_view allow) {
   s.shared->metrics.http_bad_requests.fetch_add(1, std::memory_order_relaxed);
   Response res =
@@ -455,6 +581,13 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
       o["redis"] = !health.remote ? "none" : redis_down ? "down" : "up";
       o["backend"] = sh.backend->kind();
       if (health.remote) o["degraded_limiters"] = health.degraded_limiters;
+      // The rate limiter's own Redis connection (docs/ratelimit.md): degraded
+      // while its last call failed; the rules then follow on_redis_down.
+      if (!sh.rates.rules().empty()) {
+        const bool rl_down = sh.rates.degraded();
+        o["ratelimit"] = rl_down ? "degraded" : "ok";
+        if (rl_down && !stopping) o["status"] = "degraded";
+      }
       Response res = json_response(
           stopping || !can_admit ? http::status::service_unavailable : http::status::ok, req, o);
       co_return co_await send(s, std::move(res)) && req.keep_alive();
@@ -462,12 +595,24 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
     case RouteId::metrics: {
       std::string page = render_metrics(*sh.backend, sh.metrics, sh.leases.size());
       if (sh.gateway) sh.gateway->render_metrics(page);
+      render_rate_metrics(sh.rates, page);
       Response res =
           make_response(http::status::ok, req, std::move(page), "text/plain; version=0.0.4; charset=utf-8");
       co_return co_await send(s, std::move(res)) && req.keep_alive();
     }
     case RouteId::openapi_yaml: co_return co_await send_openapi(s, req, openapi::kYaml, "application/yaml");
     case RouteId::openapi_json: co_return co_await send_openapi(s, req, openapi::kJson, "application/json");
+    case RouteId::dashboard: {
+      // Same-origin only: the page reads this server's API with relative URLs; it may not be framed.
+      Response res =
+          make_response(http::status::ok, req, std::string(dashboard::kHtml), "text/html; charset=utf-8");
+      res.set(http::field::cache_control, "no-store");
+      res.set("Content-Security-Policy",
+              "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; frame-ancestors "
+              "'none'");
+      res.set("X-Content-Type-Options", "nosniff");
+      co_return co_await send(s, std::move(res)) && req.keep_alive();
+    }
     case RouteId::limiters: {
       Response res = json_response(http::status::ok, req, limiters_json(*sh.backend));
       co_return co_await send(s, std::move(res)) && req.keep_alive();
@@ -508,6 +653,22 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
       co_return co_await send(s, std::move(res)) && req.keep_alive();
     }
     case RouteId::events: co_return co_await route_events(self, req);
+    case RouteId::ratelimits: {
+      Response res = json_response(http::status::ok, req, rate_rules_json(sh.rates));
+      co_return co_await send(s, std::move(res)) && req.keep_alive();
+    }
+    case RouteId::ratelimit_rule: {
+      const std::string& name = params[0];
+      if (method == http::verb::post) co_return co_await route_rate_check(self, req, name);
+      if (method == http::verb::put) co_return co_await route_put_rate_rule(self, req, name);
+      for (const auto& r : sh.rates.rules()) {
+        if (r.name != name) continue;
+        Response res = json_response(http::status::ok, req, rate_rule_json(r.name, r.rule, &r.stats));
+        co_return co_await send(s, std::move(res)) && req.keep_alive();
+      }
+      co_return co_await send_unknown_rule(s, req, name);
+    }
+    case RouteId::ratelimit_refund: co_return co_await route_rate_refund(self, req, params[0]);
   }
   co_return false;  // unreachable: every RouteId is handled above
 }
@@ -701,6 +862,18 @@ awaitable<void> lease_sweeper(std::shared_ptr<Shared> sh) {
   }
 }
 
+/// Redis: pulls the rules stored by PUT /v1/ratelimit/{rule} (on any
+/// instance) at start and then every second, so a change reaches every
+/// instance within about a second (docs/ratelimit.md, "In fairgate serve").
+awaitable<void> rate_rule_sync(std::shared_ptr<Shared> sh) {
+  net::steady_timer timer(co_await net::this_coro::executor);
+  while (!sh->stopping.load()) {
+    co_await rate_sync(sh->rates);
+    timer.expires_after(1s);
+    co_await timer.async_wait(nothrow);
+  }
+}
+
 /// Stops accepting, releases the JSON permits, closes the admission API's
 /// connections (after letting them say goodbye) and lets gateway requests in
 /// flight finish, within the shutdown grace period; then closes what is left.
@@ -838,6 +1011,26 @@ Server::Server(net::io_context& io, const ServeConfig& config, std::shared_ptr<B
       throw ConfigError(
           fmt::format("limiters.{}.{}: {}", l.name, opened.error().field, opened.error().problem));
   }
+  // No rules: an in-process limiter (no Redis connection) keeps the routes answering.
+  if (config.redis && !config.rate_rules.empty()) {
+    RateLimiterRedisOptions ro;
+    ro.url = config.redis->url;
+    ro.key_prefix = config.redis->key_prefix;
+    ro.command_timeout = config.redis->command_timeout;
+    try {
+      sh_->rates = RateLimiter::redis(io.get_executor(), ro);
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(fmt::format("redis.{}", e.what()));
+    }
+  } else {
+    sh_->rates = RateLimiter::memory(io.get_executor());
+  }
+  for (const auto& r : config.rate_rules) {
+    auto set = sh_->rates.set_rule(r.name, r.rule);
+    if (!set)
+      throw ConfigError(fmt::format("ratelimit.{}.{}: {}", r.name, set.error().field, set.error().problem));
+    sh_->rate_configs.emplace(r.name, r);
+  }
   if (!config.routes.empty()) sh_->gateway = std::make_shared<Gateway>(config.routes);
 
   const auto address = net::ip::make_address(config.listen_host);
@@ -859,6 +1052,8 @@ Server::~Server() = default;
 void Server::start() {
   net::co_spawn(sh_->acceptor_strand, accept_loop(sh_), net::detached);
   net::co_spawn(sh_->io, lease_sweeper(sh_), net::detached);
+  if (sh_->config.redis && !sh_->config.rate_rules.empty())
+    net::co_spawn(sh_->io, rate_rule_sync(sh_), net::detached);
 }
 
 void Server::stop(std::function<void()> done) {
@@ -905,9 +1100,11 @@ int run_server(const ServeConfig& config, std::FILE* out) {
                   server.url(), backend_text, config.instance.empty() ? "auto" : config.instance,
                   describe_limiters(config), routes, config.server.threads);
   std::fputs(line.c_str(), out);
-  for (const auto& section : config.ignored_sections) {
-    const std::string note =
-        fmt::format("fairgate serve: note: config section [{}] is not served by this version\n", section);
+  for (const auto& r : config.rate_rules) {
+    const std::string note = fmt::format(
+        "fairgate serve: rate limit {}: {} {} per {} ms, limit {}, on_redis_down={}{}\n", r.name,
+        to_string(r.rule.algorithm), r.rule.rate, r.rule.period_ms, r.rule.capacity(),
+        to_string(r.rule.on_redis_down), config.redis ? " (a rule stored in Redis by PUT wins)" : "");
     std::fputs(note.c_str(), out);
   }
   std::fflush(out);
@@ -926,6 +1123,7 @@ int run_server(const ServeConfig& config, std::FILE* out) {
   // The backend goes before the io_context (backend.hpp); connections that
   // outlived the grace period are destroyed with the io_context.
   backend->shutdown();
+  sh->rates.shutdown();
   return 0;
 }
 

@@ -12,6 +12,7 @@
 
 #include <fairgate/backend.hpp>
 #include <fairgate/limiter.hpp>
+#include <fairgate/rate_limiter.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -93,6 +94,10 @@ struct Shared {
   ServeConfig config;
   net::io_context& io;
   std::shared_ptr<Backend> backend;
+  /// The `[ratelimit.NAME]` rules (their state in Redis, or in this process).
+  RateLimiter rates;
+  /// The config of each rule, by name (key derivation and cost on gateway routes).
+  std::unordered_map<std::string, RateRuleConfig> rate_configs;
   /// The [[route]]s (gateway mode); null when there are none.
   std::shared_ptr<Gateway> gateway;
   Metrics metrics;

@@ -16,75 +16,14 @@
 //     saw no acquire at all (a foreign page takes no place and no permit).
 // Exits 0 when every check passed, 1 otherwise, 77 (skipped) without Chromium
 // unless FAIRGATE_REQUIRE_BROWSER=1. Only processes it started are signalled.
-import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-const args = Object.fromEntries(
-  process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith('--') ? [...acc, [a.slice(2), all[i + 1]]] : acc), []),
-);
-const LIMIT_MS = Number(process.env.FAIRGATE_BROWSER_TEST_LIMIT_MS || 20000);
-const failures = [];
-const children = [];
-const dirs = [];
-const t0 = Date.now();
-const log = (line) => console.log(`[${((Date.now() - t0) / 1000).toFixed(2)}s] ${line}`);
-const check = (ok, what) => {
-  if (!ok) failures.push(what);
-  log(`${ok ? 'ok  ' : 'FAIL'} ${what}`);
-  return ok;
-};
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function waitFor(what, fn, limit = LIMIT_MS) {
-  const deadline = Date.now() + limit;
-  let last;
-  for (;;) {
-    last = await fn();
-    if (last) return last;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(25);
-  }
-}
-
-// --- processes -------------------------------------------------------------------
-function start(cmd, argv, pattern, what, stream = 'stdout') {
-  const child = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
-  children.push(child);
-  let text = '';
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${what} did not start: ${text.slice(-500)}`)), LIMIT_MS);
-    const onData = (d) => {
-      text += d;
-      const m = text.match(pattern);
-      if (m) {
-        clearTimeout(timer);
-        resolve({ child, match: m[1] });
-      }
-    };
-    child.stdout.on('data', onData);
-    child.stderr.on('data', stream === 'stderr' ? onData : (d) => (text += d));
-    child.on('exit', (code) => reject(new Error(`${what} exited (${code}): ${text.slice(-500)}`)));
-  });
-}
-
-async function stop(child, what) {
-  if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
-  const exited = new Promise((r) => child.once('exit', (code, sig) => r(code ?? 128)));
-  child.kill('SIGTERM');
-  const code = await Promise.race([exited, sleep(LIMIT_MS).then(() => -1)]);
-  if (code === -1) {
-    child.kill('SIGKILL');
-    log(`${what} did not stop on SIGTERM`);
-  }
-  return code;
-}
+import { args, Browser, check, log, requireChromium, run, start, stop, tempDir, waitFor } from './harness.mjs';
 
 async function fairgate(corsOrigins) {
-  const dir = mkdtempSync(join(tmpdir(), 'fairgate-browser-'));
-  dirs.push(dir);
+  const dir = tempDir('fairgate-browser-');
   const config = join(dir, 'fairgate.toml');
   let text = '[limiters.chat]\nmax_concurrent = 1\nmax_wait_ms = 20000\n';
   if (corsOrigins) text += `[server]\ncors_origins = ${JSON.stringify(corsOrigins)}\n`;
@@ -99,84 +38,18 @@ async function status(url) {
   return res.json();
 }
 
-// --- Chromium over the DevTools protocol -------------------------------------------
-class Browser {
-  static async launch(bin) {
-    const dir = mkdtempSync(join(tmpdir(), 'fairgate-chromium-'));
-    dirs.push(dir);
-    const { child, match } = await start(bin, [
-      '--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--no-first-run',
-      '--no-default-browser-check', '--disable-extensions', '--remote-debugging-port=0', `--user-data-dir=${dir}`,
-      'about:blank',
-    ], /DevTools listening on (ws:\/\/\S+)/, 'chromium', 'stderr');
-    const b = new Browser(child);
-    await b.connect(match);
-    return b;
-  }
-
-  constructor(child) {
-    this.child = child;
-    this.nextId = 1;
-    this.pending = new Map();
-  }
-
-  connect(url) {
-    this.ws = new WebSocket(url);
-    this.ws.onmessage = (e) => {
-      const msg = JSON.parse(e.data);
-      const p = msg.id && this.pending.get(msg.id);
-      if (!p) return;
-      this.pending.delete(msg.id);
-      if (msg.error) p.reject(new Error(`${p.method}: ${JSON.stringify(msg.error)}`));
-      else p.resolve(msg.result);
-    };
-    return new Promise((resolve, reject) => {
-      this.ws.onopen = resolve;
-      this.ws.onerror = () => reject(new Error('cannot connect to the DevTools socket'));
-    });
-  }
-
-  send(method, params = {}, sessionId = undefined) {
-    const id = this.nextId++;
-    this.ws.send(JSON.stringify({ id, method, params, ...(sessionId ? { sessionId } : {}) }));
-    return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject, method });
-      setTimeout(() => {
-        if (this.pending.delete(id)) reject(new Error(`${method}: no answer`));
-      }, LIMIT_MS);
-    });
-  }
-
-  async open(url) {
-    const { targetId } = await this.send('Target.createTarget', { url });
-    const { sessionId } = await this.send('Target.attachToTarget', { targetId, flatten: true });
-    const page = {
-      targetId,
-      eval: async (expression) => {
-        const r = await this.send('Runtime.evaluate', { expression, returnByValue: true }, sessionId);
-        if (r.exceptionDetails) throw new Error(`${expression}: ${JSON.stringify(r.exceptionDetails).slice(0, 300)}`);
-        return r.result.value;
-      },
-      close: () => this.send('Target.closeTarget', { targetId }),
-    };
-    await waitFor('the page to load', () =>
-      page.eval("document.readyState === 'complete' && !!document.getElementById('ask')").catch(() => false));
-    // Record every state the page goes through.
-    await page.eval(`(() => {
-      const el = document.getElementById('state');
-      window.__states = [el.dataset.state];
-      new MutationObserver(() => {
-        if (window.__states[window.__states.length - 1] !== el.dataset.state) window.__states.push(el.dataset.state);
-      }).observe(el, { attributes: true });
-      return true;
-    })()`);
-    return page;
-  }
-
-  close() {
-    try { this.ws.close(); } catch { /* already closed */ }
-    return stop(this.child, 'chromium');
-  }
+/** Opens the example page and records every state it goes through (window.__states). */
+async function openPage(browser, url) {
+  const page = await browser.open(url, "document.getElementById('ask')");
+  await page.eval(`(() => {
+    const el = document.getElementById('state');
+    window.__states = [el.dataset.state];
+    new MutationObserver(() => {
+      if (window.__states[window.__states.length - 1] !== el.dataset.state) window.__states.push(el.dataset.state);
+    }).observe(el, { attributes: true });
+    return true;
+  })()`);
+  return page;
 }
 
 const stateOf = (page) => page.eval("document.getElementById('state').dataset.state");
@@ -184,11 +57,7 @@ const statesOf = (page) => page.eval('window.__states');
 
 // --- the scenarios ---------------------------------------------------------------
 async function main() {
-  if (!args.chromium) {
-    if (process.env.FAIRGATE_REQUIRE_BROWSER === '1') throw new Error('chromium not found (scripts/setup.sh installs it)');
-    console.log('browser test skipped: chromium not found');
-    process.exit(77);
-  }
+  requireChromium('browser test');
   const html = readFileSync(args.page);
   const statics = createServer((req, res) => {
     const path = req.url.split('?')[0];
@@ -223,7 +92,7 @@ async function main() {
       return heldText.includes('event: granted');
     });
 
-    const page = await browser.open(pageUrl(allowed.url, 'browser-page'));
+    const page = await openPage(browser, pageUrl(allowed.url, 'browser-page'));
     check((await stateOf(page)) === 'idle', 'the page starts idle');
     const clicked = Date.now();
     await page.eval("document.getElementById('ask').click(), true");
@@ -258,7 +127,7 @@ async function main() {
     check(true, 'closing the page released the permit (in_use 0, queued 0)');
 
     // "Done" releases too.
-    const page2 = await browser.open(pageUrl(allowed.url, 'browser-done'));
+    const page2 = await openPage(browser, pageUrl(allowed.url, 'browser-done'));
     await page2.eval("document.getElementById('ask').click(), true");
     await waitFor('the second page to be granted', async () => (await stateOf(page2)) === 'granted');
     st = await status(allowed.url);
@@ -271,7 +140,7 @@ async function main() {
 
     // 2. Without cors_origins, the page cannot acquire and the server takes nothing.
     const before = (await status(closed.url)).stats.acquires;
-    const page3 = await browser.open(pageUrl(closed.url, 'browser-refused'));
+    const page3 = await openPage(browser, pageUrl(closed.url, 'browser-refused'));
     await page3.eval("document.getElementById('ask').click(), true");
     await waitFor('the refused page to end', async () => ['error', 'rejected', 'granted'].includes(await stateOf(page3)));
     const refused = await statesOf(page3);
@@ -291,20 +160,4 @@ async function main() {
   }
 }
 
-const watchdog = setTimeout(() => {
-  console.log('FAIL: the browser test did not finish within 120 s');
-  for (const c of children) c.kill('SIGKILL');
-  process.exit(1);
-}, 120000);
-
-try {
-  await main();
-} catch (e) {
-  failures.push(String(e && e.stack || e));
-  console.log(`FAIL: ${e && e.stack || e}`);
-}
-clearTimeout(watchdog);
-for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
-for (const d of dirs) rmSync(d, { recursive: true, force: true });
-console.log(failures.length ? `browser: ${failures.length} failed` : 'browser: ok');
-process.exit(failures.length ? 1 : 0);
+await run('browser', main);

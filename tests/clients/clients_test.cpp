@@ -184,6 +184,18 @@ ClientRun run_script(const std::vector<std::string>& argv) {
   return run;
 }
 
+// --- rate limits -----------------------------------------------------------------------
+
+/// rate_limit / refund / rate_rules in Python (sync and asyncio) and Node:
+/// exactly 3 pass, the 4th is refused, a refund of 1 lets one more through.
+TEST(ClientsRateLimit, PythonAndNodeCheckRefundAndList) {
+  SKIP_WITHOUT_TOOLS();
+  Serve server("[ratelimit.cl]\nalgorithm = \"gcra\"\nrate = 3\nperiod_ms = 600000\n", {});
+  EXPECT_CLIENT_OK(run_script({PYTHON_BIN, kDir + "/ratelimit_check.py", server.url()}));
+  EXPECT_CLIENT_OK(run_script({NODE_BIN, kDir + "/ratelimit_check.mjs", server.url()}));
+  EXPECT_EQ(server.terminate(), 0);
+}
+
 // --- the OpenAPI document -----------------------------------------------------------
 
 /// docs/openapi.yaml against a running server: every operation called, every
@@ -194,6 +206,7 @@ TEST(ClientsOpenApi, DocumentMatchesTheRunningServer) {
       "admin_token = \"oa-token\"\n"
       "[limiters.oa]\nmax_concurrent = 1\n"
       "[limiters.oa-off]\nmax_concurrent = 1\nenabled = false\nwhen_disabled = \"reject\"\n"
+      "[ratelimit.oa-rl]\nalgorithm = \"gcra\"\nrate = 2\nperiod_ms = 600000\n"
       "[[route]]\npath = \"/v1/chat/completions\"\nupstream = \"http://127.0.0.1:1\"\nlimiter = \"oa\"\n"
       "tenant_header = \"x-user-id\"\n",
       {});

@@ -3,7 +3,7 @@ started by clients_test.cpp with the limiters and the route below).
 
     python3 openapi_check.py --url URL --token ADMIN_TOKEN
     server config: [limiters.oa] max_concurrent = 1; [limiters.oa-off] enabled = false,
-    when_disabled = "reject"; a [[route]] /v1/chat/completions (limiter oa, tenant_header
+    when_disabled = "reject"; [ratelimit.oa-rl] gcra, rate 2 per 600000 ms; a [[route]] /v1/chat/completions (limiter oa, tenant_header
     x-user-id) to an upstream that is not running.
 
 The document: OpenAPI 3.1, every $ref resolves, every path parameter is
@@ -258,6 +258,9 @@ def check_server(doc: Doc, client: Client, token: str) -> None:
     check(text.startswith("openapi: 3.1"), "GET /openapi.yaml starts with 'openapi: 3.1'")
     _, _, text = expect(doc, client, "openApiJson", "GET", "/openapi.json", 200)
     check(json.loads(text) == doc.d if text else False, "GET /openapi.json is docs/openapi.yaml as JSON")
+    # The dashboard page (its behaviour: tests/browser/dashboard_test.mjs).
+    _, _, text = expect(doc, client, "dashboard", "GET", "/dashboard", 200)
+    check("<title>fairgate dashboard</title>" in (text or ""), "GET /dashboard is the dashboard page")
     # Status and admin.
     expect(doc, client, "listLimiters", "GET", "/v1/limiters", 200)
     expect(doc, client, "getLimiter", "GET", "/v1/limiters/nope", 404)
@@ -273,13 +276,33 @@ def check_server(doc: Doc, client: Client, token: str) -> None:
     expect(doc, client, "health", "GET", "/healthz", 200)
     _, _, text = expect(doc, client, "metrics", "GET", "/metrics", 200)
     check("fairgate_in_use" in text, "/metrics has fairgate_in_use")
+    # Rate limits: a bucket of 2 that does not refill during the check.
+    expect(doc, client, "listRateRules", "GET", "/v1/ratelimit", 200)
+    expect(doc, client, "getRateRule", "GET", "/v1/ratelimit/oa-rl", 200)
+    expect(doc, client, "getRateRule", "GET", "/v1/ratelimit/nope", 404)
+    _, _, body = expect(doc, client, "checkRateLimit", "POST", "/v1/ratelimit/oa-rl", 200, body={"key": "k"})
+    decision = json.loads(body).get("decision", "")
+    expect(doc, client, "checkRateLimit", "POST", "/v1/ratelimit/oa-rl", 200, body={"key": "k"})
+    expect(doc, client, "checkRateLimit", "POST", "/v1/ratelimit/oa-rl", 429, body={"key": "k"})
+    expect(doc, client, "checkRateLimit", "POST", "/v1/ratelimit/oa-rl", 429, body={"key": "k2", "cost": 3})
+    expect(doc, client, "checkRateLimit", "POST", "/v1/ratelimit/oa-rl", 400, body={"key": "k", "cost": 0})
+    expect(doc, client, "checkRateLimit", "POST", "/v1/ratelimit/nope", 404, body={"key": "k"})
+    expect(doc, client, "refundRateLimit", "POST", "/v1/ratelimit/oa-rl/refund", 200,
+           body={"key": "k", "decision": decision, "amount": 1})
+    expect(doc, client, "refundRateLimit", "POST", "/v1/ratelimit/oa-rl/refund", 400, body={"key": "k"})
+    expect(doc, client, "refundRateLimit", "POST", "/v1/ratelimit/nope/refund", 404,
+           body={"key": "k", "decision": decision, "amount": 1})
+    expect(doc, client, "configureRateRule", "PUT", "/v1/ratelimit/oa-rl", 401, body={"rate": 3})
+    expect(doc, client, "configureRateRule", "PUT", "/v1/ratelimit/oa-rl", 400, body={"rate": 0}, headers=auth)
+    expect(doc, client, "configureRateRule", "PUT", "/v1/ratelimit/nope", 404, body={"rate": 3}, headers=auth)
+    expect(doc, client, "configureRateRule", "PUT", "/v1/ratelimit/oa-rl", 200, body={"rate": 3}, headers=auth)
     # Gateway (its upstream is not running).
     chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     expect(doc, client, "gatewayRoute", "POST", "/v1/chat/completions", 502, body=chat)
     expect(doc, client, "gatewayRoute", "POST", "/v1/chat/completions", 400, body=chat,
            headers={"X-User-Id": "has spaces"})
     # A wrong method on each documented path: 405, Allow = exactly the documented methods.
-    concrete = {"{name}": "oa", "{permit}": "lp-0"}
+    concrete = {"{name}": "oa", "{permit}": "lp-0", "{rule}": "oa-rl"}
     for path, item in doc.d["paths"].items():
         documented = sorted(m.upper() for m in METHODS if m in item)
         if any(item[m].get("x-fairgate-gateway") for m in METHODS if m in item):

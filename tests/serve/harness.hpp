@@ -4,12 +4,15 @@
 // Every wait is bounded; only pids these objects started are signalled.
 #pragma once
 
+#include "support/loopback.hpp"
+
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -235,5 +238,70 @@ inline ClientRun run_node(const std::vector<std::string>& args,
     EXPECT_EQ((run).exit_code, 0) << (run).output; \
     std::printf("%s", (run).output.c_str());       \
   } while (0)
+
+/// A blocking SSE acquire over a raw socket (tests that must act on a server
+/// between two steps: signal it, look at it).
+class RawSse {
+ public:
+  RawSse(const std::string& url, const std::string& limiter) {
+    fd_ = connect_loopback(url);
+    if (fd_ < 0) throw std::runtime_error("connect");
+    const std::string req =
+        "POST /v1/limiters/" + limiter +
+        "/acquire HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\nContent-Length: 0\r\n\r\n";
+    if (::send(fd_, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size()))
+      throw std::runtime_error("send");
+  }
+  ~RawSse() { ::close(fd_); }
+  /// Waits up to `limit` until the stream contains `text`; false otherwise (or at EOF).
+  bool wait_for(const std::string& text, std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    while (data_.find(text) == std::string::npos) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char buf[2048];
+      const auto n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        eof_ = true;
+        return data_.find(text) != std::string::npos;
+      }
+      data_.append(buf, static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+  /// Waits up to `limit` for the server to close the stream.
+  bool wait_closed(std::chrono::milliseconds limit) {
+    wait_for("\x01never\x01", limit);
+    return eof_;
+  }
+  const std::string& data() const { return data_; }
+
+ private:
+  int fd_ = -1;
+  std::string data_;
+  bool eof_ = false;
+};
+
+/// One HTTP exchange over a raw socket ("Connection: close"); the whole reply.
+inline std::string http_exchange(const std::string& url, const std::string& request) {
+  const int fd = connect_loopback(url);
+  std::string reply;
+  if (fd >= 0 &&
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+    const auto deadline = Clock::now() + 10s;
+    while (Clock::now() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      char buf[4096];
+      const auto n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      reply.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  return reply;
+}
 
 }  // namespace fairgate::test

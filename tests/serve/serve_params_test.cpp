@@ -4,6 +4,7 @@
 #include "serve/cors.hpp"
 #include "serve/gateway.hpp"
 #include "serve/params.hpp"
+#include "serve/ratelimit.hpp"
 #include "serve/routes.hpp"
 
 #include <gtest/gtest.h>
@@ -427,6 +428,126 @@ TEST(GatewayRules, OpenAiErrorShape) {
   EXPECT_EQ(
       e,
       R"({"error":{"message":"busy \"now\"","type":"rate_limit_error","param":null,"code":"queue_timeout"}})");
+}
+
+// --- rate limits (docs/ratelimit.md, "In fairgate serve") ---------------------------
+
+TEST(RateParams, CheckBodiesAreStrict) {
+  BadRequest bad;
+  auto ok = parse_rate_check(R"({"key":"u1","cost":7})", bad);
+  ASSERT_TRUE(ok) << bad.message;
+  EXPECT_EQ(ok->key, "u1");
+  EXPECT_EQ(ok->cost, 7);
+  EXPECT_EQ(parse_rate_check(R"({"key":"u1"})", bad)->cost, 1);
+  EXPECT_EQ(parse_rate_check(R"({"key":"u1","cost":3.0})", bad)->cost,
+            3);  // a whole number written as a float
+  for (const char* body :
+       {R"({"key":"u1","cost":-1})", R"({"key":"u1","cost":0})", R"({"key":"u1","cost":2.5})",
+        R"({"key":"u1","cost":"1"})", R"({"key":"u1","cost":null})", R"({"key":"u1","cost":1e300})",
+        R"({"key":"u1","cost":1000000000001})", R"({"key":"u1","cost":18446744073709551615})"}) {
+    bad = {};
+    EXPECT_FALSE(parse_rate_check(body, bad)) << body;
+    EXPECT_EQ(bad.message.rfind("cost: ", 0), 0u) << body << ": " << bad.message;
+  }
+  for (const char* body : {"", "[]", "{", R"({"cost":1})", R"({"key":""})", R"({"key":"ab"})",
+                           R"({"key":5})", R"({"key":"u","extra":1})"}) {
+    bad = {};
+    EXPECT_FALSE(parse_rate_check(body, bad)) << body;
+    EXPECT_FALSE(bad.message.empty()) << body;
+  }
+  EXPECT_FALSE(parse_rate_check(R"({"key":")" + std::string(513, 'k') + R"("})", bad));
+  EXPECT_TRUE(parse_rate_check(R"({"key":")" + std::string(512, 'k') + R"("})", bad));
+}
+
+TEST(RateParams, RefundNamesItsDecision) {
+  BadRequest bad;
+  const std::string id = decision_id(1733150000123, 1733150000123456, 40);
+  auto r = parse_rate_refund(R"({"key":"k","decision":")" + id + R"(","amount":12})", bad);
+  ASSERT_TRUE(r) << bad.message;
+  EXPECT_EQ(r->at_ms, 1733150000123);
+  EXPECT_EQ(r->at_us, 1733150000123456);
+  EXPECT_EQ(r->cost, 40);
+  EXPECT_EQ(r->amount, 12);
+  for (const char* d : {"x", "1.2", "1.2.3.4", "1..3", "-1.2.3", "1.2.0", ""}) {
+    bad = {};
+    EXPECT_FALSE(parse_rate_refund(std::string(R"({"key":"k","amount":1,"decision":")") + d + R"("})", bad))
+        << d;
+  }
+  EXPECT_FALSE(parse_rate_refund(R"({"key":"k","decision":"1.2.3"})", bad));
+  EXPECT_NE(bad.message.find("amount"), std::string::npos) << bad.message;
+}
+
+TEST(RateParams, RuleUpdatesApplyOverTheCurrentRule) {
+  RateRule current;
+  current.algorithm = RateAlgorithm::gcra;
+  current.rate = 10;
+  current.burst = 20;
+  BadRequest bad;
+  auto r = parse_rate_rule_update(R"({"rate":5,"on_redis_down":"closed"})", current, bad);
+  ASSERT_TRUE(r) << bad.message;
+  EXPECT_EQ(r->rate, 5);
+  EXPECT_EQ(r->burst, 20);
+  EXPECT_EQ(r->algorithm, RateAlgorithm::gcra);
+  EXPECT_EQ(r->on_redis_down, RedisDownPolicy::closed);
+  EXPECT_FALSE(parse_rate_rule_update(R"({"algorithm":"leaky"})", current, bad));
+  EXPECT_FALSE(parse_rate_rule_update(R"({"rate":"5"})", current, bad));
+  EXPECT_FALSE(parse_rate_rule_update(R"({"rat":5})", current, bad));
+  EXPECT_FALSE(parse_rate_rule_update("", current, bad));
+}
+
+TEST(RateKeys, ClientIpTrustsOnlyTheConfiguredProxies) {
+  const auto net = [](const char* a, unsigned p) {
+    return TrustedProxy{boost::asio::ip::make_address(a), p};
+  };
+  const std::vector<TrustedProxy> trusted{net("10.0.0.0", 8), net("127.0.0.1", 32), net("fd00::", 64)};
+  // No trusted proxies, or an untrusted peer: the peer, whatever the header says.
+  EXPECT_EQ(client_ip("127.0.0.1", "1.2.3.4", {}), "127.0.0.1");
+  EXPECT_EQ(client_ip("192.0.2.1", "1.2.3.4", trusted), "192.0.2.1");
+  // A trusted peer: the right-most address that is not a trusted proxy.
+  EXPECT_EQ(client_ip("127.0.0.1", "1.2.3.4", trusted), "1.2.3.4");
+  EXPECT_EQ(client_ip("10.1.2.3", "6.6.6.6, 1.2.3.4, 10.9.9.9", trusted), "1.2.3.4");  // 6.6.6.6 is spoofable
+  EXPECT_EQ(client_ip("fd00::1", "2001:db8::7", trusted), "2001:db8::7");
+  EXPECT_EQ(client_ip("::ffff:127.0.0.1", "1.2.3.4", trusted), "1.2.3.4");  // v4-mapped peer
+  // Garbage stops the walk at the last address we could trust.
+  EXPECT_EQ(client_ip("127.0.0.1", "1.2.3.4, garbage", trusted), "127.0.0.1");
+  // Every hop trusted: the left-most.
+  EXPECT_EQ(client_ip("127.0.0.1", "10.0.0.1, 10.0.0.2", trusted), "10.0.0.1");
+  EXPECT_FALSE(is_trusted_proxy(boost::asio::ip::make_address("11.0.0.1"), trusted));
+  EXPECT_TRUE(is_trusted_proxy(boost::asio::ip::make_address("10.255.0.1"), trusted));
+  EXPECT_FALSE(is_trusted_proxy(boost::asio::ip::make_address("fd00:0:0:1::1"), trusted));
+}
+
+TEST(RateKeys, DerivedKeysAndTokenEstimates) {
+  RateRuleConfig rule;
+  rule.name = "r";
+  rule.key = {{RateKeyPart::header, "X-User-Id"}, {RateKeyPart::route, ""}};
+  boost::beast::http::fields h;
+  h.set("X-User-Id", "alice");
+  std::string problem;
+  EXPECT_EQ(derive_rate_key(rule, {&h, "", "1.2.3.4", "/v1/chat"}, problem), "alice|/v1/chat");
+  boost::beast::http::fields none;
+  EXPECT_FALSE(derive_rate_key(rule, {&none, "", "1.2.3.4", "/v1/chat"}, problem));
+  EXPECT_NE(problem.find("X-User-Id"), std::string::npos) << problem;
+  rule.key = {{RateKeyPart::tenant, ""}, {RateKeyPart::ip, ""}, {RateKeyPart::global, ""}};
+  EXPECT_EQ(derive_rate_key(rule, {&h, "acme", "1.2.3.4", "/"}, problem), "acme|1.2.3.4|global");
+  EXPECT_FALSE(derive_rate_key(rule, {&h, "", "1.2.3.4", "/"}, problem));
+
+  rule.default_max_tokens = 500;
+  rule.chars_per_token = 4;
+  std::int64_t prompt = 0;
+  // 500 + (1 + ceil(17 / 4)) for one message of 17 characters.
+  EXPECT_EQ(
+      estimate_token_cost(R"({"messages":[{"role":"user","content":"hello there world"}]})", rule, &prompt),
+      506);
+  EXPECT_EQ(prompt, 6);
+  EXPECT_EQ(estimate_token_cost(R"({"max_tokens":50,"messages":[{"content":"abcd"},{"content":"e"}]})", rule),
+            50 + 2 + 1 + 1);
+  EXPECT_EQ(estimate_token_cost(R"({"max_completion_tokens":7,"max_tokens":50,"prompt":"abcdefgh"})", rule),
+            7 + 2);
+  EXPECT_EQ(estimate_token_cost("not json!", rule), 500 + 3);
+  // Content parts (arrays of {type,text}) count their text.
+  EXPECT_EQ(estimate_token_cost(R"({"messages":[{"content":[{"type":"text","text":"abcdefgh"}]}]})", rule),
+            500 + 1 + (4 + 8 + 3) / 4);
 }
 
 }  // namespace

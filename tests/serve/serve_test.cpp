@@ -129,58 +129,6 @@ TEST(ServeRedis, LongPollLeaseRenewDeleteAndAdminOnEveryInstance) {
   expect_clean_exit(servers);
 }
 
-/// A blocking SSE acquire over a raw socket (for the shutdown test, which
-/// must signal a server between two steps).
-class RawSse {
- public:
-  RawSse(const std::string& url, const std::string& limiter) {
-    const auto colon = url.rfind(':');
-    const int port = std::stoi(url.substr(colon + 1));
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<std::uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-      throw std::runtime_error("connect");
-    const std::string req =
-        "POST /v1/limiters/" + limiter +
-        "/acquire HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\nContent-Length: 0\r\n\r\n";
-    if (::send(fd_, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size()))
-      throw std::runtime_error("send");
-  }
-  ~RawSse() { ::close(fd_); }
-  /// Waits up to `limit` until the stream contains `text`; false otherwise (or at EOF).
-  bool wait_for(const std::string& text, std::chrono::milliseconds limit) {
-    const auto deadline = Clock::now() + limit;
-    while (data_.find(text) == std::string::npos) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) return false;
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-      char buf[2048];
-      const auto n = ::recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) {
-        eof_ = true;
-        return data_.find(text) != std::string::npos;
-      }
-      data_.append(buf, static_cast<std::size_t>(n));
-    }
-    return true;
-  }
-  /// Waits up to `limit` for the server to close the stream.
-  bool wait_closed(std::chrono::milliseconds limit) {
-    wait_for("\x01never\x01", limit);
-    return eof_;
-  }
-  const std::string& data() const { return data_; }
-
- private:
-  int fd_ = -1;
-  std::string data_;
-  bool eof_ = false;
-};
-
 TEST(ServeRedis, SigtermReleasesHeldPermitsAndLeavesTheQueue) {
   // A long liveness TTL: a grant within a few seconds can only come from an
   // explicit release at shutdown, not from reaping a dead instance. (No
@@ -214,31 +162,6 @@ TEST(ServeRedis, SigtermReleasesHeldPermitsAndLeavesTheQueue) {
   std::printf("B granted %lld ms after SIGTERM to A (liveness TTL 20000 ms)\n",
               static_cast<long long>(waited.count()));
   EXPECT_EQ(b.terminate(), 0);
-}
-
-/// One HTTP exchange over a raw socket ("Connection: close"); the whole reply.
-std::string http_exchange(const std::string& url, const std::string& request) {
-  const int port = std::stoi(url.substr(url.rfind(':') + 1));
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string reply;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
-    const auto deadline = Clock::now() + 10s;
-    while (Clock::now() < deadline) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 100) <= 0) continue;
-      char buf[4096];
-      const auto n = ::recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      reply.append(buf, static_cast<std::size_t>(n));
-    }
-  }
-  ::close(fd);
-  return reply;
 }
 
 TEST(ServeConfigFile, EveryKeyOfTheExampleIsReadAndRedisDownIsReported) {

@@ -353,6 +353,17 @@ class AsyncClient:
     async def health(self) -> Dict[str, Any]:
         return await self._call("GET", "healthz", accept_status=(200, 503))
 
+    async def rate_limit(self, rule: str, key: str, cost: int = 1) -> Dict[str, Any]:
+        """As Client.rate_limit: the decision, allowed or not."""
+        return await self._call("POST", "v1", "ratelimit", rule, body={"key": key, "cost": cost}, accept_status=(200, 429))
+
+    async def refund(self, rule: str, key: str, decision: str, amount: int) -> int:
+        body = {"key": key, "decision": decision, "amount": amount}
+        return int((await self._call("POST", "v1", "ratelimit", rule, "refund", body=body)).get("refunded", 0))
+
+    async def rate_rules(self) -> List[Dict[str, Any]]:
+        return list((await self._call("GET", "v1", "ratelimit")).get("rules", []))
+
     # -- plumbing ------------------------------------------------------------
     async def _open(self) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         try:

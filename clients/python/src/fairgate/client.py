@@ -344,6 +344,24 @@ class Client:
         """GET /healthz; also its body when the server answers 503 (``status`` tells)."""
         return self._call("GET", "healthz", accept_status=(200, 503))
 
+    # -- rate limits (docs/ratelimit.md, "In fairgate serve") ------------------
+    def rate_limit(self, rule: str, key: str, cost: int = 1) -> Dict[str, Any]:
+        """POST /v1/ratelimit/RULE: takes ``cost`` units for ``key``. Returns the
+        decision either way: ``allowed``, ``remaining``, ``reset_ms``,
+        ``retry_after_ms`` (-1: the cost can never pass) and, when allowed, the
+        ``decision`` to name in refund(). Bad input raises ApiError."""
+        return self._call("POST", "v1", "ratelimit", rule, body={"key": key, "cost": cost}, accept_status=(200, 429))
+
+    def refund(self, rule: str, key: str, decision: str, amount: int) -> int:
+        """POST /v1/ratelimit/RULE/refund: gives back unused units of an allowed
+        decision; returns how many came back (0 once too late)."""
+        body = {"key": key, "decision": decision, "amount": amount}
+        return int(self._call("POST", "v1", "ratelimit", rule, "refund", body=body).get("refunded", 0))
+
+    def rate_rules(self) -> List[Dict[str, Any]]:
+        """GET /v1/ratelimit: every rule with this instance's counters."""
+        return list(self._call("GET", "v1", "ratelimit").get("rules", []))
+
     def events(self) -> Any:
         """GET /v1/events: yields each snapshot (the body of ``limiters()``) until the caller stops."""
         conn = self._connection()
