@@ -24,8 +24,17 @@ namespace fairgate {
 struct RedisBackendOptions {
   /// redis://[user:password@]host[:port][/db],
   /// redis+cluster://[user:password@]host:port[,host:port...] (seeds), or
-  /// redis+sentinel://[user:password@]host:port[,...]/master_name[/db].
+  /// redis+sentinel://[user:password@]host:port[,...]/master_name[/db];
+  /// rediss://, rediss+cluster://, rediss+sentinel:// for TLS, with
+  /// ?tls_ca_file=...&tls_cert_file=...&tls_key_file=...&tls_server_name=...
+  /// &tls_verify=full|none (docs/redis-cluster.md, "TLS").
   std::string url = "redis://127.0.0.1:6379";
+  /// TLS files for a rediss... URL (the URL's tls_* parameters win over
+  /// these): the CA to trust instead of the system store, and a client
+  /// certificate and key (both or neither). Refused with a plain URL.
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
   /// Every key is "<key_prefix>:{<limiter>}:...".
   std::string key_prefix = "fairgate";
   /// This instance's id, [A-Za-z0-9._-]{1,128}. Empty: hostname-pid-random.

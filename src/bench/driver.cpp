@@ -1,12 +1,12 @@
 #include "bench/driver.hpp"
 
+#include "bench/admin.hpp"
 #include "bench/fleet.hpp"
 #include "bench/process.hpp"
 #include "bench/record.hpp"
 #include "redis/url.hpp"
 
 #include <fmt/format.h>
-#include <hiredis/hiredis.h>
 #include <boost/json.hpp>
 
 #include <signal.h>
@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cmath>
 #include <fstream>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -29,78 +30,6 @@ namespace {
 namespace json = boost::json;
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
-
-/// A blocking Redis connection for the parent's bookkeeping (INFO, checks).
-class Admin {
- public:
-  explicit Admin(const std::string& url) {
-    const auto parsed = redis::parse_url(url);
-    if (const auto* problem = std::get_if<std::string>(&parsed))
-      throw std::invalid_argument("--redis: " + *problem);
-    endpoint_ = std::get<redis::Endpoint>(parsed);
-    timeval tv{5, 0};
-    ctx_.reset(redisConnectWithTimeout(endpoint_.host.c_str(), endpoint_.port, tv));
-    if (!ctx_ || ctx_->err) {
-      throw std::runtime_error(fmt::format("cannot connect to Redis at {}: {}", endpoint_.redacted(),
-                                           ctx_ ? ctx_->errstr : "out of memory"));
-    }
-    redisSetTimeout(ctx_.get(), tv);
-    if (!endpoint_.password.empty()) {
-      if (endpoint_.user.empty())
-        command({"AUTH", endpoint_.password});
-      else
-        command({"AUTH", endpoint_.user, endpoint_.password});
-    }
-    if (endpoint_.db != 0) command({"SELECT", std::to_string(endpoint_.db)});
-    command({"PING"});
-  }
-
-  /// The reply as text (integers as digits); throws on an error reply.
-  std::string command(const std::vector<std::string>& args) {
-    std::vector<const char*> argv;
-    std::vector<std::size_t> lens;
-    for (const auto& a : args) {
-      argv.push_back(a.data());
-      lens.push_back(a.size());
-    }
-    auto* reply = static_cast<redisReply*>(
-        redisCommandArgv(ctx_.get(), static_cast<int>(argv.size()), argv.data(), lens.data()));
-    if (!reply) throw std::runtime_error(fmt::format("Redis {}: {}", args.front(), ctx_->errstr));
-    std::string text;
-    const int type = reply->type;
-    if (type == REDIS_REPLY_INTEGER)
-      text = std::to_string(reply->integer);
-    else if (reply->str)
-      text.assign(reply->str, reply->len);
-    freeReplyObject(reply);
-    if (type == REDIS_REPLY_ERROR) throw std::runtime_error(fmt::format("Redis {}: {}", args.front(), text));
-    return text;
-  }
-
-  /// Commands Redis has run so far (INFO commandstats, all but INFO itself;
-  /// commands run inside scripts count).
-  std::uint64_t commands_run() {
-    const std::string info = command({"INFO", "commandstats"});
-    std::uint64_t total = 0;
-    std::size_t pos = 0;
-    while ((pos = info.find("cmdstat_", pos)) != std::string::npos) {
-      const auto colon = info.find(':', pos);
-      const auto calls = info.find("calls=", colon);
-      if (colon == std::string::npos || calls == std::string::npos) break;
-      const std::string name = info.substr(pos + 8, colon - pos - 8);
-      if (name != "info") total += std::stoull(info.substr(calls + 6));
-      pos = calls;
-    }
-    return total;
-  }
-
- private:
-  struct Free {
-    void operator()(redisContext* c) const { redisFree(c); }
-  };
-  redis::Endpoint endpoint_;
-  std::unique_ptr<redisContext, Free> ctx_;
-};
 
 struct Plan {
   std::string workload;
@@ -265,10 +194,10 @@ std::string run_plan(const BenchOptions& o, const Plan& p,
   const auto say = [&](const std::string& s) {
     if (log) log(s);
   };
-  Admin admin(o.redis_url);
   static std::atomic<int> runs{0};
   const std::string limiter = fmt::format("{}-{}-{}", p.workload, ::getpid(), runs++);
   const std::string key = o.key_prefix + ":{" + limiter + "}:";
+  Admin admin(o.redis_url, key + "cfg");
 
   say(fmt::format("{} {}: starting {} instances (cap {})", o.system, p.workload, p.instances, p.cap));
   std::vector<WorkerOptions> workers;
@@ -454,10 +383,10 @@ std::string run_crash(const BenchOptions& o, const std::function<void(const std:
     if (log) log(s);
   };
   constexpr std::uint32_t kCap = 3;
-  Admin admin(o.redis_url);
   static std::atomic<int> runs{0};
   const std::string limiter = fmt::format("crash-{}-{}", ::getpid(), runs++);
   const std::string key = o.key_prefix + ":{" + limiter + "}:";
+  Admin admin(o.redis_url, key + "cfg");
   const auto worker = [&](std::size_t w) {
     WorkerOptions wo;
     wo.system = o.system;

@@ -61,8 +61,12 @@ constexpr std::string_view kBenchDescription =
 bench::BenchOptions make_bench_options(const BenchFlags& f) {
   bench::BenchOptions o;
   if (f.redis.empty()) throw UsageError("--redis: required, e.g. --redis redis://127.0.0.1:6379");
-  const auto url = redis::parse_url(f.redis);
+  const auto url = redis::parse_target(f.redis);
   if (const auto* problem = std::get_if<std::string>(&url)) throw UsageError("--redis: " + *problem);
+  const auto& target = std::get<redis::Target>(url);
+  if (f.system != "fairgate" &&
+      (target.kind != redis::Target::Kind::standalone || target.nodes.front().tls.enabled))
+    throw UsageError("--redis: Cluster, Sentinel and TLS URLs work with --system fairgate only");
   o.redis_url = f.redis;
   if (std::find(bench::kSystems.begin(), bench::kSystems.end(), f.system) == bench::kSystems.end()) {
     throw UsageError("--system: " + cli::quoted(f.system) +
@@ -126,7 +130,9 @@ Command add_bench_command(CLI::App& root) {
   CLI::App* app = root.add_subcommand("bench", "Load generator: the workloads of bench.md against a Redis");
   app->footer(std::string(kBenchDescription));
   app->add_option("--redis", flags->redis,
-                  "Redis to measure, redis://[user:password@]host:port[/db] (required)")
+                  "Redis to measure (required): redis://[user:password@]host:port[/db], "
+                  "redis+cluster://host:port[,...] "
+                  "(the limiter's master), redis+sentinel://host:port[,...]/master, rediss... for TLS")
       ->type_name("URL");
   app->add_option("--system", flags->system,
                   "fairgate, or a peer run through the same workloads: seed, bottleneck, semaphore, bullmq "

@@ -27,6 +27,7 @@
 #include "cli/sse.hpp"
 #include "cli/style.hpp"
 
+#include "bench/admin.hpp"
 #include "bench/process.hpp"
 #include "mockllm/mock_llm.hpp"
 #include "redis/url.hpp"
@@ -36,7 +37,6 @@
 #include <fairgate/fairgate.hpp>
 
 #include <fmt/format.h>
-#include <hiredis/hiredis.h>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -96,7 +96,6 @@ constexpr auto kOrderSlack = std::chrono::milliseconds(20);
 /// Bounds on the set-up and the tear-down (real time).
 constexpr auto kStartTimeout = std::chrono::seconds(10);
 constexpr auto kStopTimeout = std::chrono::seconds(5);
-constexpr auto kRedisConnectTimeout = std::chrono::seconds(2);
 /// Completion token that reports errors as values (named: no temporaries inside co_await).
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 
@@ -125,7 +124,7 @@ struct DemoConfig {
   std::uint64_t seed = 148;
   double speed = 1.0;
   std::string redis;  ///< empty: the memory backend in this process
-  std::optional<redis::Endpoint> redis_endpoint;
+  std::optional<redis::Target> redis_target;
   bool color = false;
   bool quiet = false;
 };
@@ -150,10 +149,10 @@ DemoConfig make_config(const DemoFlags& flags) {
                                  format_duration(c.max_wait), c.speed, format_duration(kMaxWaitLimit)));
   }
   if (!flags.redis.empty()) {
-    auto parsed = redis::parse_url(flags.redis);
+    auto parsed = redis::parse_target(flags.redis);
     if (const auto* problem = std::get_if<std::string>(&parsed)) throw UsageError("--redis: " + *problem);
     c.redis = flags.redis;
-    c.redis_endpoint = std::get<redis::Endpoint>(std::move(parsed));
+    c.redis_target = std::get<redis::Target>(std::move(parsed));
   }
   c.color = !flags.no_color && Style::wanted_for(stdout);
   c.quiet = flags.quiet;
@@ -419,66 +418,37 @@ class Demo {
 
   /// Deletes this run's keys (its own key prefix) once the gateways are gone:
   /// some of them (the ticket sequence) have no TTL. Best effort, bounded.
+  /// They all carry the limiter's hash tag: on a Cluster they are on the
+  /// master that owns its slot, where the SCAN runs.
   void remove_redis_keys() const {
     if (key_prefix_.empty()) return;
-    const auto& ep = *config_.redis_endpoint;
-    timeval tv{};
-    tv.tv_sec = std::chrono::duration_cast<std::chrono::seconds>(kRedisConnectTimeout).count();
-    redisContext* ctx = redisConnectWithTimeout(ep.host.c_str(), ep.port, tv);
-    if (ctx == nullptr) return;
-    if (ctx->err == 0) redisSetTimeout(ctx, tv);
-    const auto run = [&](const std::vector<std::string>& args) -> redisReply* {
-      std::vector<const char*> argv;
-      std::vector<std::size_t> lens;
-      for (const auto& a : args) {
-        argv.push_back(a.c_str());
-        lens.push_back(a.size());
+    try {
+      bench::Admin admin(config_.redis, route_key(key_prefix_));
+      std::string cursor = "0";
+      for (int round = 0; round < 1000; ++round) {
+        const redis::Reply r = admin.call({"SCAN", cursor, "MATCH", key_prefix_ + ":*", "COUNT", "1000"});
+        if (r.type != redis::Reply::Type::array || r.elements.size() != 2) break;
+        cursor = r.elements[0].str;
+        std::vector<std::string> del = {"DEL"};
+        for (const auto& k : r.elements[1].elements) {
+          // DEL of several keys must stay in one slot on a Cluster.
+          if (k.str.find("{" + std::string(kLimiterName) + "}") != std::string::npos) del.push_back(k.str);
+        }
+        if (del.size() > 1) admin.call(del);
+        if (cursor == "0") break;
       }
-      return static_cast<redisReply*>(
-          redisCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), lens.data()));
-    };
-    bool ok = ctx->err == 0;
-    if (ok && !ep.password.empty()) {
-      redisReply* r = ep.user.empty() ? run({"AUTH", ep.password}) : run({"AUTH", ep.user, ep.password});
-      ok = r != nullptr && r->type != REDIS_REPLY_ERROR;
-      if (r != nullptr) freeReplyObject(r);
+    } catch (const std::exception&) {
+      // Best effort: the keys of a limiter nobody heartbeats expire anyway.
     }
-    if (ok && ep.db != 0) {
-      redisReply* r = run({"SELECT", std::to_string(ep.db)});
-      ok = r != nullptr && r->type != REDIS_REPLY_ERROR;
-      if (r != nullptr) freeReplyObject(r);
-    }
-    std::string cursor = "0";
-    for (int round = 0; ok && round < 1000; ++round) {
-      redisReply* r = run({"SCAN", cursor, "MATCH", key_prefix_ + ":*", "COUNT", "1000"});
-      if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-        if (r != nullptr) freeReplyObject(r);
-        break;
-      }
-      cursor.assign(r->element[0]->str, r->element[0]->len);
-      std::vector<std::string> del = {"DEL"};
-      for (std::size_t i = 0; i < r->element[1]->elements; ++i)
-        del.emplace_back(r->element[1]->element[i]->str, r->element[1]->element[i]->len);
-      freeReplyObject(r);
-      if (del.size() > 1) {
-        if (redisReply* d = run(del)) freeReplyObject(d);
-      }
-      if (cursor == "0") break;
-    }
-    redisFree(ctx);
   }
 
-  /// Fails fast, in one line, when the Redis server does not answer at all.
-  void check_redis() const {
-    const auto& ep = *config_.redis_endpoint;
-    timeval tv{};
-    tv.tv_sec = std::chrono::duration_cast<std::chrono::seconds>(kRedisConnectTimeout).count();
-    redisContext* ctx = redisConnectWithTimeout(ep.host.c_str(), ep.port, tv);
-    const std::string problem = ctx == nullptr ? "out of memory" : ctx->err != 0 ? ctx->errstr : "";
-    if (ctx != nullptr) redisFree(ctx);
-    if (!problem.empty())
-      throw std::runtime_error(fmt::format("cannot connect to Redis at {}: {}", ep.redacted(), problem));
+  static std::string route_key(const std::string& prefix) {
+    return prefix + ":{" + std::string(kLimiterName) + "}:cfg";
   }
+
+  /// Fails fast, in one line, when Redis does not answer at all (or the
+  /// TLS settings are wrong).
+  void check_redis() const { bench::Admin admin(config_.redis, route_key("fairgate-demo")); }
 
   /// Reads the child's "fairgate serve: listening on http://HOST:PORT (...)" line.
   static std::optional<std::string> listening_url(bench::Child& child) {
@@ -960,7 +930,7 @@ class Demo {
   void print_header() {
     const auto& c = config_;
     const std::string where = c.redis.empty() ? std::string("memory backend, one process")
-                                              : fmt::format("Redis {}", c.redis_endpoint->redacted());
+                                              : fmt::format("Redis {}", c.redis_target->redacted());
     std::string out = fmt::format("{} \u2014 {} users, {} seats, max wait {}  ({}, seed {})\n",
                                   style_.bold("fairgate demo"), c.users, c.seats, format_duration(c.max_wait),
                                   where, c.seed);
@@ -1270,7 +1240,8 @@ Command add_demo_command(CLI::App& root) {
       ->type_name("FACTOR")
       ->default_str(flags->speed);
   app->add_option("--redis", flags->redis,
-                  "Run the gateways as two `fairgate serve` processes on this Redis, redis://host:port[/db]")
+                  "Run the gateways as two `fairgate serve` processes on this Redis: redis://host:port[/db], "
+                  "redis+cluster://..., redis+sentinel://..., rediss... for TLS")
       ->type_name("URL");
   app->add_flag("--no-color", flags->no_color, "No colors (they are off anyway unless stdout is a terminal)");
   app->add_flag("-q,--quiet", flags->quiet, "Only the header and the summary, no live timeline");

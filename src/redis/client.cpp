@@ -98,8 +98,33 @@ milliseconds backoff(int retries) {
   return std::min(milliseconds(10) * (1 << std::min(retries, 4)), milliseconds(100));
 }
 
+void log_line(const ClientOptions& o, const std::string& line);
+
+/// The connections' problem log (TLS failures, ...): to the client's log,
+/// the same line at most once per 30 s across all of one client's
+/// connections (a Cluster has two per node, Sentinel opens one per question).
+std::function<void(const std::string&)> connection_log(const ClientOptions& o) {
+  struct Last {
+    std::mutex mu;
+    std::string line;
+    Clock::time_point at{};
+  };
+  auto last = std::make_shared<Last>();
+  return [o, last](const std::string& line) {
+    {
+      std::lock_guard lock(last->mu);
+      const auto now = Clock::now();
+      if (line == last->line && now - last->at < std::chrono::seconds(30)) return;
+      last->line = line;
+      last->at = now;
+    }
+    log_line(o, line);
+  };
+}
+
 ConnectionOptions connection_options(const ClientOptions& o, const Endpoint& ep, bool subscriber) {
   ConnectionOptions c;
+  c.log = o.connection_log;
   c.endpoint = ep;
   c.command_timeout = o.command_timeout;
   c.client_name = subscriber ? o.client_name + "-sub" : o.client_name;
@@ -270,6 +295,7 @@ class SentinelClient final : public SingleClient {
     o.command_timeout = std::max(options_.command_timeout, milliseconds(200));
     o.connect_timeout = o.command_timeout;
     o.client_name = options_.client_name + "-sentinel";
+    o.log = options_.connection_log;
     auto conn = Connection::create(strand_, o);
     conn->start();
     conn->exec({"SENTINEL", "get-master-addr-by-name", options_.target.master_name},
@@ -325,6 +351,7 @@ class SentinelClient final : public SingleClient {
     o.command_timeout = std::max(options_.command_timeout, milliseconds(200));
     o.subscriber = true;
     o.client_name = options_.client_name + "-sentinel";
+    o.log = options_.connection_log;
     events_ = Connection::create(strand_, o);
     events_->set_push_handler([w = weak()](Reply m) {
       // ["message", "+switch-master", "<name> <old-ip> <old-port> <new-ip> <new-port>"]
@@ -817,6 +844,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
 }  // namespace
 
 std::shared_ptr<Client> make_client(asio::any_io_executor executor, ClientOptions options) {
+  options.connection_log = connection_log(options);
   switch (options.target.kind) {
     case Target::Kind::cluster:
       return std::make_shared<ClusterClient>(std::move(executor), std::move(options));

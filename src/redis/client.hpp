@@ -44,6 +44,9 @@ struct ClientOptions {
   std::chrono::milliseconds command_timeout{200};
   std::string client_name;  ///< commands: CLIENT SETNAME; Pub/Sub: this with "-sub"
   std::function<void(const std::string&)> log;
+  /// Set by make_client: the connections' problem lines (TLS failures, ...)
+  /// to `log`, deduplicated.
+  std::function<void(const std::string&)> connection_log;
 };
 
 class Client {

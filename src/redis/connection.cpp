@@ -1,5 +1,7 @@
 #include "redis/connection.hpp"
 
+#include "redis/tls.hpp"
+
 #include <hiredis/hiredis.h>
 
 #include <boost/asio/connect.hpp>
@@ -107,7 +109,31 @@ Connection::Connection(asio::any_io_executor executor, ConnectionOptions options
       reconnect_timer_(strand_),
       deadline_timer_(strand_),
       read_buffer_(kReadChunk),
-      endpoint_(options_.endpoint) {}
+      endpoint_(options_.endpoint) {
+  if (options_.endpoint.tls.enabled) {
+    auto made = make_tls_context(options_.endpoint.tls);
+    if (auto* ctx = std::get_if<std::shared_ptr<asio::ssl::context>>(&made)) {
+      tls_context_ = std::move(*ctx);
+    } else {
+      tls_context_error_ = std::get<std::string>(made);
+    }
+  }
+}
+
+template <typename F>
+void Connection::with_stream(F&& f) {
+  if (tls_) {
+    f(tls_->stream);
+  } else {
+    f(socket_);
+  }
+}
+
+void Connection::report(const std::string& line) {
+  if (line == last_problem_) return;
+  last_problem_ = line;
+  if (options_.log) options_.log(line);
+}
 
 void Connection::set_endpoint(Endpoint endpoint) {
   std::lock_guard lock(endpoint_mu_);
@@ -137,6 +163,7 @@ void Connection::close() {
     self->connected_.store(false, std::memory_order_release);
     error_code ignored;
     self->socket_.close(ignored);
+    self->tls_.reset();
     self->resolver_.cancel();
     self->connect_timer_.cancel();
     self->reconnect_timer_.cancel();
@@ -221,14 +248,17 @@ void Connection::flush() {
   write_in_progress_ = true;
   writing_.swap(out_);
   out_.clear();
-  asio::async_write(socket_, asio::buffer(writing_),
-                    [self = shared_from_this(), gen = generation_](error_code ec, std::size_t) {
-                      if (gen != self->generation_) return;
-                      self->write_in_progress_ = false;
-                      self->writing_.clear();
-                      if (ec) return self->reset("write failed");
-                      self->flush();
-                    });
+  with_stream([&](auto& stream) {
+    asio::async_write(
+        stream, asio::buffer(writing_),
+        [self = shared_from_this(), gen = generation_, keep = tls_](error_code ec, std::size_t) {
+          if (gen != self->generation_) return;
+          self->write_in_progress_ = false;
+          self->writing_.clear();
+          if (ec) return self->reset("write failed");
+          self->flush();
+        });
+  });
 }
 
 void Connection::connect() {
@@ -238,8 +268,19 @@ void Connection::connect() {
   connect_timer_.expires_after(options_.connect_timeout);
   connect_timer_.async_wait([self = shared_from_this(), gen](error_code ec) {
     if (ec || gen != self->generation_ || self->state_ != State::connecting) return;
+    if (self->handshaking_) {
+      const Endpoint ep = self->endpoint();
+      self->report("TLS handshake with " + ep.host + ":" + std::to_string(ep.port) + " timed out after " +
+                   std::to_string(self->options_.connect_timeout.count()) +
+                   " ms (is it a plain, non-TLS port? then use redis://)");
+    }
     self->reset("connect timed out");
   });
+  if (options_.endpoint.tls.enabled && !tls_context_) {
+    // A bad CA file: nothing to connect with (the backend's validate() says so at startup).
+    report(tls_context_error_);
+    return reset("no TLS context");
+  }
   const Endpoint ep = endpoint();
   resolver_.async_resolve(
       ep.host, std::to_string(ep.port),
@@ -250,9 +291,29 @@ void Connection::connect() {
                             [self, gen](error_code ec2, const asio::ip::tcp::endpoint&) {
                               if (gen != self->generation_) return;
                               if (ec2) return self->reset("connect failed");
+                              if (self->tls_context_) return self->start_tls(self->endpoint());
                               self->on_connected();
                             });
       });
+}
+
+void Connection::start_tls(const Endpoint& ep) {
+  tls_ = std::make_shared<TlsStream>(socket_, *tls_context_);
+  if (auto problem = prepare_tls_stream(*tls_, ep); !problem.empty()) {
+    report(problem);
+    return reset("TLS setup failed");
+  }
+  handshaking_ = true;
+  tls_->stream.async_handshake(asio::ssl::stream_base::client, [self = shared_from_this(), gen = generation_,
+                                                                keep = tls_, ep](error_code ec) {
+    if (gen != self->generation_) return;
+    self->handshaking_ = false;
+    if (ec) {
+      self->report(describe_handshake_failure(*keep, ep, ec));
+      return self->reset("TLS handshake failed");
+    }
+    self->on_connected();
+  });
 }
 
 void Connection::on_connected() {
@@ -261,6 +322,7 @@ void Connection::on_connected() {
   socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
   if (reader_) redisReaderFree(reader_);
   reader_ = redisReaderCreate();
+  received_ = false;
   state_ = State::ready;
   backoff_ = std::chrono::milliseconds(0);
   connects_.fetch_add(1, std::memory_order_relaxed);
@@ -294,26 +356,55 @@ void Connection::on_connected() {
 }
 
 void Connection::read() {
-  socket_.async_read_some(asio::buffer(read_buffer_),
-                          [self = shared_from_this(), gen = generation_](error_code ec, std::size_t n) {
-                            if (gen != self->generation_) return;
-                            if (ec) return self->reset("read failed");
-                            if (redisReaderFeed(self->reader_, self->read_buffer_.data(), n) != REDIS_OK) {
-                              return self->reset("protocol error");
-                            }
-                            for (;;) {
-                              void* raw = nullptr;
-                              if (redisReaderGetReply(self->reader_, &raw) != REDIS_OK)
-                                return self->reset("protocol error");
-                              if (!raw) break;
-                              Reply reply = convert(static_cast<redisReply*>(raw));
-                              freeReplyObject(raw);
-                              self->on_reply(std::move(reply));
-                              if (gen != self->generation_)
-                                return;  // a handler reset or closed the connection
-                            }
-                            self->read();
-                          });
+  with_stream([&](auto& stream) {
+    stream.async_read_some(asio::buffer(read_buffer_), [self = shared_from_this(), gen = generation_,
+                                                        keep = tls_](error_code ec, std::size_t n) {
+      if (gen != self->generation_) return;
+      if (ec) {
+        if (!self->received_ && ec != asio::error::operation_aborted) {
+          const Endpoint ep = self->endpoint();
+          const std::string where = ep.host + ":" + std::to_string(ep.port);
+          if (!self->tls_ && (ec == asio::error::connection_reset || ec == asio::error::eof)) {
+            self->report("Redis at " + where +
+                         " closed the connection before any reply (a TLS-only port? then use rediss://)");
+          } else if (self->tls_) {
+            // TLS 1.3: a server that refuses our client certificate (or its
+            // absence) says so after our side of the handshake has ended.
+            self->report("TLS connection to " + where + " ended before any reply: " + ec.message() +
+                         " (does it want a client certificate: tls_cert_file, tls_key_file?)");
+          }
+        }
+        return self->reset("read failed");
+      }
+      if (!self->tls_ && !self->received_ && n > 0 &&
+          (self->read_buffer_[0] == 0x15 || self->read_buffer_[0] == 0x16)) {
+        const Endpoint ep = self->endpoint();
+        self->report("Redis at " + ep.host + ":" + std::to_string(ep.port) +
+                     " answered with TLS: use rediss://");
+        return self->reset("TLS port");
+      }
+      if (n > 0 && !self->received_) {
+        self->received_ = true;
+        self->last_problem_.clear();  // it works: report the next problem again
+      }
+      self->on_read(n);
+    });
+  });
+}
+
+void Connection::on_read(std::size_t n) {
+  const auto gen = generation_;
+  if (redisReaderFeed(reader_, read_buffer_.data(), n) != REDIS_OK) return reset("protocol error");
+  for (;;) {
+    void* raw = nullptr;
+    if (redisReaderGetReply(reader_, &raw) != REDIS_OK) return reset("protocol error");
+    if (!raw) break;
+    Reply reply = convert(static_cast<redisReply*>(raw));
+    freeReplyObject(raw);
+    on_reply(std::move(reply));
+    if (gen != generation_) return;  // a handler reset or closed the connection
+  }
+  read();
 }
 
 void Connection::on_reply(Reply reply) {
@@ -335,6 +426,8 @@ void Connection::reset(const char* /*why*/) {
   connected_.store(false, std::memory_order_release);
   error_code ignored;
   socket_.close(ignored);
+  tls_.reset();  // pending operations keep their session alive until they end
+  handshaking_ = false;
   connect_timer_.cancel();
   write_in_progress_ = false;
   out_.clear();

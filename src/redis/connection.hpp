@@ -28,6 +28,12 @@
 //    "smessage" or "sunsubscribe" (a Cluster node that lost a slot drops its
 //    shard channels; we never send SUNSUBSCRIBE) go to the push handler. SUBSCRIBE one channel per command
 //    (one confirmation reply per command).
+//  * TLS (endpoint.tls.enabled, rediss://): a new TLS session on every
+//    connect, the handshake (certificate and name verified) before the
+//    connection counts as up; a failed or timed-out handshake is a failed
+//    connect (backoff, retry). Problems that keep a connection from coming up
+//    (TLS errors, a TLS port spoken to in plain text) go to options.log once
+//    each until the connection works (docs/redis-cluster.md, "TLS").
 #pragma once
 
 #include "redis/reply.hpp"
@@ -51,6 +57,10 @@
 
 struct redisReader;
 
+namespace boost::asio::ssl {
+class context;
+}
+
 namespace fairgate::redis {
 
 struct ConnectionOptions {
@@ -61,7 +71,13 @@ struct ConnectionOptions {
   std::chrono::milliseconds reconnect_max{2000};
   std::string client_name;  ///< CLIENT SETNAME when not empty
   bool subscriber = false;  ///< route pub/sub messages to the push handler
+  /// Why a connection cannot come up (TLS handshake or verification failed,
+  /// bad CA file, plain text to a TLS port), one line per new problem.
+  /// Empty: not reported.
+  std::function<void(const std::string&)> log;
 };
+
+struct TlsStream;
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
@@ -120,10 +136,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void do_exec(std::vector<std::string> args, Callback callback, std::chrono::milliseconds timeout);
   void connect();
+  void start_tls(const Endpoint& ep);
   void on_connected();
+  /// Logs `line` unless it is the problem logged last (cleared once a connection works).
+  void report(const std::string& line);
+  template <typename F>
+  void with_stream(F&& f);
   void write_queued();
   void flush();
   void read();
+  void on_read(std::size_t n);
   void on_reply(Reply reply);
   void reset(const char* why);
   void schedule_reconnect();
@@ -148,6 +170,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::chrono::milliseconds backoff_{0};
   Clock::time_point last_attempt_{};
   std::vector<std::vector<std::string>> preload_;
+  std::shared_ptr<boost::asio::ssl::context> tls_context_;  // TLS: built once from the options
+  std::string tls_context_error_;                           // TLS: why there is no context
+  std::shared_ptr<TlsStream> tls_;                          // TLS: this connection's session
+  bool handshaking_ = false;                                // TLS handshake under way
+  bool received_ = false;                                   // bytes came on this connection
+  std::string last_problem_;                                // last line report()ed
 
   std::deque<Pending> queued_;     // not written yet
   std::deque<Pending> in_flight_;  // written, reply pending, in order

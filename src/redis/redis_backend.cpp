@@ -3,6 +3,7 @@
 // (wake messages are routed to the limiter they name), and the limiters.
 #include "api/limiter_registry.hpp"
 #include "redis/redis_limiter.hpp"
+#include "redis/tls.hpp"
 #include "redis/url.hpp"
 
 #include <fairgate/redis_backend.hpp>
@@ -126,9 +127,50 @@ std::shared_ptr<RedisLimiter> redis_limiter_of(const Backend& backend, std::stri
 }
 }  // namespace redis
 
+namespace {
+
+/// The URL's target with the tls_* options applied to every node, or the
+/// problem. With TLS, the CA file, client certificate and key must load now,
+/// not fail every connect later.
+std::variant<redis::Target, SettingsError> resolve_target(const RedisBackendOptions& o) {
+  auto parsed = redis::parse_target(o.url);
+  if (const auto* problem = std::get_if<std::string>(&parsed)) return SettingsError{"url", *problem};
+  auto target = std::get<redis::Target>(std::move(parsed));
+  const bool tls = target.nodes.front().tls.enabled;
+  const std::pair<const char*, const std::string*> files[] = {{"tls_ca_file", &o.tls_ca_file},
+                                                              {"tls_cert_file", &o.tls_cert_file},
+                                                              {"tls_key_file", &o.tls_key_file}};
+  for (const auto& [field, value] : files) {
+    if (!value->empty() && !tls)
+      return SettingsError{field, "needs TLS: use a rediss:// (rediss+cluster://, rediss+sentinel://) url"};
+  }
+  if (!tls) return target;
+  for (auto& node : target.nodes) {
+    if (node.tls.ca_file.empty()) node.tls.ca_file = o.tls_ca_file;
+    if (node.tls.cert_file.empty() && node.tls.key_file.empty()) {
+      node.tls.cert_file = o.tls_cert_file;
+      node.tls.key_file = o.tls_key_file;
+    }
+  }
+  const auto& t = target.nodes.front().tls;
+  if (t.cert_file.empty() != t.key_file.empty())
+    return SettingsError{"tls_cert_file", "tls_cert_file and tls_key_file go together (mutual TLS)"};
+  auto context = redis::make_tls_context(t);
+  if (const auto* problem = std::get_if<std::string>(&context)) {
+    // Name the setting the file came from: a URL parameter, or the option.
+    const std::string key = problem->substr(0, problem->find(' '));
+    if (key.rfind("tls_", 0) != 0 || o.url.find(key + "=") != std::string::npos)
+      return SettingsError{"url", *problem};
+    return SettingsError{key, problem->substr(key.size() + 1)};
+  }
+  return target;
+}
+
+}  // namespace
+
 std::optional<SettingsError> validate(const RedisBackendOptions& o) {
-  const auto endpoint = redis::parse_target(o.url);
-  if (const auto* problem = std::get_if<std::string>(&endpoint)) return SettingsError{"url", *problem};
+  const auto target = resolve_target(o);
+  if (const auto* problem = std::get_if<SettingsError>(&target)) return *problem;
   if (o.key_prefix.empty() || o.key_prefix.size() > 128)
     return SettingsError{"key_prefix", "must be 1..128 characters"};
   for (const char c : o.key_prefix) {
@@ -170,7 +212,7 @@ std::shared_ptr<Backend> make_redis_backend(boost::asio::any_io_executor executo
   auto context = std::make_shared<redis::BackendContext>();
   context->executor = executor;
   redis::ClientOptions client;
-  client.target = std::get<redis::Target>(redis::parse_target(options.url));
+  client.target = std::get<redis::Target>(resolve_target(options));
   client.command_timeout = options.command_timeout;
   client.client_name = "fairgate:" + options.instance_id;
   client.log = options.log ? std::function<void(const std::string&)>(

@@ -42,7 +42,7 @@ bool parse_number(std::string_view s, Int& out) {
 
 std::string Endpoint::redacted() const {
   // Appends only: g++ 12 at -O3 warns falsely (-Wrestrict) on "literal" + std::string temporaries.
-  std::string out = "redis://";
+  std::string out = tls.enabled ? "rediss://" : "redis://";
   if (!user.empty() || !password.empty()) {
     out.append(user);
     if (!password.empty()) out.append(":***");
@@ -138,17 +138,78 @@ std::optional<std::string> parse_hosts(std::string_view list, const Endpoint& pr
   return std::nullopt;
 }
 
+/// Splits "?k=v&k=v" off the end of `rest` (after the userinfo, so a '?' in a
+/// password is not mistaken for it) into `tls`.
+std::optional<std::string> parse_query(std::string_view& rest, TlsOptions& tls) {
+  const auto at = rest.rfind('@');
+  const auto q = rest.find('?', at == std::string_view::npos ? 0 : at);
+  if (q == std::string_view::npos) return std::nullopt;
+  std::string_view query = rest.substr(q + 1);
+  rest = rest.substr(0, q);
+  bool any = false;
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    if (pair.empty()) continue;
+    const auto eq = pair.find('=');
+    const std::string key(pair.substr(0, eq));
+    std::string value;
+    if (eq == std::string_view::npos || !percent_decode(pair.substr(eq + 1), value))
+      return "query parameter '" + key + "': expected " + key + "=VALUE (percent-escaped)";
+    any = true;
+    if (key == "tls_ca_file") {
+      tls.ca_file = value;
+    } else if (key == "tls_cert_file") {
+      tls.cert_file = value;
+    } else if (key == "tls_key_file") {
+      tls.key_file = value;
+    } else if (key == "tls_server_name") {
+      tls.server_name = value;
+    } else if (key == "tls_verify") {
+      if (value != "full" && value != "none") return std::string("tls_verify must be 'full' or 'none'");
+      tls.verify = value == "full";
+    } else {
+      return "unknown query parameter '" + key +
+             "' (known: tls_ca_file, tls_cert_file, tls_key_file, tls_server_name, tls_verify)";
+    }
+    if (value.empty() && key != "tls_verify") return "query parameter '" + key + "' is empty";
+  }
+  if (any && !tls.enabled)
+    return std::string("tls_* parameters need TLS: use rediss:// (or rediss+cluster://, rediss+sentinel://)");
+  if (tls.cert_file.empty() != tls.key_file.empty())
+    return std::string("tls_cert_file and tls_key_file go together (mutual TLS)");
+  return std::nullopt;
+}
+
+/// Removes "<base>://" or "<base>s://"-style prefixes: `plain` or `secure`.
+bool strip_scheme(std::string_view& url, std::string_view plain, std::string_view secure, bool& tls) {
+  if (url.substr(0, plain.size()) == plain) {
+    url.remove_prefix(plain.size());
+    tls = false;
+    return true;
+  }
+  if (url.substr(0, secure.size()) == secure) {
+    url.remove_prefix(secure.size());
+    tls = true;
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::variant<Endpoint, std::string> parse_url(std::string_view url) {
-  constexpr std::string_view scheme = "redis://";
-  if (url.substr(0, scheme.size()) != scheme) {
-    if (url.substr(0, 14) == "redis+cluster:" || url.substr(0, 15) == "redis+sentinel:")
-      return std::string("a single server is needed here (redis://host:port), not a Cluster or Sentinel URL");
-    return std::string("must start with redis://, redis+cluster:// or redis+sentinel://");
-  }
-  std::string_view rest = url.substr(scheme.size());
+  std::string_view rest = url;
   Endpoint ep;
+  if (!strip_scheme(rest, "redis://", "rediss://", ep.tls.enabled)) {
+    if (url.substr(0, 14) == "redis+cluster:" || url.substr(0, 15) == "redis+sentinel:" ||
+        url.substr(0, 15) == "rediss+cluster:" || url.substr(0, 16) == "rediss+sentinel:")
+      return std::string("a single server is needed here (redis://host:port), not a Cluster or Sentinel URL");
+    return std::string(
+        "must start with redis://, rediss://, redis+cluster:// or redis+sentinel:// (rediss+... for TLS)");
+  }
+  if (auto problem = parse_query(rest, ep.tls)) return *problem;
 
   if (auto problem = parse_userinfo(rest, ep)) return *problem;
   std::string_view hostport = rest;
@@ -163,13 +224,12 @@ std::variant<Endpoint, std::string> parse_url(std::string_view url) {
 }
 
 std::variant<Target, std::string> parse_target(std::string_view url) {
-  constexpr std::string_view cluster = "redis+cluster://";
-  constexpr std::string_view sentinel = "redis+sentinel://";
   Target t;
-  if (url.substr(0, cluster.size()) == cluster) {
+  std::string_view rest = url;
+  Endpoint proto;
+  if (strip_scheme(rest, "redis+cluster://", "rediss+cluster://", proto.tls.enabled)) {
     t.kind = Target::Kind::cluster;
-    std::string_view rest = url.substr(cluster.size());
-    Endpoint proto;
+    if (auto problem = parse_query(rest, proto.tls)) return *problem;
     if (auto problem = parse_userinfo(rest, proto)) return *problem;
     if (const auto slash = rest.find('/'); slash != std::string_view::npos) {
       if (rest.substr(slash + 1).empty()) {
@@ -181,10 +241,9 @@ std::variant<Target, std::string> parse_target(std::string_view url) {
     if (auto problem = parse_hosts(rest, proto, 6379, t.nodes)) return *problem;
     return t;
   }
-  if (url.substr(0, sentinel.size()) == sentinel) {
+  if (strip_scheme(rest, "redis+sentinel://", "rediss+sentinel://", proto.tls.enabled)) {
     t.kind = Target::Kind::sentinel;
-    std::string_view rest = url.substr(sentinel.size());
-    Endpoint proto;
+    if (auto problem = parse_query(rest, proto.tls)) return *problem;
     if (auto problem = parse_userinfo(rest, proto)) return *problem;
     const auto slash = rest.find('/');
     if (slash == std::string_view::npos || slash + 1 >= rest.size())
@@ -211,7 +270,9 @@ std::variant<Target, std::string> parse_target(std::string_view url) {
 
 std::string Target::redacted() const {
   if (kind == Kind::standalone) return nodes.empty() ? std::string("redis://?") : nodes.front().redacted();
-  std::string out = kind == Kind::cluster ? "redis+cluster://" : "redis+sentinel://";
+  const bool tls = !nodes.empty() && nodes.front().tls.enabled;
+  std::string out = tls ? "rediss" : "redis";
+  out.append(kind == Kind::cluster ? "+cluster://" : "+sentinel://");
   if (!nodes.empty() && (!nodes.front().user.empty() || !nodes.front().password.empty())) {
     out.append(nodes.front().user);
     if (!nodes.front().password.empty()) out.append(":***");

@@ -2,7 +2,9 @@
 //   redis://[user:password@]host[:port][/db]                       one server
 //   redis+cluster://[user:password@]host:port[,host:port...]       Redis Cluster seeds
 //   redis+sentinel://[user:password@]host:port[,host:port...]/master_name[/db]
-// (docs/redis-cluster.md).
+// and the same with TLS: rediss://, rediss+cluster://, rediss+sentinel://,
+// each taking ?tls_ca_file=...&tls_cert_file=...&tls_key_file=...
+// &tls_server_name=...&tls_verify=full|none (docs/redis-cluster.md, "TLS").
 #pragma once
 
 #include <cstdint>
@@ -13,12 +15,27 @@
 
 namespace fairgate::redis {
 
+/// TLS to Redis (rediss://). Verification is on unless verify is false: the
+/// server's chain must lead to ca_file (empty: the system's CA store) and its
+/// certificate must name the host connected to (or server_name if set).
+struct TlsOptions {
+  bool enabled = false;
+  std::string ca_file;      ///< PEM CA bundle; empty: the system's default CA paths
+  std::string cert_file;    ///< PEM client certificate chain (mutual TLS); needs key_file
+  std::string key_file;     ///< PEM private key of cert_file
+  std::string server_name;  ///< name (or IP) to verify and send as SNI; empty: the host
+  bool verify = true;       ///< false: tls_verify=none (no chain or name check)
+
+  bool operator==(const TlsOptions&) const = default;
+};
+
 struct Endpoint {
   std::string host = "127.0.0.1";
   std::uint16_t port = 6379;
   std::string user;      ///< empty: AUTH with the password only (or no AUTH)
   std::string password;  ///< empty: no AUTH
   int db = 0;
+  TlsOptions tls;
 
   /// The URL again, with the password masked ("redis://user:***@host:port/db").
   std::string redacted() const;
@@ -27,7 +44,8 @@ struct Endpoint {
 /// The endpoint, or one line saying what is wrong with the URL.
 /// Accepts: redis://host, redis://host:port, redis://:password@host:port,
 /// redis://user:password@host:port/db, and IPv6 hosts in brackets.
-/// Percent-escapes in user and password are decoded.
+/// Percent-escapes in user and password are decoded. rediss:// is the same
+/// with TLS, and takes the tls_* query parameters (url.hpp's header comment).
 std::variant<Endpoint, std::string> parse_url(std::string_view url);
 
 /// Where the limiters' state lives: one server, a Cluster, or the master a
@@ -46,7 +64,8 @@ struct Target {
 };
 
 /// The target, or one line saying what is wrong with the URL. Accepts every
-/// form of parse_url, and redis+cluster:// and redis+sentinel:// (above).
+/// form of parse_url, and redis+cluster:// and redis+sentinel:// (above), and
+/// their rediss variants (TLS to every node: data nodes and sentinels alike).
 /// The user and password apply to every node of a cluster; for Sentinel they
 /// are the master's (the sentinels are asked without AUTH unless
 /// sentinel_password is given; see docs/redis-cluster.md).

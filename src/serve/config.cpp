@@ -342,6 +342,12 @@ void read_redis(const toml::table& t, RedisBackendOptions& r) {
       r.url = get_string(node, field);
     } else if (k == "key_prefix") {
       r.key_prefix = get_string(node, field);
+    } else if (k == "tls_ca_file") {
+      r.tls_ca_file = get_string(node, field);
+    } else if (k == "tls_cert_file") {
+      r.tls_cert_file = get_string(node, field);
+    } else if (k == "tls_key_file") {
+      r.tls_key_file = get_string(node, field);
     } else if (k == "timeout_ms") {
       r.command_timeout = get_ms(node, field, 1, 60'000);
     } else if (k == "heartbeat_ms") {

@@ -50,6 +50,11 @@ RedisCluster::RedisCluster(Options options) : options_(options) {
                     // A replica may take over however long it was cut off (the tests kill masters).
                     "--cluster-replica-validity-factor", "0", "--cluster-require-full-coverage", "yes",
                     "--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"};
+    if (options.tls) {
+      o.tls = options.tls;
+      o.tls->cluster = true;
+      o.tls->replication = true;
+    }
     nodes_.push_back(std::make_unique<RedisServer>(o));
   }
   for (auto& n : nodes_) ids_.push_back(must(*n, {"CLUSTER", "MYID"}));
@@ -84,11 +89,12 @@ RedisCluster::RedisCluster(Options options) : options_(options) {
 RedisCluster::~RedisCluster() = default;
 
 std::string RedisCluster::url() const {
-  std::string u = "redis+cluster://";
+  std::string u = options_.tls ? "rediss+cluster://" : "redis+cluster://";
   for (std::size_t i = 0; i < std::min<std::size_t>(2, nodes_.size()); ++i) {
     if (i) u += ",";
     u += nodes_[i]->host() + ":" + std::to_string(nodes_[i]->port());
   }
+  if (options_.tls) u += "?tls_ca_file=" + options_.tls->ca_file;
   return u;
 }
 
@@ -252,10 +258,15 @@ std::string RedisCluster::command_for(const std::string& key, const std::vector<
 
 // --- Sentinel -------------------------------------------------------------------
 
-RedisSentinels::RedisSentinels(std::string master_name, std::chrono::milliseconds down_after)
-    : name_(std::move(master_name)) {
-  data_.push_back(std::make_unique<RedisServer>(RedisServer::Options{}));
+RedisSentinels::RedisSentinels(std::string master_name, std::chrono::milliseconds down_after,
+                               std::optional<RedisServer::Tls> tls)
+    : name_(std::move(master_name)), tls_(std::move(tls)) {
+  if (tls_) tls_->replication = true;
+  RedisServer::Options master;
+  master.tls = tls_;
+  data_.push_back(std::make_unique<RedisServer>(master));
   RedisServer::Options replica;
+  replica.tls = tls_;
   replica.extra_args = {"--replicaof",
                         data_[0]->host(),
                         std::to_string(data_[0]->port()),
@@ -284,6 +295,7 @@ RedisSentinels::RedisSentinels(std::string master_name, std::chrono::millisecond
     o.config_file = conf;
     o.debug_command = false;
     o.extra_args = {"--sentinel"};
+    o.tls = tls_;
     sentinels_.push_back(std::make_unique<RedisServer>(o));
   }
   // Every sentinel knows the replica and the other sentinels before a test kills anything.
@@ -310,12 +322,14 @@ RedisSentinels::~RedisSentinels() {
 }
 
 std::string RedisSentinels::url() const {
-  std::string u = "redis+sentinel://";
+  std::string u = tls_ ? "rediss+sentinel://" : "redis+sentinel://";
   for (std::size_t i = 0; i < sentinels_.size(); ++i) {
     if (i) u += ",";
     u += sentinels_[i]->host() + ":" + std::to_string(sentinels_[i]->port());
   }
-  return u + "/" + name_;
+  u += "/" + name_;
+  if (tls_) u += "?tls_ca_file=" + tls_->ca_file;
+  return u;
 }
 
 std::string RedisSentinels::master_address() const {

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ class RedisCluster {
     int replicas_per_master = 0;
     /// cluster-node-timeout: a master that does not answer for this long is failed over.
     std::chrono::milliseconds node_timeout{1000};
+    /// Set: every node TLS-only, with the cluster bus and replication over TLS
+    /// (--tls-cluster yes --tls-replication yes); url() is rediss+cluster://.
+    std::optional<RedisServer::Tls> tls;
   };
   explicit RedisCluster(Options options);
   RedisCluster() : RedisCluster(Options{}) {}
@@ -34,7 +38,8 @@ class RedisCluster {
   RedisCluster(const RedisCluster&) = delete;
   RedisCluster& operator=(const RedisCluster&) = delete;
 
-  /// redis+cluster://127.0.0.1:p1,127.0.0.1:p2 (the first two masters as seeds).
+  /// redis+cluster://127.0.0.1:p1,127.0.0.1:p2 (the first two masters as seeds);
+  /// with TLS rediss+cluster://...?tls_ca_file=<ca_file>.
   std::string url() const;
   std::size_t size() const { return nodes_.size(); }
   /// Node i: the masters first (0..masters-1), then the replicas (replica j of master m is
@@ -70,13 +75,16 @@ class RedisSentinels {
  public:
   /// Starts a master, a replica of it and three sentinels watching it as `master_name`
   /// (quorum 2, down-after `down_after`, failover-timeout a few seconds).
+  /// With `tls`: every data node and sentinel TLS-only, replication and the
+  /// sentinels' links over TLS; url() is rediss+sentinel://...?tls_ca_file=<ca_file>.
   explicit RedisSentinels(std::string master_name = "mymaster",
-                          std::chrono::milliseconds down_after = std::chrono::milliseconds(1000));
+                          std::chrono::milliseconds down_after = std::chrono::milliseconds(1000),
+                          std::optional<RedisServer::Tls> tls = std::nullopt);
   ~RedisSentinels();
   RedisSentinels(const RedisSentinels&) = delete;
   RedisSentinels& operator=(const RedisSentinels&) = delete;
 
-  /// redis+sentinel://127.0.0.1:s1,127.0.0.1:s2,127.0.0.1:s3/<master_name>
+  /// redis+sentinel://127.0.0.1:s1,127.0.0.1:s2,127.0.0.1:s3/<master_name> (rediss+sentinel with TLS)
   std::string url() const;
   RedisServer& data(std::size_t i) { return *data_.at(i); }  ///< 0: the first master, 1: its replica
   RedisServer& sentinel(std::size_t i) { return *sentinels_.at(i); }
@@ -87,6 +95,7 @@ class RedisSentinels {
 
  private:
   std::string name_;
+  std::optional<RedisServer::Tls> tls_;
   std::vector<std::unique_ptr<RedisServer>> data_;
   std::vector<std::unique_ptr<RedisServer>> sentinels_;
 };

@@ -1,10 +1,14 @@
 #include "support/redis_server.hpp"
 
 #include <hiredis/hiredis.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -15,6 +19,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <stdexcept>
 #include <string_view>
@@ -41,6 +46,11 @@ std::uint16_t free_loopback_port() {
   return ntohs(addr.sin_port);
 }
 
+timeval to_timeval(std::chrono::milliseconds d) {
+  const auto ms = std::max<std::int64_t>(d.count(), 1);
+  return timeval{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
+}
+
 std::string reply_text(const redisReply* r) {
   if (!r) return "(null)";
   switch (r->type) {
@@ -58,9 +68,89 @@ std::string reply_text(const redisReply* r) {
   return "?";
 }
 
+// One command over TLS (no verification: the helper trusts the server it
+// started), blocking, within about `timeout` for the connect and again for
+// the reply. The reply as reply_text(), or "(error) ..." text.
+std::string tls_command(const std::string& host, std::uint16_t port, const RedisServer::Tls& tls,
+                        const std::vector<std::string>& args, std::chrono::milliseconds timeout) {
+  const std::string where = "rediss://" + host + ":" + std::to_string(port);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "(error) socket() failed";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+  const timeval tv = to_timeval(timeout);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);  // also bounds connect()
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    const std::string text = "(error) cannot connect to redis at " + where + ": " + std::strerror(errno);
+    ::close(fd);
+    return text;
+  }
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, nullptr);
+  if (!tls.client_cert.empty()) {
+    SSL_CTX_use_certificate_chain_file(ctx, tls.client_cert.c_str());
+    SSL_CTX_use_PrivateKey_file(ctx, tls.client_key.c_str(), SSL_FILETYPE_PEM);
+  }
+  SSL* ssl = SSL_new(ctx);
+  SSL_set_fd(ssl, fd);
+  std::string text;
+  redisReader* reader = redisReaderCreate();
+  if (SSL_connect(ssl) != 1) {
+    text = "(error) TLS handshake with " + where + " failed";
+  } else {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (const auto& a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    char* cmd = nullptr;
+    const int len = redisFormatCommandArgv(&cmd, static_cast<int>(args.size()), argv.data(), lens.data());
+    if (len < 0 || SSL_write(ssl, cmd, len) != len) {
+      text = "(error) write failed (" + where + ")";
+    } else {
+      for (;;) {
+        void* reply = nullptr;
+        if (redisReaderGetReply(reader, &reply) != REDIS_OK) {
+          text = "(error) protocol error (" + where + ")";
+          break;
+        }
+        if (reply) {
+          text = reply_text(static_cast<redisReply*>(reply));
+          freeReplyObject(reply);
+          break;
+        }
+        char buf[16384];
+        const int n = SSL_read(ssl, buf, sizeof buf);
+        if (n <= 0) {
+          text = "(error) no reply (timed out or closed) (" + where + ")";
+          break;
+        }
+        redisReaderFeed(reader, buf, static_cast<std::size_t>(n));
+      }
+    }
+    if (cmd) redisFreeCommand(cmd);
+  }
+  redisReaderFree(reader);
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  ::close(fd);
+  ERR_clear_error();
+  return text;
+}
+
 // PING answered (NOAUTH counts: a password-protected server is up), and not
 // "LOADING" (a restarted server still reading its AOF).
-bool answers_ping(const std::string& host, std::uint16_t port) {
+bool answers_ping(const std::string& host, std::uint16_t port, const std::optional<RedisServer::Tls>& tls) {
+  if (tls) {
+    const std::string r = tls_command(host, port, *tls, {"PING"}, std::chrono::milliseconds(200));
+    return r.rfind("(error) TLS", 0) != 0 && r.rfind("(error) cannot", 0) != 0 &&
+           r.rfind("(error) no reply", 0) != 0 && r.rfind("(error) LOADING", 0) != 0 &&
+           r.rfind("(error) write", 0) != 0;
+  }
   timeval tv{0, 200'000};
   redisContext* c = redisConnectWithTimeout(host.c_str(), port, tv);
   bool up = false;
@@ -73,11 +163,6 @@ bool answers_ping(const std::string& host, std::uint16_t port) {
   }
   if (c) redisFree(c);
   return up;
-}
-
-timeval to_timeval(std::chrono::milliseconds d) {
-  const auto ms = std::max<std::int64_t>(d.count(), 1);
-  return timeval{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
 }
 
 }  // namespace
@@ -109,7 +194,11 @@ RedisServer& RedisServer::shared() {
   return *server;
 }
 
-std::string RedisServer::url() const { return "redis://" + host_ + ":" + std::to_string(port_); }
+std::string RedisServer::url() const {
+  if (options_.tls)
+    return "rediss://" + host_ + ":" + std::to_string(port_) + "?tls_ca_file=" + options_.tls->ca_file;
+  return "redis://" + host_ + ":" + std::to_string(port_);
+}
 
 void RedisServer::start() {
   owned_ = true;
@@ -128,7 +217,17 @@ void RedisServer::start() {
 bool RedisServer::spawn_and_wait() {
   std::vector<std::string> args{"redis-server"};
   if (!options_.config_file.empty()) args.push_back(options_.config_file);
-  args.insert(args.end(), {"--port", std::to_string(port_), "--bind"});
+  if (options_.tls) {
+    const auto& t = *options_.tls;
+    args.insert(args.end(), {"--port", "0", "--tls-port", std::to_string(port_), "--tls-cert-file",
+                             t.cert_file, "--tls-key-file", t.key_file, "--tls-ca-cert-file", t.ca_file,
+                             "--tls-auth-clients", t.auth_clients});
+    if (t.cluster) args.insert(args.end(), {"--tls-cluster", "yes"});
+    if (t.replication) args.insert(args.end(), {"--tls-replication", "yes"});
+  } else {
+    args.insert(args.end(), {"--port", std::to_string(port_)});
+  }
+  args.push_back("--bind");
   args.insert(args.end(), options_.bind.begin(), options_.bind.end());
   const std::vector<std::string> rest{"--save",
                                       "",
@@ -178,7 +277,7 @@ bool RedisServer::spawn_and_wait() {
       pid_ = -1;
       return false;  // exited (port taken?)
     }
-    if (answers_ping(host_, port_)) return true;
+    if (answers_ping(host_, port_, options_.tls)) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   reap_hard();
@@ -286,6 +385,7 @@ void RedisServer::stop() {
 
 std::string RedisServer::command(const std::vector<std::string>& args,
                                  std::chrono::milliseconds timeout) const {
+  if (options_.tls) return tls_command(host_, port_, *options_.tls, args, timeout);
   const timeval tv = to_timeval(timeout);
   redisContext* c = redisConnectWithTimeout(host_.c_str(), port_, tv);
   if (!c || c->err) {

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,21 @@ namespace fairgate::test {
 
 class RedisServer {
  public:
+  /// A TLS-only server: --port 0 --tls-port <free port> with these files
+  /// (tests/support/test_pki.hpp makes them). The helper's own connections
+  /// (startup PING, command()) speak TLS too, without verification, and show
+  /// client_cert/client_key when the server asks for one.
+  struct Tls {
+    std::string cert_file;
+    std::string key_file;
+    std::string ca_file;
+    std::string auth_clients = "no";  ///< --tls-auth-clients: no, yes, optional
+    bool cluster = false;             ///< --tls-cluster yes (the cluster bus over TLS)
+    bool replication = false;         ///< --tls-replication yes (replicas and sentinels to masters)
+    std::string client_cert;          ///< the helper's client certificate (auth_clients yes)
+    std::string client_key;
+  };
+
   struct Options {
     /// Appended after ours, so they override them (e.g. {"--requirepass", "x"}).
     std::vector<std::string> extra_args;
@@ -46,6 +62,8 @@ class RedisServer {
     /// A configuration file, given first on the command line (Sentinel needs
     /// one it can rewrite: pass {"--sentinel"} in extra_args too).
     std::string config_file;
+    /// Set: TLS only (no plain-text port).
+    std::optional<Tls> tls;
   };
 
   /// Starts a server with these extra arguments (e.g. {"--requirepass", "x"}),
@@ -63,8 +81,10 @@ class RedisServer {
 
   const std::string& host() const { return host_; }
   std::uint16_t port() const { return port_; }
-  /// redis://host:port
+  /// redis://host:port, or with TLS rediss://host:port?tls_ca_file=<ca_file>
   std::string url() const;
+  /// The TLS settings (nullopt: plain text).
+  const std::optional<Tls>& tls() const { return options_.tls; }
   /// The data directory (redis.log, appendonlydir/); empty for a reused server.
   const std::string& dir() const { return dir_; }
 

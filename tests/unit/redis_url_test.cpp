@@ -128,10 +128,70 @@ TEST(RedisTarget, RejectsWithAReason) {
   EXPECT_NE(target_bad("redis+sentinel://s1:26379").find("master"), std::string::npos);
   EXPECT_NE(target_bad("redis+sentinel://s1:26379/").find("master"), std::string::npos);
   EXPECT_NE(target_bad("redis+sentinel://s1/m/x").find("database"), std::string::npos);
-  EXPECT_NE(target_bad("rediss://h:1").find("redis+cluster://"), std::string::npos);
+  EXPECT_NE(target_bad("http://h:1").find("rediss://"), std::string::npos);
   EXPECT_NE(target_bad("redis://h1:1,h2:2").find("redis+cluster://"), std::string::npos);
   // parse_url (one server) says why a Cluster URL does not fit there.
   EXPECT_NE(bad("redis+cluster://h:1").find("single server"), std::string::npos);
+}
+
+// --- TLS (rediss://): the scheme turns TLS on for every node; the tls_*
+// query parameters set the CA file, client certificate, name and mode.
+
+TEST(RedisTls, SchemesTurnTlsOnWithVerificationByDefault) {
+  auto e = ok("rediss://:pw@db.example.com:6380/2");
+  EXPECT_TRUE(e.tls.enabled);
+  EXPECT_TRUE(e.tls.verify) << "verification is on unless tls_verify=none";
+  EXPECT_TRUE(e.tls.ca_file.empty()) << "no CA file: the system's CA store";
+  EXPECT_EQ(e.host, "db.example.com");
+  EXPECT_EQ(e.db, 2);
+  EXPECT_EQ(e.redacted(), "rediss://:***@db.example.com:6380/2");
+  EXPECT_FALSE(ok("redis://h:1").tls.enabled);
+
+  auto c = target_ok("rediss+cluster://u:p@h1:7000,h2:7001?tls_ca_file=/etc/ca.pem");
+  EXPECT_EQ(c.kind, Target::Kind::cluster);
+  ASSERT_EQ(c.nodes.size(), 2u);
+  for (const auto& n : c.nodes) {
+    EXPECT_TRUE(n.tls.enabled);
+    EXPECT_EQ(n.tls.ca_file, "/etc/ca.pem") << "every seed carries the TLS settings";
+  }
+  EXPECT_EQ(c.nodes[1].port, 7001);
+  EXPECT_EQ(c.redacted(), "rediss+cluster://u:***@h1:7000,h2:7001");
+
+  auto s =
+      target_ok("rediss+sentinel://s1:26380,s2/mymaster/3?tls_ca_file=%2Ftmp%2Fca%20x.pem&tls_verify=full");
+  EXPECT_EQ(s.kind, Target::Kind::sentinel);
+  EXPECT_EQ(s.master_name, "mymaster");
+  EXPECT_EQ(s.nodes.front().db, 3);
+  EXPECT_EQ(s.nodes.front().tls.ca_file, "/tmp/ca x.pem") << "values are percent-decoded";
+  EXPECT_EQ(s.nodes[1].port, 26379);
+  EXPECT_EQ(s.redacted(), "rediss+sentinel://s1:26380,s2:26379/mymaster/3");
+}
+
+TEST(RedisTls, QueryParameters) {
+  auto e =
+      ok("rediss://a:p%3Fw@h:6380/1?tls_ca_file=/ca.pem&tls_cert_file=/c.pem&tls_key_file=/k.pem"
+         "&tls_server_name=redis.internal");
+  EXPECT_EQ(e.password, "p?w") << "a '?' in the password is not the query";
+  EXPECT_EQ(e.db, 1);
+  EXPECT_EQ(e.tls.ca_file, "/ca.pem");
+  EXPECT_EQ(e.tls.cert_file, "/c.pem");
+  EXPECT_EQ(e.tls.key_file, "/k.pem");
+  EXPECT_EQ(e.tls.server_name, "redis.internal");
+  EXPECT_FALSE(ok("rediss://h?tls_verify=none").tls.verify);
+  EXPECT_EQ(ok("rediss://h?tls_verify=none").port, 6379);
+}
+
+TEST(RedisTls, RejectsWithAReason) {
+  EXPECT_NE(bad("redis://h:1?tls_ca_file=/ca.pem").find("rediss://"), std::string::npos)
+      << "TLS settings on a plain URL are a mistake, not ignored";
+  EXPECT_NE(bad("rediss://h:1?tls_verify=maybe").find("tls_verify"), std::string::npos);
+  EXPECT_NE(bad("rediss://h:1?ca=/x").find("unknown query parameter 'ca'"), std::string::npos);
+  EXPECT_NE(bad("rediss://h:1?tls_ca_file=").find("empty"), std::string::npos);
+  EXPECT_NE(bad("rediss://h:1?tls_ca_file").find("tls_ca_file=VALUE"), std::string::npos);
+  EXPECT_NE(bad("rediss://h:1?tls_cert_file=/c.pem").find("together"), std::string::npos);
+  EXPECT_NE(bad("rediss+cluster://h:1").find("single server"), std::string::npos);
+  EXPECT_NE(target_bad("rediss+cluster://h:1/2").find("database 0"), std::string::npos);
+  EXPECT_NE(target_bad("rediss+sentinel://s1:26379?tls_verify=none").find("master"), std::string::npos);
 }
 
 }  // namespace
