@@ -109,7 +109,8 @@ class Admin {
     client_->close_after_pending();
     work_.reset();
     // Everything closes by itself; whatever does not within 2 s is stopped.
-    for (int i = 0; i < 200 && !io_.stopped(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 200 && !io_.stopped(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     io_.stop();
     thread_.join();
     client_.reset();
