@@ -165,7 +165,11 @@ class SingleClient : public Client, public std::enable_shared_from_this<SingleCl
   }
   void close_subscriber() override { subscriber_->close(); }
   void close_after_pending() override {
-    commands_->exec({"PING"}, [c = commands_](error_code, Reply) { c->close(); });
+    // The callback must not own the connection: while it waits (e.g. for a
+    // connection that never comes up) it is stored in that connection.
+    commands_->exec({"PING"}, [w = std::weak_ptr<Connection>(commands_)](error_code, Reply) {
+      if (auto c = w.lock()) c->close();
+    });
   }
   void exec(const std::string&, std::vector<std::string> args, Callback callback) override {
     auto op = std::make_shared<Op>();
@@ -427,7 +431,10 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
       for (auto& [addr, node] : nodes_) conns.push_back(node->cmd);
     }
     refresh_timer_.cancel();
-    for (auto& c : conns) c->exec({"PING"}, [c](error_code, Reply) { c->close(); });
+    for (auto& c : conns)
+      c->exec({"PING"}, [w = std::weak_ptr<Connection>(c)](error_code, Reply) {
+        if (auto conn = w.lock()) conn->close();
+      });
   }
 
   void exec(const std::string& key, std::vector<std::string> args, Callback callback) override {
