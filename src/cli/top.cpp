@@ -8,6 +8,7 @@
 #include "cli/command.hpp"
 #include "cli/sse.hpp"
 #include "cli/top_view.hpp"
+#include "serve/config.hpp"
 
 #include <fmt/format.h>
 #include <boost/asio/as_tuple.hpp>
@@ -68,39 +69,20 @@ struct Target {
   std::string url;  ///< as shown
 };
 
+/// The shared http:// URL rules (serve::parse_upstream, as for gateway upstreams), without a path.
 Target parse_target(std::string_view url) {
-  if (url.starts_with("https://"))
-    throw UsageError("--url: https is not supported: point top at the server's plain HTTP address");
-  if (!url.starts_with("http://"))
-    throw UsageError(fmt::format("--url: \"{}\" must start with http://", url));
-  std::string_view rest = url.substr(7);
-  while (rest.ends_with('/')) rest.remove_suffix(1);
-  if (rest.empty() || rest.find('/') != std::string_view::npos || rest.find('@') != std::string_view::npos)
-    throw UsageError(fmt::format("--url: \"{}\" must be http://HOST[:PORT] (no path)", url));
-  Target t;
-  std::string_view host = rest, port = "80";
-  if (rest.front() == '[') {  // [v6]:port
-    const auto close = rest.find(']');
-    if (close == std::string_view::npos) throw UsageError(fmt::format("--url: \"{}\": unclosed [", url));
-    host = rest.substr(1, close - 1);
-    if (close + 1 < rest.size()) {
-      if (rest[close + 1] != ':') throw UsageError(fmt::format("--url: \"{}\": bad port", url));
-      port = rest.substr(close + 2);
-    }
-  } else if (const auto colon = rest.rfind(':'); colon != std::string_view::npos) {
-    host = rest.substr(0, colon);
-    port = rest.substr(colon + 1);
+  serve::RouteConfig parsed;
+  try {
+    serve::parse_upstream(url, "--url", parsed);
+  } catch (const serve::ConfigError& e) {
+    throw UsageError(e.what());
   }
-  unsigned long p = 0;
-  const bool digits =
-      !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string_view::npos;
-  if (digits) p = std::stoul(std::string(port));
-  if (!digits || p == 0 || p > 65535 || host.empty())
-    throw UsageError(fmt::format("--url: \"{}\": the port must be 1..65535", url));
-  t.host = host;
-  t.port = port;
-  t.url = fmt::format("http://{}", rest);
-  return t;
+  if (!parsed.upstream_base.empty())
+    throw UsageError(fmt::format("--url: \"{}\" must be http://HOST[:PORT] (no path)", url));
+  const bool v6 = parsed.upstream_host.find(':') != std::string::npos;
+  const std::string host = v6 ? "[" + parsed.upstream_host + "]" : parsed.upstream_host;
+  const std::string authority = fmt::format("{}:{}", host, parsed.upstream_port);
+  return Target{parsed.upstream_host, std::to_string(parsed.upstream_port), "http://" + authority};
 }
 
 struct HttpResult {
