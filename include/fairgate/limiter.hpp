@@ -158,6 +158,41 @@ struct EngineStatus {
   std::uint64_t overshoot_restored = 0;
 };
 
+/// Upper bounds (seconds) of ShadowStatus::would_wait_buckets; the last bucket
+/// counts the waits above the last bound.
+inline constexpr std::array<double, 12> kShadowWaitBounds{0.005, 0.01, 0.025, 0.05, 0.1,  0.25,
+                                                          0.5,   1.0,  2.5,   5.0,  10.0, 30.0};
+
+/// What shadow mode (LimiterMode::shadow, F14) let through and what enforcing
+/// would have done with the same requests, on this instance since the limiter
+/// was created (docs/shadow.md). Each request let through is shadowed by one
+/// acquire on the limiter itself (cluster-wide on Redis); that shadow's
+/// outcome is the would-be outcome. All zero while nothing ran in shadow mode.
+struct ShadowStatus {
+  std::uint64_t passed = 0;       ///< requests let through at once in shadow mode
+  std::size_t in_flight = 0;      ///< of those, not released yet
+  std::uint64_t would_grant = 0;  ///< shadows granted (enforcing would have served them)
+  std::uint64_t would_queue = 0;  ///< of those, granted only after waiting
+  /// Shadows that ended without a permit, by RejectReason (index =
+  /// static_cast<int>(reason)): timeout = would have timed out, queue_full,
+  /// would_time_out, ... = would have been rejected.
+  std::array<std::uint64_t, 9> would_end_by_reason{};
+  std::uint64_t would_wait_ms_sum = 0;          ///< total wait of the granted shadows
+  std::chrono::milliseconds would_wait_max{0};  ///< longest wait of a granted shadow
+  /// Waits of the granted shadows: bucket i counts waits <= kShadowWaitBounds[i]
+  /// (and above the previous bound); the last bucket the rest.
+  std::array<std::uint64_t, kShadowWaitBounds.size() + 1> would_wait_buckets{};
+  /// Shadows still waiting (enforcing would have them queued now).
+  std::size_t waiting = 0;
+
+  /// Shadows that ended without a permit, any reason.
+  std::uint64_t would_end() const noexcept {
+    std::uint64_t n = 0;
+    for (auto v : would_end_by_reason) n += v;
+    return n;
+  }
+};
+
 /// A consistent picture of one limiter at one instant.
 struct Snapshot {
   std::string name;
@@ -170,6 +205,9 @@ struct Snapshot {
   /// Estimated wait for a new arrival at the back of the queue.
   std::optional<std::chrono::milliseconds> estimated_wait;
   EngineStatus engine;
+  /// Shadow mode's figures (F14); in shadow mode in_use, queued, holders,
+  /// waiters and stats above describe the would-be limiter (the shadows).
+  ShadowStatus shadow;
 };
 
 /// How Limiter::async_configure ended.

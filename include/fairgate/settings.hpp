@@ -24,6 +24,21 @@ enum class DisabledMode : std::uint8_t {
 
 std::string_view to_string(DisabledMode mode) noexcept;
 
+/// Whether a limiter enforces its cap or only reports what it would do (F14;
+/// docs/shadow.md).
+enum class LimiterMode : std::uint8_t {
+  enforce,  ///< queue and reject as the settings say
+  /// Let every request through at once, while a shadow of each one acquires
+  /// from the limiter as if it were enforcing and holds as long as the real
+  /// request did: the limiter's queue, counters and ShadowStatus then say what
+  /// enforcing would have done (would-be waits, timeouts, rejections).
+  shadow,
+};
+
+std::string_view to_string(LimiterMode mode) noexcept;
+/// "enforce" | "shadow" → the mode; nullopt for anything else.
+std::optional<LimiterMode> parse_limiter_mode(std::string_view text) noexcept;
+
 /// What a limiter of the Redis backend does on this instance while Redis is
 /// unreachable (D1; docs/design.md, "Degraded modes"). The memory backend has
 /// nothing remote and ignores it.
@@ -64,6 +79,9 @@ struct Settings {
   /// Reject at once (reason timeout) when the estimated wait already exceeds
   /// the waiter's max_wait (F7). Off by default: estimates can be wrong.
   bool reject_early = false;
+  /// enforce (the default) or shadow (F14): see LimiterMode. Applies only
+  /// while enabled; a disabled limiter does what `when_disabled` says.
+  LimiterMode mode = LimiterMode::enforce;
   /// Tenant fairness (F12): one FIFO queue per tenant (AcquireOptions::tenant)
   /// and a weighted round robin over the tenants that wait, instead of one
   /// global FIFO. Within a tenant, arrival order stays strict. Off = global FIFO.
@@ -118,6 +136,7 @@ struct SettingsUpdate {
   std::optional<bool> enabled;
   std::optional<DisabledMode> when_disabled;
   std::optional<bool> reject_early;
+  std::optional<LimiterMode> mode;
   std::optional<bool> tenant_fairness;
   /// Outer optional: change it or not; inner: the new value (nullopt = no cap).
   std::optional<std::optional<std::uint32_t>> max_per_tenant;

@@ -1,4 +1,5 @@
 #include "api/outcome.hpp"
+#include "api/shadow.hpp"
 #include "core/acquire_rules.hpp"
 
 #include <fairgate/detail/limiter_impl.hpp>
@@ -55,7 +56,12 @@ const std::string& Limiter::name() const { return checked_impl()->name(); }
 
 Limiter::executor_type Limiter::get_executor() const { return checked_impl()->get_executor(); }
 
-Snapshot Limiter::snapshot() const { return checked_impl()->snapshot(); }
+Snapshot Limiter::snapshot() const {
+  const auto& impl = checked_impl();
+  Snapshot s = impl->snapshot();
+  s.shadow = impl->shadow_run().status();
+  return s;
+}
 
 Settings Limiter::settings() const { return checked_impl()->settings(); }
 
@@ -64,6 +70,8 @@ boost::system::result<Settings, SettingsError> Limiter::configure(const Settings
 }
 
 namespace detail {
+
+LimiterImpl::LimiterImpl() : shadow_(make_shadow_run()) {}
 
 void LimiterImpl::start_configure(const SettingsUpdate& update,
                                   std::unique_ptr<ConfigureCompletion> completion) {
@@ -100,7 +108,20 @@ AcquireResult end_request(LimiterStats& stats, RejectReason reason, std::chrono:
 
 void start_acquire(LimiterImpl& impl, AcquireOptions options, std::unique_ptr<Completion> completion,
                    boost::asio::cancellation_slot slot) {
+  // Shadow mode (F14; api/shadow.hpp): let it through, acquire a shadow. What
+  // the limiter would refuse whatever the load (bad options, shut down) it
+  // refuses as in enforce mode.
+  const Settings settings = impl.settings();
+  if (settings.enabled && settings.mode == LimiterMode::shadow && !impl.shut_down() &&
+      core::effective_max_wait(options.max_wait, settings, options.tenant.size(), options.weight)) {
+    impl.shadow_run().start(impl, std::move(options), std::move(completion));
+    return;
+  }
   impl.start_acquire(std::move(options), std::move(completion), slot);
+}
+
+void release_permit(LimiterImpl& impl, const std::string& id) noexcept {
+  if (!impl.shadow_run().release(id)) impl.release(id);
 }
 
 }  // namespace detail

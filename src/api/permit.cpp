@@ -32,7 +32,7 @@ void Permit::release() noexcept {
   // returns the permit a second time.
   auto owner = std::move(owner_);
   owner_.reset();
-  if (owner) owner->release(id_);
+  if (owner) detail::release_permit(*owner, id_);
   id_.clear();
 }
 

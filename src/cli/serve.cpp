@@ -32,7 +32,7 @@ struct ServeArgs {
 
 constexpr std::string_view kLimiterHelp =
     "A limiter: "
-    "NAME=MAX[,max_wait=20s][,max_queue=K][,enabled=false][,reject_early=true]"
+    "NAME=MAX[,max_wait=20s][,max_queue=K][,enabled=false][,reject_early=true][,mode=shadow]"
     "[,tenant_fairness=true][,max_per_tenant=K]"
     "[,on_redis_down=local|open|closed][,local_share=K]; "
     "repeat for more (replaces a config file limiter of the same name)";
@@ -79,6 +79,10 @@ serve::LimiterConfig parse_limiter_spec(const std::string& spec) {
       (key == "enabled"           ? l.settings.enabled
        : key == "tenant_fairness" ? l.settings.tenant_fairness
                                   : l.settings.reject_early) = value == "true";
+    } else if (key == "mode") {
+      const auto mode = parse_limiter_mode(value);
+      if (!mode) return fail(fmt::format("mode: \"{}\" is not one of enforce, shadow", value));
+      l.settings.mode = *mode;
     } else if (key == "max_per_tenant") {
       const auto q = parse_count(value, 1, kMaxConcurrentLimit);
       if (!q) return fail(fmt::format("max_per_tenant: {}", q.error));
@@ -93,7 +97,7 @@ serve::LimiterConfig parse_limiter_spec(const std::string& spec) {
       l.settings.local_share = static_cast<std::uint32_t>(*q.value);
     } else {
       return fail(fmt::format(
-          "unknown option \"{}\" (use max_wait, max_queue, enabled, reject_early, tenant_fairness, "
+          "unknown option \"{}\" (use max_wait, max_queue, enabled, reject_early, mode, tenant_fairness, "
           "max_per_tenant, on_redis_down, local_share)",
           key));
     }

@@ -53,6 +53,9 @@ std::optional<LimiterRow> parse_row(const json::object& o) {
   r.enabled = bool_field(o, "enabled", true);
   r.degraded = bool_field(o, "degraded", false);
   r.fence_left_ms = int_field(o, "fence_left_ms").value_or(0);
+  r.shadow = string_field(o, "mode") == "shadow";
+  if (const auto* s = o.if_contains("shadow"); s != nullptr && s->is_object())
+    r.shadow_in_flight = int_field(s->as_object(), "in_flight").value_or(0);
   if (const auto* s = o.if_contains("stats"); s != nullptr && s->is_object()) {
     r.counters.grants = int_field(s->as_object(), "grants").value_or(0);
     r.counters.timeouts = int_field(s->as_object(), "timeouts").value_or(0);
@@ -82,6 +85,7 @@ std::string state_text(const LimiterRow& r) {
   if (!r.enabled) return "disabled";
   if (r.fence_left_ms > 0) return "fenced " + duration_text(r.fence_left_ms);
   if (r.degraded) return "degraded";
+  if (r.shadow) return fmt::format("shadow {} run", r.shadow_in_flight);
   return "ok";
 }
 

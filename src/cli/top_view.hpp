@@ -40,7 +40,9 @@ struct LimiterRow {
   std::optional<std::int64_t> estimated_wait_ms;
   bool enabled = true;
   bool degraded = false;
-  std::int64_t fence_left_ms = 0;  ///< Redis: grants held back after a data loss
+  std::int64_t fence_left_ms = 0;     ///< Redis: grants held back after a data loss
+  bool shadow = false;                ///< shadow mode: everything let through (docs/shadow.md)
+  std::int64_t shadow_in_flight = 0;  ///< shadow mode: requests let through still running
   Counters counters;
   std::optional<Rates> rates;
 };

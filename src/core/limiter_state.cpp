@@ -81,8 +81,7 @@ Admission LimiterState::admit(RequestId id, Time now, Time deadline, std::string
     position = std::min((rank - 1) * tenants + turn, position);
   }
   const auto estimate = pace_.estimate(position, now);
-  if (settings_.reject_early && estimate &&
-      would_time_out(*estimate, duration_cast<milliseconds>(deadline - now))) {
+  if (settings_.reject_early && estimate && rejects_early(*estimate, deadline, now)) {
     a.reason = RejectReason::would_time_out;
     return a;
   }
@@ -101,6 +100,26 @@ Admission LimiterState::admit(RequestId id, Time now, Time deadline, std::string
   a.position = position;
   a.estimated_wait = estimate;
   return a;
+}
+
+bool LimiterState::rejects_early(milliseconds estimate, Time deadline, Time now) const {
+  const auto max_wait = duration_cast<milliseconds>(deadline - now);
+  if (!would_time_out(estimate, max_wait)) return false;
+  // Under tenant fairness the turn order is not the queue order: the
+  // position-based estimate decides. In one FIFO, the waiters ahead that will
+  // time out before their turn free no seat but make way (docs/eta.md).
+  if (settings_.tenant_fairness) return true;
+  auto it = queue_.begin();
+  const auto next = [&]() -> std::optional<double> {
+    if (it == queue_.end()) return std::nullopt;
+    const Time d = waiters_.at((it++)->second).deadline;
+    return std::chrono::duration<double, std::milli>(d - now).count();
+  };
+  // No margin here: this estimate has no bias to absorb (docs/eta.md).
+  const double limit = static_cast<double>(max_wait.count());
+  const auto wait = wait_behind(seat_pace_.figures(now), next, limit);
+  if (!wait) return true;  // no seat pace yet: the queue pace alone
+  return *wait > limit;
 }
 
 void LimiterState::place(TenantMap::iterator t) {
@@ -236,6 +255,7 @@ bool LimiterState::release(RequestId id, Time now, DispatchSink& sink) {
   dispatch(now, sink);
   // A freed seat is what moves the queue: the pace, measured while full.
   pace_.on_release(now, settings_.enabled && holders_.size() >= settings_.max_concurrent);
+  seat_pace_.on_release(now, settings_.enabled && holders_.size() >= settings_.max_concurrent);
   return true;
 }
 
@@ -260,8 +280,10 @@ void LimiterState::configure(Settings settings, Time now, DispatchSink& sink) {
   const bool retenant = settings.tenant_fairness != settings_.tenant_fairness ||
                         settings.max_per_tenant != settings_.max_per_tenant ||
                         settings.enabled != settings_.enabled;
-  if (settings.max_concurrent != settings_.max_concurrent || settings.enabled != settings_.enabled)
+  if (settings.max_concurrent != settings_.max_concurrent || settings.enabled != settings_.enabled) {
     pace_.interrupt();  // seats changed without a release: the running interval is no gap
+    seat_pace_.interrupt();
+  }
   settings_ = std::move(settings);
   // Waiters keep their sequence and their place in their tenant's queue; the
   // rotation restarts in order of each tenant's oldest waiter.

@@ -196,6 +196,8 @@ class LimiterState {
   }
   /// The measured pace (for status pages and the measurement program).
   PaceFigures pace(Time now) const noexcept { return pace_.figures(now); }
+  /// The seat pace: releases of a full limiter only (early rejection).
+  PaceFigures seat_pace(Time now) const noexcept { return seat_pace_.figures(now); }
 
  private:
   struct Tenant {
@@ -224,6 +226,10 @@ class LimiterState {
   /// settings change), the rotation in order of each tenant's oldest waiter.
   void rebuild_tenants();
   std::size_t fair_position(std::size_t rank_in_tenant, std::size_t turn) const noexcept;
+  /// reject_early: would an arrival with this estimate and deadline wait past
+  /// its max wait? Only if the estimate exceeds it by the margin and, in one
+  /// FIFO, wait_behind (waiters ahead that time out first make way) exceeds it too.
+  bool rejects_early(std::chrono::milliseconds estimate, Time deadline, Time now) const;
   std::size_t turn_of(const std::string& tenant) const;
 
   Settings settings_;
@@ -238,6 +244,7 @@ class LimiterState {
   std::uint64_t next_turn_ = 0;                            // rotation ticket (fairness)
   std::size_t waiting_tenants_ = 0;
   ServicePace pace_;
+  ServicePace seat_pace_;  // releases only: how fast seats free (wait_behind)
 };
 
 }  // namespace fairgate::core

@@ -28,6 +28,7 @@
 // Pure: no clock reads.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -53,6 +54,29 @@ inline constexpr std::chrono::milliseconds kPaceStale{std::chrono::minutes(10)};
 /// The estimate for `position` (1 = next) from the figures, or nullopt.
 std::optional<std::chrono::milliseconds> estimate_wait(const PaceFigures& f, std::size_t position) noexcept;
 
+/// The wait of a newcomer at the back of a FIFO queue, for early rejection
+/// (reject_early, docs/eta.md): seats free at the *seat* pace `seats` (the
+/// mean interval between two releases of a full limiter, departures not
+/// counted), and each waiter ahead takes the next seat unless its deadline
+/// comes first — then it times out and takes none. `next_deadline()` gives
+/// the deadlines of the waiters ahead in queue order, in ms from now, and
+/// nullopt after the last. Stops as soon as the wait passes `limit_ms` (the
+/// result is then above it). nullopt without a (recent) seat pace.
+template <typename NextDeadline>
+std::optional<double> wait_behind(const PaceFigures& seats, NextDeadline&& next_deadline, double limit_ms) {
+  if (seats.samples < kPaceMinSamples || !(seats.gap_ms > 0.0)) return std::nullopt;
+  if (seats.age_ms > static_cast<double>(kPaceStale.count())) return std::nullopt;
+  const double e = std::max(0.0, seats.since_full_ms.value_or(0.0));
+  double seat = std::max(seats.gap_ms - e, seats.gap_ms / 2.0);  // when the next seat frees
+  while (seat <= limit_ms) {
+    const std::optional<double> deadline = next_deadline();
+    if (!deadline) break;
+    if (*deadline < seat) continue;  // gone before its turn: the seat goes further back
+    seat += seats.gap_ms;
+  }
+  return seat;
+}
+
 /// The running mean after one more gap of `gap_ms` (samples before the gap).
 double next_gap_mean(double mean, std::uint32_t samples, double gap_ms) noexcept;
 
@@ -64,7 +88,8 @@ class ServicePace {
   /// (it was refilled from the queue at once).
   void on_release(Time now, bool full_after) noexcept;
   /// A waiter left the queue without a seat (timeout, cancel) at `now`: one
-  /// more advance of the queue when the limiter is full.
+  /// more advance of the queue when the limiter is full. A seat pace (see
+  /// wait_behind) never calls it.
   void on_departure(Time now) noexcept;
   /// Something other than a release changed the seats (the cap was changed):
   /// the interval running now is not a saturated gap.

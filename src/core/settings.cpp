@@ -13,6 +13,20 @@ std::string_view to_string(DisabledMode mode) noexcept {
   return "?";
 }
 
+std::string_view to_string(LimiterMode mode) noexcept {
+  switch (mode) {
+    case LimiterMode::enforce: return "enforce";
+    case LimiterMode::shadow: return "shadow";
+  }
+  return "?";
+}
+
+std::optional<LimiterMode> parse_limiter_mode(std::string_view text) noexcept {
+  for (const auto m : {LimiterMode::enforce, LimiterMode::shadow})
+    if (text == to_string(m)) return m;
+  return std::nullopt;
+}
+
 std::string_view to_string(RedisDownPolicy policy) noexcept {
   switch (policy) {
     case RedisDownPolicy::local: return "local";
@@ -84,6 +98,7 @@ Settings apply(Settings base, const SettingsUpdate& u) {
   if (u.enabled) base.enabled = *u.enabled;
   if (u.when_disabled) base.when_disabled = *u.when_disabled;
   if (u.reject_early) base.reject_early = *u.reject_early;
+  if (u.mode) base.mode = *u.mode;
   if (u.tenant_fairness) base.tenant_fairness = *u.tenant_fairness;
   if (u.max_per_tenant) base.max_per_tenant = *u.max_per_tenant;
   if (u.on_redis_down) base.on_redis_down = *u.on_redis_down;

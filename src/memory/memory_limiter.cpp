@@ -257,6 +257,11 @@ Settings MemoryLimiter::settings() const {
   return state_.settings();
 }
 
+bool MemoryLimiter::shut_down() const noexcept {
+  std::lock_guard lock(mu_);
+  return shut_down_;
+}
+
 boost::system::result<Settings, SettingsError> MemoryLimiter::configure(const SettingsUpdate& update) {
   std::lock_guard lock(mu_);
   Settings next = apply(state_.settings(), update);

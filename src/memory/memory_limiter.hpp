@@ -50,6 +50,7 @@ class MemoryLimiter final : public detail::LimiterImpl, private core::DispatchSi
   void release(const std::string& id) noexcept override;
   Snapshot snapshot() const override;
   Settings settings() const override;
+  bool shut_down() const noexcept override;
   boost::system::result<Settings, SettingsError> configure(const SettingsUpdate& update) override;
 
   /// Ends every waiter with RejectReason::shutdown, rejects later acquires and

@@ -158,14 +158,24 @@ void RedisLimiter::call(const Script& script, std::vector<std::string> args, Con
 
 std::vector<std::string> RedisLimiter::settings_fields(const Settings& s) {
   const auto optional = [](const std::optional<std::uint32_t>& v) { return v ? std::to_string(*v) : ""; };
-  return {"max_concurrent",  std::to_string(s.max_concurrent),
-          "max_queue",       optional(s.max_queue),
-          "enabled",         s.enabled ? "1" : "0",
-          "when_disabled",   s.when_disabled == DisabledMode::reject ? "reject" : "pass",
-          "max_wait_ms",     std::to_string(s.max_wait.count()),
-          "tenant_fairness", s.tenant_fairness ? "1" : "0",
-          "max_per_tenant",  optional(s.max_per_tenant),
-          "reject_early",    s.reject_early ? "1" : "0"};
+  return {"max_concurrent",
+          std::to_string(s.max_concurrent),
+          "max_queue",
+          optional(s.max_queue),
+          "enabled",
+          s.enabled ? "1" : "0",
+          "when_disabled",
+          s.when_disabled == DisabledMode::reject ? "reject" : "pass",
+          "max_wait_ms",
+          std::to_string(s.max_wait.count()),
+          "tenant_fairness",
+          s.tenant_fairness ? "1" : "0",
+          "max_per_tenant",
+          optional(s.max_per_tenant),
+          "reject_early",
+          s.reject_early ? "1" : "0",
+          "mode",
+          std::string(to_string(s.mode))};
 }
 
 Settings RedisLimiter::settings_from_fields(const std::vector<Reply>& cfg, Settings s) {
@@ -195,6 +205,8 @@ Settings RedisLimiter::settings_from_fields(const std::vector<Reply>& cfg, Setti
       optional(value, s.max_per_tenant);
     } else if (field == "reject_early") {
       s.reject_early = value == "1";
+    } else if (field == "mode") {
+      if (auto m = parse_limiter_mode(value)) s.mode = *m;
     }
   }
   return s;
@@ -1341,6 +1353,11 @@ Settings RedisLimiter::settings() const {
   return settings_;
 }
 
+bool RedisLimiter::shut_down() const noexcept {
+  std::lock_guard lock(mu_);
+  return shut_down_;
+}
+
 namespace {
 /// The fields of `update` as the cfg hash stores them, from `next`.
 std::vector<std::string> changed_fields(const SettingsUpdate& u, const std::vector<std::string>& all) {
@@ -1361,6 +1378,7 @@ std::vector<std::string> changed_fields(const SettingsUpdate& u, const std::vect
   if (u.tenant_fairness) take("tenant_fairness");
   if (u.max_per_tenant) take("max_per_tenant");
   if (u.reject_early) take("reject_early");
+  if (u.mode) take("mode");
   return out;
 }
 

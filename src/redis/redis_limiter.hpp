@@ -90,6 +90,7 @@ class RedisLimiter final : public detail::LimiterImpl {
   void release(const std::string& id) noexcept override;
   Snapshot snapshot() const override;
   Settings settings() const override;
+  bool shut_down() const noexcept override;
   boost::system::result<Settings, SettingsError> configure(const SettingsUpdate& update) override;
   void start_configure(const SettingsUpdate& update,
                        std::unique_ptr<detail::ConfigureCompletion> completion) override;

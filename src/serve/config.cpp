@@ -121,6 +121,11 @@ LimiterConfig read_limiter(const std::string& name, const toml::table& t) {
         fail(field, fmt::format("\"{}\" is not one of pass_through, reject", mode));
     } else if (k == "reject_early" || k == "early_reject") {  // early_reject: its first name
       l.settings.reject_early = get_bool(node, field);
+    } else if (k == "mode") {
+      const auto text = get_string(node, field);
+      const auto mode = parse_limiter_mode(text);
+      if (!mode) fail(field, fmt::format("\"{}\" is not one of enforce, shadow", text));
+      l.settings.mode = *mode;
     } else if (k == "tenant_fairness") {
       l.settings.tenant_fairness = get_bool(node, field);
     } else if (k == "max_per_tenant") {

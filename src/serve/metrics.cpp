@@ -112,6 +112,45 @@ std::string render_metrics(const Backend& backend, const Metrics& metrics, std::
     if (const auto* h = metrics.wait_histogram(s.name)) h->render(s.name, out);
   }
 
+  // Shadow mode (docs/shadow.md): what was let through and what enforcing would have done.
+  gauge("fairgate_shadow", "1 while the limiter runs in shadow mode (lets everything through).",
+        [](const Snapshot& s) { return s.settings.mode == LimiterMode::shadow ? 1 : 0; });
+  counter("fairgate_shadow_passed_total", "Requests shadow mode let through at once (this instance).",
+          [](const Snapshot& s) { return s.shadow.passed; });
+  gauge("fairgate_shadow_in_flight", "Requests shadow mode let through that are still running.",
+        [](const Snapshot& s) { return s.shadow.in_flight; });
+  counter("fairgate_shadow_would_grants_total", "Shadowed requests enforcing would have served.",
+          [](const Snapshot& s) { return s.shadow.would_grant; });
+  counter("fairgate_shadow_would_queue_total", "Shadowed requests enforcing would have served after a wait.",
+          [](const Snapshot& s) { return s.shadow.would_queue; });
+  gauge("fairgate_shadow_would_wait", "Shadowed requests enforcing would have waiting now.",
+        [](const Snapshot& s) { return s.shadow.waiting; });
+  header(out, "fairgate_shadow_would_end_total", "counter",
+         "Shadowed requests enforcing would have ended without a permit, by reason (timeout = timed out).");
+  for (const auto& s : snaps) {
+    for (std::size_t i = 1; i < s.shadow.would_end_by_reason.size(); ++i) {
+      out += fmt::format("fairgate_shadow_would_end_total{{limiter=\"{}\",reason=\"{}\"}} {}\n", s.name,
+                         to_string(static_cast<RejectReason>(i)), s.shadow.would_end_by_reason[i]);
+    }
+  }
+  header(out, "fairgate_shadow_would_wait_seconds", "histogram",
+         "Waits enforcing would have imposed on the requests it would have served.");
+  for (const auto& s : snaps) {
+    std::uint64_t cumulative = 0;
+    for (std::size_t i = 0; i < kShadowWaitBounds.size(); ++i) {
+      cumulative += s.shadow.would_wait_buckets[i];
+      out += fmt::format("fairgate_shadow_would_wait_seconds_bucket{{limiter=\"{}\",le=\"{}\"}} {}\n", s.name,
+                         kShadowWaitBounds[i], cumulative);
+    }
+    cumulative += s.shadow.would_wait_buckets[kShadowWaitBounds.size()];
+    out += fmt::format("fairgate_shadow_would_wait_seconds_bucket{{limiter=\"{}\",le=\"+Inf\"}} {}\n", s.name,
+                       cumulative);
+    out += fmt::format("fairgate_shadow_would_wait_seconds_sum{{limiter=\"{}\"}} {:.3f}\n", s.name,
+                       static_cast<double>(s.shadow.would_wait_ms_sum) / 1000.0);
+    out += fmt::format("fairgate_shadow_would_wait_seconds_count{{limiter=\"{}\"}} {}\n", s.name,
+                       s.shadow.would_grant);
+  }
+
   const auto single = [&](std::string_view name, std::string_view type, std::string_view help, auto value) {
     header(out, name, type, help);
     out += fmt::format("{} {}\n", name, value);

@@ -254,6 +254,10 @@ std::optional<SettingsUpdate> parse_settings_update(std::string_view body, BadRe
     } else if (key == "reject_early") {
       if (!v.is_bool()) return bad("reject_early: must be true or false");
       u.reject_early = v.as_bool();
+    } else if (key == "mode") {
+      const auto mode = v.is_string() ? parse_limiter_mode(v.as_string()) : std::nullopt;
+      if (!mode) return bad("mode: must be \"enforce\" or \"shadow\"");
+      u.mode = *mode;
     } else if (key == "tenant_fairness") {
       if (!v.is_bool()) return bad("tenant_fairness: must be true or false");
       u.tenant_fairness = v.as_bool();
@@ -269,7 +273,7 @@ std::optional<SettingsUpdate> parse_settings_update(std::string_view body, BadRe
       }
     } else {
       return bad(fmt::format(
-          "unknown field \"{}\" (use max_concurrent, max_wait_ms, max_queue, enabled, reject_early, "
+          "unknown field \"{}\" (use max_concurrent, max_wait_ms, max_queue, enabled, reject_early, mode, "
           "tenant_fairness, max_per_tenant)",
           key.substr(0, 32)));
     }

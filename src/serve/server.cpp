@@ -964,6 +964,7 @@ std::string describe_settings(const Snapshot& snap) {
       st.max_queue ? std::to_string(*st.max_queue) : "none", st.enabled ? "true" : "false");
   if (!st.enabled) line += fmt::format(", when_disabled={}", to_string(st.when_disabled));
   if (st.reject_early) line += ", reject_early=true";
+  if (st.mode == LimiterMode::shadow) line += ", mode=shadow";
   if (st.tenant_fairness) line += ", tenant_fairness=true";
   if (st.max_per_tenant) line += fmt::format(", max_per_tenant={}", *st.max_per_tenant);
   line += fmt::format(", on_redis_down={}", to_string(st.on_redis_down));

@@ -46,6 +46,32 @@ json::object limiter_json(const Snapshot& s, std::string_view backend, bool deta
       o["local_cap"] = s.engine.local_cap;
     o["fence_left_ms"] = s.engine.fence_left.count();
   }
+  o["mode"] = to_string(s.settings.mode);
+  if (s.settings.mode == LimiterMode::shadow || s.shadow.passed > 0) {
+    // Shadow mode (docs/shadow.md): what was let through, and what enforcing
+    // would have done with it.
+    const ShadowStatus& sh = s.shadow;
+    json::object o2;
+    o2["passed"] = sh.passed;
+    o2["in_flight"] = sh.in_flight;
+    o2["would_grant"] = sh.would_grant;
+    o2["would_queue"] = sh.would_queue;
+    o2["would_wait"] = sh.waiting;
+    o2["would_timeout"] = sh.would_end_by_reason[static_cast<std::size_t>(RejectReason::timeout)];
+    o2["would_reject"] =
+        sh.would_end() - sh.would_end_by_reason[static_cast<std::size_t>(RejectReason::timeout)];
+    json::object by_reason;
+    for (std::size_t i = 0; i < sh.would_end_by_reason.size(); ++i) {
+      if (sh.would_end_by_reason[i] == 0) continue;
+      by_reason[std::string(to_string(static_cast<RejectReason>(i)))] = sh.would_end_by_reason[i];
+    }
+    o2["would_end_by_reason"] = std::move(by_reason);
+    o2["would_wait_ms_mean"] =
+        sh.would_grant ? static_cast<double>(sh.would_wait_ms_sum) / static_cast<double>(sh.would_grant)
+                       : 0.0;
+    o2["would_wait_ms_max"] = sh.would_wait_max.count();
+    o["shadow"] = std::move(o2);
+  }
   json::object stats;
   stats["acquires"] = s.stats.acquires;
   stats["grants"] = s.stats.grants;

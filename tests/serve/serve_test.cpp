@@ -260,6 +260,63 @@ TEST(ServeMemory, SighupDoesNotKillAndHeldPermitStaysHeld) {
   EXPECT_EQ(s->terminate(), 0) << "SIGTERM after SIGHUP must still end fairgate serve with exit code 0";
 }
 
+TEST(ServeMemory, ShadowModeLetsEverythingThroughReportsAndSwitchesAtRunTime) {
+  auto s = memory_server("chat=1,max_wait=300ms,mode=shadow");
+  const auto get = [&](const std::string& path) {
+    return http_exchange(s->url(), "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  };
+  const auto put = [&](const std::string& body) {
+    return http_exchange(s->url(),
+                         "PUT /v1/limiters/chat HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                         "Authorization: Bearer " +
+                             std::string(kToken) + "\r\nContent-Type: application/json\r\nContent-Length: " +
+                             std::to_string(body.size()) + "\r\n\r\n" + body);
+  };
+  const std::string acquire =
+      "POST /v1/limiters/chat/acquire?lease_ms=600000 HTTP/1.1\r\nHost: x\r\n"
+      "Connection: close\r\nContent-Length: 0\r\n\r\n";
+  // Cap 1, three at once: all let through, none waited.
+  for (int i = 0; i < 3; ++i) {
+    const auto r = http_exchange(s->url(), acquire);
+    ASSERT_EQ(r.rfind("HTTP/1.1 200", 0), 0u) << r;
+    EXPECT_NE(r.find(R"("ticket":"shadow-)"), std::string::npos) << r;
+  }
+  // Enforcing, the 2nd and 3rd would have timed out after 300 ms.
+  std::string status;
+  const auto deadline = Clock::now() + (kSanitized ? 30s : 10s);
+  while (Clock::now() < deadline) {
+    status = get("/v1/limiters/chat");
+    if (status.find(R"("would_timeout":2)") != std::string::npos) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_NE(
+      status.find(R"("mode":"shadow","shadow":{"passed":3,"in_flight":3,"would_grant":1,"would_queue":0,)"
+                  R"("would_wait":0,"would_timeout":2,"would_reject":0,"would_end_by_reason":{"timeout":2})"),
+      std::string::npos)
+      << status;
+  EXPECT_NE(status.find(R"("in_use":1,"queued":0)"), std::string::npos) << "the would-be holder: " << status;
+  const auto metrics = get("/metrics");
+  EXPECT_NE(metrics.find("fairgate_shadow{limiter=\"chat\"} 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("fairgate_shadow_passed_total{limiter=\"chat\"} 3\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("fairgate_shadow_would_end_total{limiter=\"chat\",reason=\"timeout\"} 2\n"),
+            std::string::npos)
+      << metrics;
+
+  // A bad mode is refused; enforce takes effect at once, and the shadow of the
+  // request still running keeps its seat: a newcomer times out.
+  const auto bad = put(R"({"mode":"dry-run"})");
+  EXPECT_EQ(bad.rfind("HTTP/1.1 400", 0), 0u) << bad;
+  EXPECT_NE(bad.find(R"(mode: must be \"enforce\" or \"shadow\")"), std::string::npos) << bad;
+  const auto on = put(R"({"mode":"enforce"})");
+  ASSERT_EQ(on.rfind("HTTP/1.1 200", 0), 0u) << on;
+  const auto refused = http_exchange(s->url(),
+                                     "POST /v1/limiters/chat/acquire?max_wait_ms=100 HTTP/1.1\r\nHost: x\r\n"
+                                     "Connection: close\r\nContent-Length: 0\r\n\r\n");
+  EXPECT_EQ(refused.rfind("HTTP/1.1 429", 0), 0u) << refused;
+  EXPECT_NE(get("/v1/limiters/chat").find(R"("mode":"enforce")"), std::string::npos);
+  EXPECT_EQ(s->terminate(), 0);
+}
+
 TEST(ServeMemory, SixtySseClientsCapFifoAllGranted) {
   SKIP_WITHOUT_NODE();
   auto s = memory_server("chat=3");

@@ -559,14 +559,44 @@ TEST(LimiterStateEstimate, EarlyRejectWhenTheEstimateExceedsMaxWaitByTheMargin) 
   // 3 s estimated, 2.5 s max wait: within the margin (625 ms), it waits.
   const Admission close = st.admit(11, now, now + 2500ms, "");
   EXPECT_EQ(close.kind, Kind::queued);
-  // Position 4 now: 4 s away.
-  EXPECT_EQ(st.admit(12, now, now + 3100ms, "").reason, RejectReason::would_time_out);
-  EXPECT_EQ(st.admit(13, now, now + 3300ms, "").kind, Kind::queued);
+  // Position 4 now: 4 s away by the queue pace — but 11 times out (2.5 s)
+  // before its seat (3 s) and makes way: 12 is served at ~3 s, within 3.1 s.
+  EXPECT_EQ(st.admit(12, now, now + 3100ms, "").kind, Kind::queued);
+  EXPECT_EQ(st.admit(13, now, now + 1h, "").kind, Kind::queued);
+  // Seats at 1 s (6), 2 s (7), 3 s (12), 4 s (13): the next is 5 s away,
+  // past 3.1 s and 4.7 s (the queue pace says 6 s), within 5 s.
+  EXPECT_EQ(st.admit(14, now, now + 3100ms, "").reason, RejectReason::would_time_out);
+  EXPECT_EQ(st.admit(15, now, now + 4700ms, "").reason, RejectReason::would_time_out);
+  EXPECT_EQ(st.admit(16, now, now + 5000ms, "").kind, Kind::queued);
 
   // Off: the same request waits.
   s.reject_early = false;
   st.configure(s, now, sink);
   EXPECT_EQ(st.admit(14, now, now + 1ms, "").kind, Kind::queued);
+}
+
+TEST(ServicePaceTest, WaitBehindSkipsWaitersThatTimeOutFirst) {
+  using fairgate::core::wait_behind;
+  PaceFigures seats;
+  seats.gap_ms = 100;
+  seats.samples = 5;
+  seats.since_full_ms = 30;  // the next seat in 70 ms
+  std::vector<double> ahead{500, 50, 1000, 120};
+  std::size_t i = 0;
+  const auto next = [&]() -> std::optional<double> {
+    return i < ahead.size() ? std::optional<double>(ahead[i++]) : std::nullopt;
+  };
+  // 500 takes the seat at 70; 50 is gone by 170; 1000 takes 170; 120 is gone
+  // by 270: the newcomer's seat is at 270.
+  EXPECT_DOUBLE_EQ(*wait_behind(seats, next, 10'000), 270.0);
+  // It stops once past the limit (and says so with a value above it).
+  i = 0;
+  ahead.assign(1000, 1e9);
+  EXPECT_GT(*wait_behind(seats, next, 1000), 1000.0);
+  EXPECT_LT(i, 20u) << "read the queue only up to the limit";
+  // No seat pace: no answer.
+  seats.samples = 2;
+  EXPECT_EQ(wait_behind(seats, next, 1000), std::nullopt);
 }
 
 // --- views --------------------------------------------------------------------------

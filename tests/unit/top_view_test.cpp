@@ -155,6 +155,16 @@ TEST(TopView, StatesAndDurations) {
   for (const auto& l : lines) all += l + "\n";
   EXPECT_NE(all.find("disabled"), std::string::npos) << all;
   EXPECT_NE(all.find("fenced 1.5s"), std::string::npos) << all;
+  // Shadow mode (docs/shadow.md): the state says so, with what runs for real.
+  std::string error;
+  const auto shadow = parse_limiters(
+      R"({"limiters":[{"name":"s","in_use":3,"max_concurrent":3,"mode":"shadow","shadow":{"in_flight":7}}]})",
+      error);
+  ASSERT_TRUE(shadow && shadow->size() == 1) << error;
+  sc.rows = *shadow;
+  std::string drawn;
+  for (const auto& l : render(sc, 100, 20)) drawn += l + "\n";
+  EXPECT_NE(drawn.find("shadow 7 run"), std::string::npos) << drawn;
   EXPECT_EQ(duration_text(420), "0.4s");
   EXPECT_EQ(duration_text(42'000), "42s");
   EXPECT_EQ(duration_text(723'000), "12m03s");

@@ -12,9 +12,12 @@
 
 namespace fairgate::detail {
 
+/// Shadow mode's bookkeeping of one limiter (src/api/shadow.hpp).
+class ShadowRun;
+
 class LimiterImpl : public std::enable_shared_from_this<LimiterImpl> {
  public:
-  LimiterImpl() = default;
+  LimiterImpl();
   LimiterImpl(const LimiterImpl&) = delete;
   LimiterImpl& operator=(const LimiterImpl&) = delete;
   virtual ~LimiterImpl() = default;
@@ -38,6 +41,20 @@ class LimiterImpl : public std::enable_shared_from_this<LimiterImpl> {
   /// Applies `update` and completes once it is in force (see
   /// Limiter::async_configure). Default: configure(), which is synchronous.
   virtual void start_configure(const SettingsUpdate& update, std::unique_ptr<ConfigureCompletion> completion);
+
+  /// True once the backend was shut down (new requests are rejected).
+  virtual bool shut_down() const noexcept = 0;
+
+  /// Shadow mode (LimiterMode::shadow), the same for every backend: the
+  /// requests it let through and their shadows on this limiter.
+  ShadowRun& shadow_run() const noexcept { return *shadow_; }
+
+ private:
+  std::shared_ptr<ShadowRun> shadow_;
 };
+
+/// Returns permit `id` of `impl`: a request shadow mode let through, or one of
+/// the backend's permits.
+void release_permit(LimiterImpl& impl, const std::string& id) noexcept;
 
 }  // namespace fairgate::detail

@@ -70,7 +70,13 @@ if cfg.reject_early then
     p = math.min((k - 1) * tenants + turn, queued + 1)
   end
   local est = pace_estimate(cfg, now, p)
-  if est >= 0 and would_time_out(est, max_wait) then return {'rejected', 'would_time_out'} end
+  if est >= 0 and would_time_out(est, max_wait) then
+    -- In one FIFO, waiters ahead that will time out before their turn make way (docs/eta.md).
+    -- No margin on that estimate: it has no bias to absorb.
+    local w = nil
+    if not cfg.fair then w = wait_behind(cfg, now, max_wait) end
+    if w == nil or w > max_wait then return {'rejected', 'would_time_out'} end
+  end
 end
 local order = redis.call('INCR', K_SEQ)
 local member = make_member(id, now + max_wait, weight, tenant)

@@ -15,9 +15,10 @@ local before = load_cfg()
 if not before then return {'lost'} end
 for i = 2, #ARGV, 2 do redis.call('HSET', K_CFG, ARGV[i], ARGV[i + 1]) end
 local cfg = load_cfg()
-if (before.max ~= cfg.max or before.enabled ~= cfg.enabled) and cfg.pace.last > 0 then
-  redis.call('HSET', K_CFG, 'pace_last', 0)  -- seats changed without a release: no gap runs
+if (before.max ~= cfg.max or before.enabled ~= cfg.enabled) and (cfg.pace.last > 0 or cfg.seat.last > 0) then
+  redis.call('HSET', K_CFG, 'pace_last', 0, 'seat_last', 0)  -- seats changed without a release: no gap runs
   cfg.pace.last = 0
+  cfg.seat.last = 0
 end
 if before.tmode ~= cfg.tmode or before.fair ~= cfg.fair or before.per_tenant ~= cfg.per_tenant or
     before.enabled ~= cfg.enabled then

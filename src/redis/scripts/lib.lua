@@ -4,13 +4,16 @@
 -- on one shard):
 --   KEYS[1] cfg        hash  settings: max_concurrent, max_queue ('' = unbounded), enabled ('1'|'0'),
 --                            when_disabled ('pass'|'reject'), max_wait_ms, tenant_fairness ('1'|'0'),
---                            max_per_tenant ('' = none), reject_early ('1'|'0'); engine fields:
+--                            max_per_tenant ('' = none), reject_early ('1'|'0'), mode
+--                            ('enforce'|'shadow': read by the instances only, docs/shadow.md); engine fields:
 --                            epoch (the state's generation, see below), fence_until (ms: no grant
 --                            before it); the pace (F7, core/service_pace.hpp): pace_gap (mean ms
 --                            between two advances of the queue of a full limiter), pace_n (gaps
 --                            measured), pace_last (ms of the last advance — a release that left
 --                            every seat taken, or a waiter leaving while full; 0 when a release
---                            since left a seat free), pace_at (ms of the last gap)
+--                            since left a seat free), pace_at (ms of the last gap); the seat
+--                            pace (reject_early): seat_gap, seat_n, seat_last, seat_at, the same
+--                            for releases only (a waiter leaving does not free a seat)
 --   KEYS[2] holders    zset  "inst|n" -> 0      (score 0: lex ranges find one instance's permits)
 --   KEYS[3] queue      zset  waiter member -> order score (the global FIFO; all waiters, every mode)
 --                            member: "inst|n|deadline_ms" (tenant '' and weight 1), else
@@ -168,6 +171,8 @@ local function make_cfg(h)
     reject_early = h.reject_early == '1',
     pace = {gap = tonumber(h.pace_gap or '0') or 0, n = tonumber(h.pace_n or '0') or 0,
             last = tonumber(h.pace_last or '0') or 0, at = tonumber(h.pace_at or '0') or 0},
+    seat = {gap = tonumber(h.seat_gap or '0') or 0, n = tonumber(h.seat_n or '0') or 0,
+            last = tonumber(h.seat_last or '0') or 0, at = tonumber(h.seat_at or '0') or 0},
   }
   c.tmode = c.fair or c.per_tenant ~= nil
   -- The per-tenant cap binds only while enabled (pass-through limits nothing).
@@ -177,7 +182,7 @@ end
 
 local CFG_FIELDS = {'max_concurrent', 'enabled', 'when_disabled', 'max_queue', 'tenant_fairness',
                     'max_per_tenant', 'epoch', 'fence_until', 'fence_credit', 'reject_early',
-                    'pace_gap', 'pace_n', 'pace_last', 'pace_at'}
+                    'pace_gap', 'pace_n', 'pace_last', 'pace_at', 'seat_gap', 'seat_n', 'seat_last', 'seat_at'}
 
 -- The limiter's config and engine fields; nil when the state is gone.
 local function load_cfg()
@@ -192,10 +197,8 @@ end
 local PACE_MIN, PACE_WARM, PACE_WEIGHT, PACE_STALE_MS, PACE_MAX = 3, 8, 0.125, 600000, 1000000
 local REJECT_EARLY_MARGIN_MS = 100
 
--- A seat was released at `now`; `full_after`: every seat is taken again. One HSET at most.
-local function pace_on_release(cfg, now, full_after)
-  local p = cfg.pace
-  local fields = {}
+-- One pace (`p`, named `prefix` in cfg) after a release at `now`: appends what changed to `fields`.
+local function pace_release_fields(p, prefix, now, full_after, fields)
   if p.last > 0 then
     local gap = math.max(0, now - p.last)
     if p.n == 0 then
@@ -207,14 +210,25 @@ local function pace_on_release(cfg, now, full_after)
     end
     p.n = math.min(p.n + 1, PACE_MAX)
     p.at = now
-    fields = {'pace_gap', string.format('%.3f', p.gap), 'pace_n', int(p.n), 'pace_at', int(now)}
+    for _, v in ipairs({prefix .. '_gap', string.format('%.3f', p.gap), prefix .. '_n', int(p.n),
+                        prefix .. '_at', int(now)}) do
+      fields[#fields + 1] = v
+    end
   end
   local last = full_after and now or 0
   if last ~= p.last then
     p.last = last
-    fields[#fields + 1] = 'pace_last'
+    fields[#fields + 1] = prefix .. '_last'
     fields[#fields + 1] = int(last)
   end
+end
+
+-- A seat was released at `now`; `full_after`: every seat is taken again. One HSET at most
+-- (the queue pace and the seat pace together).
+local function pace_on_release(cfg, now, full_after)
+  local fields = {}
+  pace_release_fields(cfg.pace, 'pace', now, full_after, fields)
+  pace_release_fields(cfg.seat, 'seat', now, full_after, fields)
   if #fields > 0 then redis.call('HSET', K_CFG, unpack(fields)) end
 end
 
@@ -245,6 +259,30 @@ end
 -- reject_early: does an estimate of `est` ms exceed a max wait of `max_wait` ms by the margin?
 local function would_time_out(est, max_wait)
   return est > max_wait + math.max(REJECT_EARLY_MARGIN_MS, math.floor(max_wait / 4))
+end
+
+-- reject_early in one FIFO (core/service_pace.hpp, wait_behind): the wait of a newcomer behind
+-- the queue if seats free at the seat pace and each waiter ahead takes the next seat unless its
+-- deadline comes first. Reads the queue 100 at a time and stops once past `limit` ms. nil
+-- without a (recent) seat pace.
+local function wait_behind(cfg, now, limit)
+  local s = cfg.seat
+  if s.n < PACE_MIN or s.gap <= 0 or now - s.at > PACE_STALE_MS then return nil end
+  local e = 0
+  if s.last > 0 then e = math.max(0, now - s.last) end
+  local seat = math.max(s.gap - e, s.gap / 2)
+  local start = 0
+  while seat <= limit do
+    local chunk = redis.call('ZRANGE', K_QUEUE, start, start + 99)
+    for _, m in ipairs(chunk) do
+      if seat > limit then break end
+      local _, _, deadline = split_waiter(m)
+      if deadline - now >= seat then seat = seat + s.gap end
+    end
+    if #chunk < 100 then break end
+    start = start + 100
+  end
+  return seat
 end
 
 -- A flat field/value list (HGETALL) as a table.
