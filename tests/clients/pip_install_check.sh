@@ -21,7 +21,12 @@ assert fairgate.__version__ == "0.1.0"
 client = fairgate.Client(url)
 with client.acquire(limiter, max_wait=5) as permit:
     assert client.limiter(limiter)["in_use"] == 1
-assert client.limiter(limiter)["in_use"] == 0
+# The release closes the stream; the server sees it a moment later (bounded wait).
+import time
+deadline = time.monotonic() + 10
+while client.limiter(limiter)["in_use"] != 0 and time.monotonic() < deadline:
+    time.sleep(0.02)
+assert client.limiter(limiter)["in_use"] == 0, "the permit was not released"
 import importlib.resources
 assert importlib.resources.files("fairgate").joinpath("py.typed").is_file(), "py.typed missing: type checkers would ignore the hints"
 print(f"pip install: ok ({fairgate.__file__}, permit {permit.id})")
