@@ -46,7 +46,10 @@ struct RateDecision {
   std::string rule;
   std::string key;
   std::int64_t cost = 0;
-  bool allowed = false;    ///< this rule alone would allow the cost
+  bool allowed = false;  ///< this rule alone would allow the cost
+  /// The rule runs in shadow mode: `allowed` says what it would do, and a
+  /// refusal does not refuse the check (docs/shadow.md).
+  bool shadow = false;
   std::int64_t limit = 0;  ///< the rule's capacity (rate, or burst for buckets)
   std::int64_t remaining = 0;
   std::chrono::milliseconds reset{0};
@@ -62,7 +65,9 @@ struct RateDecision {
 };
 
 /// The answer to one check: allowed only if every rule allowed; when one
-/// refused, nothing was taken from any of them.
+/// refused, nothing was taken from any of them. Rules in shadow mode are
+/// decided apart (their decisions have `shadow` set): they never refuse the
+/// check, and what they would allow takes their units whatever the others do.
 struct RateResult {
   /// Empty for a decision (allowed or refused). Otherwise the check was not
   /// made: Errc::unknown_rule, RejectReason::invalid_argument (bad key or

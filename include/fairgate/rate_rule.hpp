@@ -57,6 +57,11 @@ struct RateRule {
   /// allows on its own, 1/local_divisor (e.g. the number of instances), so
   /// the cluster stays near the rule's figure. 1..1000.
   std::int64_t local_divisor = 1;
+  /// enforce (the default), or shadow (F14, docs/shadow.md): the rule is
+  /// decided and counted as usual (what it would allow takes units), but a
+  /// refusal refuses nothing — RateDecision::shadow is set and
+  /// RateResult::allowed ignores the rule.
+  LimiterMode mode = LimiterMode::enforce;
 
   /// The most units one decision can ever be allowed: burst (or rate) for
   /// token_bucket/gcra, rate for the window algorithms.

@@ -33,7 +33,7 @@ std::string_view to_string(RateSource source) noexcept {
 std::chrono::milliseconds RateResult::retry_after() const {
   std::chrono::milliseconds out{0};
   for (const auto& d : decisions)
-    if (!d.allowed) out = std::max(out, d.retry_after);
+    if (!d.allowed && !d.shadow) out = std::max(out, d.retry_after);
   return out;
 }
 
@@ -56,7 +56,20 @@ std::string state_key(const RateStoreItem& item) {
   return k;
 }
 
-// The cluster's copy of a rule: "algorithm rate period_ms burst on_redis_down local_divisor".
+/// A completion that calls a function (in the calling context: the
+/// function must not block or take the limiter's lock).
+template <typename R>
+class FunctionCompletion final : public BasicCompletion<R> {
+ public:
+  explicit FunctionCompletion(std::function<void(R)> f) : f_(std::move(f)) {}
+  void complete(R result) override { f_(std::move(result)); }
+
+ private:
+  std::function<void(R)> f_;
+};
+
+// The cluster's copy of a rule: "algorithm rate period_ms burst on_redis_down local_divisor
+// [mode]" (mode since shadow mode; absent = enforce).
 std::string encode_rule(const RateRule& r) {
   std::string out(to_string(r.algorithm));
   for (const auto v : {r.rate, r.period_ms, r.burst}) {
@@ -67,6 +80,10 @@ std::string encode_rule(const RateRule& r) {
   out += to_string(r.on_redis_down);
   out += ' ';
   out += std::to_string(r.local_divisor);
+  if (r.mode != LimiterMode::enforce) {
+    out += ' ';
+    out += to_string(r.mode);
+  }
   return out;
 }
 
@@ -78,6 +95,13 @@ std::optional<RateRule> decode_rule(const std::string& text) {
     parts.push_back(text.substr(start, sp == std::string::npos ? std::string::npos : sp - start));
     if (sp == std::string::npos) break;
     start = sp + 1;
+  }
+  if (parts.size() == 7) {
+    const auto m = parse_limiter_mode(parts[6]);
+    auto rest = m ? decode_rule(text.substr(0, text.rfind(' '))) : std::nullopt;
+    if (!rest) return std::nullopt;
+    rest->mode = *m;
+    return rest;
   }
   if (parts.size() != 6) return std::nullopt;
   RateRule r;
@@ -260,7 +284,10 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
     store_->close();
   }
 
-  void check(std::vector<RateRequest> requests, std::unique_ptr<RateCompletion> completion) {
+  /// `split` = false: the requests are all enforced or all shadowed (a part
+  /// of check_with_shadows).
+  void check(std::vector<RateRequest> requests, std::unique_ptr<RateCompletion> completion,
+             bool split = true) {
     std::shared_ptr<RateCompletion> done(std::move(completion));
     auto finish = [done](RateResult r) { done->complete(std::move(r)); };
     RateResult result;
@@ -269,6 +296,19 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
       return fail(finish, RejectReason::invalid_argument, "rules: at least one rule to check");
     if (requests.size() > 32)
       return fail(finish, RejectReason::invalid_argument, "rules: at most 32 per check");
+    if (split) {
+      std::vector<bool> shadow(requests.size(), false);
+      bool any = false;
+      {
+        std::lock_guard lock(mutex_);
+        for (std::size_t i = 0; i < requests.size(); ++i) {
+          auto it = rules_.find(requests[i].rule);
+          shadow[i] = it != rules_.end() && it->second.rule.mode == LimiterMode::shadow;
+          any = any || shadow[i];
+        }
+      }
+      if (any) return check_with_shadows(std::move(requests), std::move(shadow), std::move(done));
+    }
     std::vector<RateStoreItem> items;
     {
       std::lock_guard lock(mutex_);
@@ -314,6 +354,72 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
     store_->decide(items, [self = shared_from_this(), items, sent, finish](RateStoreAnswer answer) mutable {
       self->on_answer(std::move(items), sent, std::move(answer), finish);
     });
+  }
+
+  /// Shadow mode (docs/shadow.md): the enforced rules are checked together
+  /// (atomic among themselves), the shadowed ones apart; the answer is the
+  /// enforced rules' (allowed when there are none), with every decision in
+  /// the order asked and the shadowed ones marked.
+  void check_with_shadows(std::vector<RateRequest> requests, std::vector<bool> shadow,
+                          std::shared_ptr<RateCompletion> done) {
+    struct Join {
+      std::mutex mu;
+      int pending = 0;
+      std::vector<bool> shadow;
+      RateResult enforced, shadowed;
+      bool has_enforced = false;
+      std::shared_ptr<RateCompletion> done;
+    };
+    auto join = std::make_shared<Join>();
+    join->shadow = std::move(shadow);
+    join->done = std::move(done);
+    std::vector<RateRequest> enforced, shadowed;
+    for (std::size_t i = 0; i < requests.size(); ++i)
+      (join->shadow[i] ? shadowed : enforced).push_back(std::move(requests[i]));
+    join->has_enforced = !enforced.empty();
+    join->pending = join->has_enforced ? 2 : 1;
+    const auto part = [join](bool is_shadow) {
+      return std::make_unique<FunctionCompletion<RateResult>>([join, is_shadow](RateResult r) {
+        {
+          std::lock_guard lock(join->mu);
+          (is_shadow ? join->shadowed : join->enforced) = std::move(r);
+          if (--join->pending > 0) return;
+        }
+        join->done->complete(merge_shadows(*join));
+      });
+    };
+    if (join->has_enforced) check(std::move(enforced), part(false), false);
+    check(std::move(shadowed), part(true), false);
+  }
+
+  template <class Join>
+  static RateResult merge_shadows(Join& j) {
+    const RateResult& failed = j.has_enforced && j.enforced.error ? j.enforced : j.shadowed;
+    if (failed.error) {
+      RateResult r;
+      r.error = failed.error;
+      r.message = failed.message;
+      return r;
+    }
+    RateResult r = j.has_enforced ? std::move(j.enforced) : RateResult{};
+    if (!j.has_enforced) {
+      r.allowed = true;
+      r.source = j.shadowed.source;
+    }
+    std::vector<RateDecision> mine = std::move(r.decisions);
+    r.decisions.clear();
+    std::size_t e = 0, s = 0;
+    for (const bool is_shadow : j.shadow) {
+      if (is_shadow) {
+        if (s >= j.shadowed.decisions.size()) continue;
+        RateDecision d = std::move(j.shadowed.decisions[s++]);
+        d.shadow = true;
+        r.decisions.push_back(std::move(d));
+      } else if (e < mine.size()) {
+        r.decisions.push_back(std::move(mine[e++]));
+      }
+    }
+    return r;
   }
 
   void refund(RateDecision decision, std::int64_t amount, std::unique_ptr<RefundCompletion> completion) {

@@ -199,6 +199,11 @@ RateRuleConfig read_rate_rule(const std::string& name, const toml::table& t) {
       r.rule.on_redis_down = *policy;
     } else if (k == "local_divisor") {
       r.rule.local_divisor = get_int(node, field, 1, 1000);
+    } else if (k == "mode") {
+      const auto text = get_string(node, field);
+      const auto mode = parse_limiter_mode(text);
+      if (!mode) fail(field, fmt::format("\"{}\" is not one of enforce, shadow", text));
+      r.rule.mode = *mode;
     } else if (k == "key") {
       if (const auto* list = node.as_array()) {
         if (list->empty() || list->size() > 8) fail(field, "a composite key has 1..8 parts");

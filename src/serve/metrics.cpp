@@ -213,6 +213,11 @@ void render_rate_metrics(const RateLimiter& rates, std::string& out) {
           [](const RateRuleStats& s) { return s.refunded; });
   counter("fairgate_ratelimit_store_calls_total", "Round trips to the store (Redis) for this rule.",
           [](const RateRuleStats& s) { return s.store_calls; });
+  header(out, "fairgate_ratelimit_shadow", "gauge",
+         "1 while the rule runs in shadow mode (its refused_total counts what it would have refused).");
+  for (const auto& r : rules)
+    out += fmt::format("fairgate_ratelimit_shadow{{rule=\"{}\"}} {}\n", r.name,
+                       r.rule.mode == LimiterMode::shadow ? 1 : 0);
   header(out, "fairgate_ratelimit_limit", "gauge", "The rule's capacity (rate, or burst for the buckets).");
   for (const auto& r : rules)
     out += fmt::format("fairgate_ratelimit_limit{{rule=\"{}\"}} {}\n", r.name, r.rule.capacity());

@@ -412,7 +412,8 @@ std::optional<RateRefundParams> parse_rate_refund(std::string_view body, BadRequ
 std::optional<RateRule> parse_rate_rule_update(std::string_view body, RateRule current, BadRequest& error) {
   if (body.empty()) {
     error.message =
-        "body must be a JSON object with algorithm, rate, period_ms, burst, on_redis_down or local_divisor";
+        "body must be a JSON object with algorithm, rate, period_ms, burst, on_redis_down, local_divisor or "
+        "mode";
     return std::nullopt;
   }
   auto obj = parse_object(body, error);
@@ -424,7 +425,11 @@ std::optional<RateRule> parse_rate_rule_update(std::string_view body, RateRule c
   };
   for (const auto& [k, v] : *obj) {
     const std::string_view key(k.data(), k.size());
-    if (key == "algorithm" || key == "on_redis_down") {
+    if (key == "mode") {
+      const auto mode = v.is_string() ? parse_limiter_mode(v.as_string()) : std::nullopt;
+      if (!mode) return bad("mode: must be \"enforce\" or \"shadow\"");
+      r.mode = *mode;
+    } else if (key == "algorithm" || key == "on_redis_down") {
       if (!v.is_string()) return bad(fmt::format("{}: must be a string", key));
       const std::string_view text(v.as_string().data(), v.as_string().size());
       if (key == "algorithm") {
@@ -454,7 +459,7 @@ std::optional<RateRule> parse_rate_rule_update(std::string_view body, RateRule c
         r.local_divisor = *i;
     } else {
       return bad(fmt::format(
-          "unknown field \"{}\" (use algorithm, rate, period_ms, burst, on_redis_down, local_divisor)",
+          "unknown field \"{}\" (use algorithm, rate, period_ms, burst, on_redis_down, local_divisor, mode)",
           key.substr(0, 32)));
     }
   }

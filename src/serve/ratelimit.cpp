@@ -42,6 +42,7 @@ json::object rate_rule_json(std::string_view name, const RateRule& rule, const R
   o["limit"] = rule.capacity();
   o["on_redis_down"] = to_string(rule.on_redis_down);
   o["local_divisor"] = rule.local_divisor;
+  o["mode"] = to_string(rule.mode);
   if (stats != nullptr) {
     json::object s;
     s["allowed"] = stats->allowed;
@@ -67,8 +68,14 @@ json::object rate_decision_json(const RateResult& result, const RateDecision& d)
   o["reset_ms"] = d.reset.count();
   o["retry_after_ms"] = result.allowed ? 0 : d.retry_after.count();
   o["source"] = to_string(result.source);
+  if (d.shadow) {
+    // Shadow mode (docs/shadow.md): let through; what the rule would have done.
+    o["shadow"] = true;
+    o["would_allow"] = d.allowed;
+  }
   if (result.allowed) {
-    o["decision"] = fmt::format("{}.{}.{}", d.at_ms, d.at_us, d.cost);
+    // A shadow rule that would have refused took nothing: nothing to refund.
+    if (d.allowed) o["decision"] = fmt::format("{}.{}.{}", d.at_ms, d.at_us, d.cost);
   } else {
     o["reason"] = result.reason               ? "unavailable"
                   : d.retry_after.count() < 0 ? "cost_exceeds_capacity"
@@ -91,7 +98,7 @@ void set_rate_headers(http::fields& h, const RateDecision& d, const RateRule& ru
   h.set("X-RateLimit-Limit", std::to_string(d.limit));
   h.set("X-RateLimit-Remaining", std::to_string(remaining));
   h.set("X-RateLimit-Reset", std::to_string(reset));
-  if (!d.allowed && d.retry_after.count() > 0)
+  if (!d.allowed && !d.shadow && d.retry_after.count() > 0)
     h.set(http::field::retry_after, std::to_string(header_seconds(d.retry_after.count(), 1)));
 }
 

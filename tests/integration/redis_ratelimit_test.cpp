@@ -187,6 +187,28 @@ TEST_F(RedisRateLimitTest, MultiRuleRefusalTakesNothingFromTheOthers) {
   EXPECT_EQ(b.decisions[0].remaining, 0);
 }
 
+TEST_F(RedisRateLimitTest, ShadowModeIsPublishedToEveryInstanceAndNeverRefuses) {
+  RateLimiter a = instance(true), b = instance(true);
+  const RateRule enforced = make_rule(RateAlgorithm::fixed_window, 1, 60'000);
+  ASSERT_TRUE(a.set_rule("pub", enforced));
+  ASSERT_TRUE(b.set_rule("pub", enforced));
+  ASSERT_TRUE(check(b, "pub", "k").allowed);
+  EXPECT_FALSE(check(b, "pub", "k").allowed);
+  RateRule shadow = enforced;
+  shadow.mode = fairgate::LimiterMode::shadow;
+  const auto published = a.async_publish_rule("pub", shadow, asio::use_future).get();
+  ASSERT_FALSE(published.error) << published.message;
+  const auto synced = b.async_sync_rules(asio::use_future).get();
+  ASSERT_FALSE(synced.error) << synced.message;
+  EXPECT_EQ(synced.changed, 1u);
+  ASSERT_EQ(b.rule("pub")->mode, fairgate::LimiterMode::shadow);
+  const RateResult r = check(b, "pub", "k");
+  EXPECT_TRUE(r.allowed) << "shadow: let through";
+  ASSERT_EQ(r.decisions.size(), 1u);
+  EXPECT_TRUE(r.decisions[0].shadow);
+  EXPECT_FALSE(r.decisions[0].allowed) << "what enforcing would have said";
+}
+
 TEST_F(RedisRateLimitTest, Refunds) {
   RateLimiter l = instance(true);
   for (RateAlgorithm a : {RateAlgorithm::fixed_window, RateAlgorithm::sliding_log,

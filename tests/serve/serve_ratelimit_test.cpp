@@ -303,6 +303,33 @@ TEST(ServeRateLimitMemory, BucketHeadersRefundBadInputAdminMetrics) {
   EXPECT_EQ(server.terminate(), 0);
 }
 
+TEST(ServeRateLimitMemory, ShadowRuleLetsThroughSaysWhatItWouldHaveDoneAndSwitches) {
+  Serve server(config("[ratelimit.trial]\nalgorithm = \"fixed_window\"\nrate = 1\nperiod_ms = 600000\n"
+                      "mode = \"shadow\"\n"),
+               {});
+  const Reply first = check(server.url(), "trial", R"({"key":"u"})");
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_NE(first.body.find(R"("shadow":true,"would_allow":true)"), std::string::npos) << first.body;
+  const Reply second = check(server.url(), "trial", R"({"key":"u"})");
+  ASSERT_EQ(second.status, 200) << "shadow: let through: " << second.body;
+  EXPECT_NE(second.body.find(R"("shadow":true,"would_allow":false)"), std::string::npos) << second.body;
+  EXPECT_EQ(str(second.json(), "decision"), "") << "it took nothing: nothing to refund";
+  EXPECT_EQ(second.header("retry-after"), "");
+  const Reply m = http(server.url(), "GET", "/metrics");
+  EXPECT_NE(m.body.find("fairgate_ratelimit_shadow{rule=\"trial\"} 1\n"), std::string::npos) << m.body;
+  EXPECT_NE(m.body.find("fairgate_ratelimit_refused_total{rule=\"trial\"} 1\n"), std::string::npos) << m.body;
+  // Enforced from now on (admin): the same key is refused.
+  const Reply put = http(server.url(), "PUT", "/v1/ratelimit/trial", R"({"mode":"enforce"})",
+                         {std::string("Authorization: Bearer ") + kToken});
+  ASSERT_EQ(put.status, 200) << put.body;
+  EXPECT_NE(put.body.find(R"("mode":"enforce")"), std::string::npos) << put.body;
+  EXPECT_EQ(check(server.url(), "trial", R"({"key":"u"})").status, 429);
+  const Reply bad = http(server.url(), "PUT", "/v1/ratelimit/trial", R"({"mode":"maybe"})",
+                         {std::string("Authorization: Bearer ") + kToken});
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_EQ(server.terminate(), 0);
+}
+
 TEST(ServeRateLimitRedis, TwoInstancesShareRulesStateAndChanges) {
   auto& redis = RedisServer::shared();
   const std::string prefix = "rlhttp-" + std::to_string(::getpid());

@@ -145,4 +145,51 @@ TEST(MemoryRateLimiterApi, MultiRuleRefundsAndBadInput) {
   t.join();
 }
 
+TEST(MemoryRateLimiterApi, ShadowRuleNeverRefusesAndCountsWhatItWouldHave) {
+  asio::io_context io;
+  auto work = asio::make_work_guard(io);
+  std::thread t([&] { io.run(); });
+  RateLimiter l = RateLimiter::memory(io.get_executor());
+  RateRule shadow = make_rule(RateAlgorithm::fixed_window, 1, 600'000);
+  shadow.mode = fairgate::LimiterMode::shadow;
+  ASSERT_TRUE(l.set_rule("sh", shadow));
+  ASSERT_TRUE(l.set_rule("enf", make_rule(RateAlgorithm::fixed_window, 2, 600'000)));
+  auto check = [&](std::vector<RateRequest> r) {
+    return l.async_check(std::move(r), asio::use_future).get();
+  };
+  // Alone: always allowed; the decision says what the rule would do.
+  const RateResult first = check({{"sh", "u", 1}});
+  ASSERT_TRUE(first.allowed);
+  EXPECT_TRUE(first.decisions[0].shadow);
+  EXPECT_TRUE(first.decisions[0].allowed);
+  const RateResult second = check({{"sh", "u", 1}});
+  EXPECT_TRUE(second.allowed) << "a shadow rule never refuses";
+  EXPECT_TRUE(second.decisions[0].shadow);
+  EXPECT_FALSE(second.decisions[0].allowed) << "it would have";
+  EXPECT_EQ(second.retry_after(), 0ms) << "no retry for what was allowed";
+  // With an enforced rule: the enforced one decides, in the order asked.
+  const RateResult mixed = check({{"enf", "u", 1}, {"sh", "u", 1}});
+  ASSERT_TRUE(mixed.allowed);
+  ASSERT_EQ(mixed.decisions.size(), 2u);
+  EXPECT_EQ(mixed.decisions[0].rule, "enf");
+  EXPECT_FALSE(mixed.decisions[0].shadow);
+  EXPECT_EQ(mixed.decisions[1].rule, "sh");
+  EXPECT_TRUE(mixed.decisions[1].shadow);
+  EXPECT_FALSE(mixed.decisions[1].allowed);
+  ASSERT_TRUE(check({{"sh", "u", 1}, {"enf", "u", 1}}).allowed);
+  const RateResult refused = check({{"sh", "u", 1}, {"enf", "u", 1}});
+  EXPECT_FALSE(refused.allowed) << "the enforced rule is spent";
+  EXPECT_EQ(refused.decisions[1].rule, "enf");
+  EXPECT_FALSE(refused.decisions[1].allowed);
+  for (const auto& r : l.rules()) {
+    if (r.name == "sh") {
+      EXPECT_EQ(r.stats.refused, 4u) << "what it would have refused";
+    }
+  }
+  // Bad input is still an error.
+  EXPECT_EQ(check({{"sh", "", 1}}).message, "key: must not be empty");
+  work.reset();
+  t.join();
+}
+
 }  // namespace
