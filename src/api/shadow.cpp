@@ -16,18 +16,13 @@ using std::chrono::milliseconds;
 /// on the limiter's executor (backends may complete under their own lock).
 class GhostCompletion final : public Completion {
  public:
-  GhostCompletion(std::weak_ptr<ShadowRun> run, std::string id, boost::asio::any_io_executor executor,
-                  std::function<void(ShadowRun&, const std::string&, AcquireResult)> deliver)
-      : run_(std::move(run)),
-        id_(std::move(id)),
-        executor_(std::move(executor)),
-        deliver_(std::move(deliver)) {}
+  GhostCompletion(std::weak_ptr<ShadowRun> run, std::string id, boost::asio::any_io_executor executor)
+      : run_(std::move(run)), id_(std::move(id)), executor_(std::move(executor)) {}
 
   void complete(AcquireResult result) override {
-    boost::asio::post(executor_, [run = run_, id = std::move(id_), deliver = std::move(deliver_),
-                                  result = std::move(result)]() mutable {
+    boost::asio::post(executor_, [run = run_, id = std::move(id_), result = std::move(result)]() mutable {
       // The limiter is gone: the permit in `result` (if any) goes back on its own.
-      if (auto r = run.lock()) deliver(*r, id, std::move(result));
+      if (auto r = run.lock()) r->on_ghost(id, std::move(result));
     });
   }
 
@@ -35,7 +30,6 @@ class GhostCompletion final : public Completion {
   std::weak_ptr<ShadowRun> run_;
   std::string id_;
   boost::asio::any_io_executor executor_;
-  std::function<void(ShadowRun&, const std::string&, AcquireResult)> deliver_;
 };
 
 }  // namespace
@@ -59,13 +53,9 @@ void ShadowRun::start(LimiterImpl& impl, AcquireOptions options, std::unique_ptr
   ghost.max_wait = options.max_wait;
   ghost.tenant = std::move(options.tenant);
   ghost.weight = options.weight;
-  impl.start_acquire(
-      std::move(ghost),
-      std::make_unique<GhostCompletion>(weak_from_this(), std::move(id), impl.get_executor(),
-                                        [](ShadowRun& run, const std::string& lease, AcquireResult result) {
-                                          run.on_ghost(lease, std::move(result));
-                                        }),
-      boost::asio::cancellation_slot());
+  impl.start_acquire(std::move(ghost),
+                     std::make_unique<GhostCompletion>(weak_from_this(), std::move(id), impl.get_executor()),
+                     boost::asio::cancellation_slot());
 }
 
 void ShadowRun::on_ghost(const std::string& id, AcquireResult result) {

@@ -44,6 +44,9 @@ class ShadowRun : public std::enable_shared_from_this<ShadowRun> {
 
   ShadowStatus status() const;
 
+  /// The shadow of request `id` ended (on the limiter's executor).
+  void on_ghost(const std::string& id, AcquireResult result);
+
  private:
   using Clock = std::chrono::steady_clock;
   enum class Ghost : std::uint8_t { waiting, holding, ended };
@@ -55,7 +58,6 @@ class ShadowRun : public std::enable_shared_from_this<ShadowRun> {
     Permit ghost_permit;  ///< while Ghost::holding and the real request runs
   };
 
-  void on_ghost(const std::string& id, AcquireResult result);
   /// Releases `permit` at `when` (at once when it has passed).
   void release_at(Permit permit, Clock::time_point when);
 
