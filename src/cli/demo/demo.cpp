@@ -1,5 +1,5 @@
-// cli/demo.cpp — `fairgate demo`: the seeds' "10 users, 3 seats, 2 instances"
-// story, live, through the real gateway (product.md S5).
+// cli/demo/demo.cpp — `fairgate demo`: the seeds' "10 users, 3 seats, 2 instances"
+// story, live, through the real gateway (docs/product.md S5).
 //
 // The set-up: a mock model (mockllm::Server, at most --seats answers at once,
 // it answers 429 above that) behind two gateway front ends, A and B
@@ -20,8 +20,10 @@
 // The summary then checks, from the clients' view and the mock's counters:
 // never more than --seats answers at once and the model never refused one
 // (F1), seats handed out in arrival order (F2), the max wait kept (F3), every
-// request ended exactly once (F4), and the limiter empty at the end.
+// request ended exactly once (F4), and the limiter empty at the end
+// (cli/demo/checks.hpp, pure and unit-tested).
 #include "cli/command.hpp"
+#include "cli/demo/checks.hpp"
 #include "cli/duration.hpp"
 #include "cli/parse.hpp"
 #include "cli/sse.hpp"
@@ -87,12 +89,6 @@ constexpr std::string_view kBusyText = "The system is busy, please try again lat
 /// Above this many users the timeline leaves out position changes and
 /// streaming progress, and the summary leaves out the per-user table.
 constexpr std::size_t kDetailLimit = 30;
-/// Real time a granted request may take beyond max_wait until its first
-/// token reaches the client: the gateway's upstream call and three hops on loopback.
-constexpr auto kSeatSlack = std::chrono::milliseconds(100);
-/// FIFO is checked on the clients' view: two users granted a moment apart may
-/// see their first tokens in either order; closer than this counts as a tie.
-constexpr auto kOrderSlack = std::chrono::milliseconds(20);
 /// Bounds on the set-up and the tear-down (real time).
 constexpr auto kStartTimeout = std::chrono::seconds(10);
 constexpr auto kStopTimeout = std::chrono::seconds(5);
@@ -180,16 +176,6 @@ class Random {
 
 std::string seconds_text(double s) { return fmt::format("{:.2f}s", s); }
 
-std::string ordinal(std::size_t n) {
-  const char* suffix = "th";
-  if (n % 100 < 11 || n % 100 > 13) {
-    if (n % 10 == 1) suffix = "st";
-    if (n % 10 == 2) suffix = "nd";
-    if (n % 10 == 3) suffix = "rd";
-  }
-  return fmt::format("{}{}", n, suffix);
-}
-
 /// A TOML basic string.
 std::string toml_string(std::string_view s) {
   std::string out = "\"";
@@ -203,46 +189,19 @@ std::string toml_string(std::string_view s) {
 
 // ---------------------------------------------------------------- the demo
 
-enum class Phase : std::uint8_t { not_arrived, waiting, streaming, done, busy, other };
+using demo::ended;
+using demo::ordinal;
+using demo::Phase;
 
-bool ended(Phase p) { return p == Phase::done || p == Phase::busy || p == Phase::other; }
-
-struct User {
-  std::string name;
-  std::size_t number = 0;        ///< the n of user-n
-  std::size_t plan_index = 0;    ///< place in the planned arrival order
-  std::size_t arrival_rank = 0;  ///< 1 = first to ask
-  double arrive_offset = 0;      ///< planned arrival, story seconds after the start
-  std::uint32_t tokens = 0;      ///< answer length (max_tokens)
-  std::size_t gateway = 0;       ///< 0 = A, 1 = B
-  Phase phase = Phase::not_arrived;
-  bool first_event = false;  ///< a queue event, the first chunk or an end arrived
-  Clock::time_point arrived_at{};
-  Clock::time_point seated_at{};  ///< first chunk of the answer
-  Clock::time_point ended_at{};   ///< [DONE], or the rejection
-  int ends = 0;                   ///< [DONE]s and errors received: must be 1
+/// One user: what it saw (demo::Seen, what the checks read) and its client.
+struct User : demo::Seen {
+  std::size_t number = 0;         ///< the n of user-n
+  std::size_t plan_index = 0;     ///< place in the planned arrival order
+  double arrive_offset = 0;       ///< planned arrival, story seconds after the start
+  std::size_t gateway = 0;        ///< 0 = A, 1 = B
+  bool first_event = false;       ///< a queue event, the first chunk or an end arrived
   std::size_t told_position = 0;  ///< last queue position shown
-  std::uint32_t streamed = 0;     ///< content tokens received
-  std::string message;            ///< why it ended, when not [DONE]
-  /// The limiter's own wait until grant, from the gateway's "admitted" event
-  /// (sent to streams that queued); the first token comes later, after the model.
-  std::optional<milliseconds> admitted_after;
-  Clock::time_point admitted_at{};  ///< when that "admitted" event arrived
   std::optional<beast::tcp_stream> stream;
-
-  /// When the client learned it had a seat: the "admitted" event when it
-  /// queued (sent at the grant), else the first chunk. The first chunk also
-  /// carries the model's own delay, which differs from answer to answer.
-  Clock::time_point seat_seen_at() const {
-    return admitted_at != Clock::time_point{} ? admitted_at : seated_at;
-  }
-
-  /// Time from sending the request to the seat (served) or to the rejection (real time).
-  Clock::duration waited() const {
-    if (phase == Phase::done || phase == Phase::streaming) return seated_at - arrived_at;
-    if (ended(phase)) return ended_at - arrived_at;
-    return {};
-  }
 };
 
 /// One gateway front end, as the clients see it.
@@ -981,90 +940,28 @@ class Demo {
   /// Prints the summary, checks the invariants, returns the exit code.
   int summarize() {
     const std::size_t n = users_.size();
-    std::size_t granted = 0, busy = 0, other = 0;
+    std::vector<const demo::Seen*> users, by_arrival(arrival_order_.begin(), arrival_order_.end());
     std::vector<double> granted_waits, busy_waits;
     for (const auto& u : users_) {
-      if (u->ends != 1) {
-        violations_.push_back(fmt::format("{} ended {} times (must be exactly once)", u->name, u->ends));
-      }
-      if (u->phase == Phase::done) {
-        ++granted;
-        granted_waits.push_back(story_seconds(u->waited()));
-        if (u->streamed != u->tokens) {
-          violations_.push_back(fmt::format("{} got {} of its {} tokens", u->name, u->streamed, u->tokens));
-        }
-        // The limiter's grant time when the gateway said it (a slow model or a
-        // slow machine delays the first token, not the grant), else the client's.
-        const auto seat_wait = u->admitted_after ? Clock::duration(*u->admitted_after) : u->waited();
-        if (seat_wait > real_max_wait_ + kSeatSlack) {
-          violations_.push_back(fmt::format(
-              "{} got a seat after {} ms (real time), past the max wait of {} ms", u->name,
-              std::chrono::duration_cast<milliseconds>(seat_wait).count(), real_max_wait_.count()));
-        }
-      } else if (u->phase == Phase::busy) {
-        ++busy;
-        busy_waits.push_back(story_seconds(u->waited()));
-        if (u->waited() < real_max_wait_) {
-          violations_.push_back(fmt::format("{} was told busy after {} ms, before the max wait", u->name,
-                                            std::chrono::duration_cast<milliseconds>(u->waited()).count()));
-        }
-      } else if (u->phase == Phase::other) {
-        ++other;
-        violations_.push_back(fmt::format("{}: {}", u->name, u->message));
-      }
+      users.push_back(u.get());
+      if (u->phase == Phase::done) granted_waits.push_back(story_seconds(u->waited()));
+      if (u->phase == Phase::busy) busy_waits.push_back(story_seconds(u->waited()));
     }
-
-    // F2: a user gets a seat only after everyone who asked before has ended
-    // its wait (got a seat, or was told busy). A seat is seen at the
-    // "admitted" event when the user queued (the gateway sends it at the
-    // grant), else at the first chunk; two grants a moment apart may still be
-    // read in either order, hence kOrderSlack.
-    std::optional<std::string> fifo_problem;
-    const User* latest = nullptr;  // among earlier arrivals, the one whose wait ended last
-    const auto wait_end = [](const User* u) {
-      return u->phase == Phase::done ? u->seat_seen_at() : u->ended_at;
-    };
-    for (const User* u : arrival_order_) {
-      if (latest != nullptr && u->phase == Phase::done &&
-          wait_end(latest) > u->seat_seen_at() + kOrderSlack && !fifo_problem) {
-        fifo_problem = fmt::format("{} (asked {}) got a seat while {} (asked {}) was still waiting", u->name,
-                                   ordinal(u->arrival_rank), latest->name, ordinal(latest->arrival_rank));
-      }
-      if (ended(u->phase) && (latest == nullptr || wait_end(u) > wait_end(latest))) latest = u;
-    }
-    if (fifo_problem) violations_.push_back("FIFO: " + *fifo_problem);
-
-    // F1, counted where it is exact: at the model. The model runs on this
-    // thread, behind the gateways: an answer is in flight there from its
-    // request to its last byte, inside the time its seat is held (the gateway
-    // asks the model after the grant and releases after relaying the last
-    // byte), so more than --seats in flight there means more than --seats
-    // seats granted, and the model's own ceiling also answers 429. The
-    // clients cannot count it themselves: they read every stream on this one
-    // thread, so one user's [DONE] can be read after the next user's first
-    // chunk although it was written before the seat was given back (that
-    // count, with a 20 ms tolerance, failed on a loaded machine with the cap held).
     const auto& m = model_stats_;
-    if (m.peak_in_flight > config_.seats) {
-      violations_.push_back(
-          fmt::format("the model had {} answers in flight with {} seats", m.peak_in_flight, config_.seats));
-    }
-    if (m.rejected_429 > 0) {
-      violations_.push_back(fmt::format(
-          "the model refused {} requests (429): the gateway let too many through", m.rejected_429));
-    }
-    if (m.completed != granted) {
-      violations_.push_back(
-          fmt::format("the model completed {} answers, the users received {}", m.completed, granted));
-    }
-    const bool limiter_empty = final_in_use_ == 0 && final_queued_ == 0;
-    if (!limiter_empty) {
-      violations_.push_back(final_in_use_
-                                ? fmt::format("at the end the limiter still had {} in use and {} queued",
-                                              *final_in_use_, final_queued_.value_or(-1))
-                                : std::string("could not read the limiter's state at the end"));
-    }
-    if (arrivals_ != n) violations_.push_back(fmt::format("only {} of {} users asked", arrivals_, n));
+    demo::Facts facts;
+    facts.real_max_wait = real_max_wait_;
+    facts.seats = config_.seats;
+    facts.arrivals = arrivals_;
+    facts.model_peak_in_flight = m.peak_in_flight;
+    facts.model_rejected_429 = m.rejected_429;
+    facts.model_completed = m.completed;
+    facts.final_in_use = final_in_use_;
+    facts.final_queued = final_queued_;
+    const demo::Verdict verdict = demo::check(users, by_arrival, facts);
+    violations_.insert(violations_.end(), verdict.violations.begin(), verdict.violations.end());
+    const std::size_t granted = verdict.granted, busy = verdict.busy, other = verdict.other;
+    const auto& fifo_problem = verdict.fifo_problem;
+    const bool limiter_empty = verdict.limiter_empty;
 
     std::string out = "\n";
     out += style_.bold("Summary");
@@ -1110,11 +1007,10 @@ class Demo {
     out += fmt::format("  service order:     {}\n", names(seat_order_));
     out += fmt::format("  FIFO held:         {} \u2014 {}\n", yes_no(!fifo_problem),
                        fifo_problem ? *fifo_problem : "every seat went to the user waiting longest");
-    const bool under_cap = m.peak_in_flight <= config_.seats;
     out += fmt::format(
         "  max concurrent:    {} of {} seats (answers in flight at the model, {} refused) \u2014 {}\n",
         m.peak_in_flight, config_.seats, m.rejected_429,
-        under_cap && m.rejected_429 == 0 ? "never above the cap" : style_.red("ABOVE THE CAP"));
+        verdict.under_cap ? "never above the cap" : style_.red("ABOVE THE CAP"));
     out += fmt::format("  waited for a seat: {}\n", range(granted_waits));
     if (!busy_waits.empty()) out += fmt::format("  told busy after:   {}\n", range(busy_waits));
     out += fmt::format("  ended once each:   {}\n",
