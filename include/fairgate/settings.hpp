@@ -63,6 +63,16 @@ inline constexpr std::chrono::milliseconds kMaxWaitLimit = std::chrono::hours(24
 inline constexpr std::size_t kMaxNameLength = 64;
 /// Largest share weight of one acquire (AcquireOptions::weight), F12.
 inline constexpr std::uint32_t kMaxTenantWeight = 1'000;
+/// Longest tenant key (AcquireOptions::tenant), in characters.
+inline constexpr std::size_t kMaxTenantLength = 128;
+
+/// The one tenant rule, everywhere a tenant enters (AcquireOptions::tenant,
+/// the HTTP `tenant` parameter, a gateway's tenant header): 1..kMaxTenantLength
+/// printable ASCII characters without spaces ('!' .. '~'). The empty tenant
+/// (no tenant) is not a tenant name: callers that allow it check for it first.
+bool valid_tenant(std::string_view tenant) noexcept;
+/// What valid_tenant() asks, for error messages.
+inline constexpr std::string_view kTenantRule = "1..128 printable ASCII characters without spaces";
 
 /// The settings of one limiter.
 struct Settings {

@@ -113,7 +113,7 @@ void start_acquire(LimiterImpl& impl, AcquireOptions options, std::unique_ptr<Co
   // refuses as in enforce mode.
   const Settings settings = impl.settings();
   if (settings.enabled && settings.mode == LimiterMode::shadow && !impl.shut_down() &&
-      core::effective_max_wait(options.max_wait, settings, options.tenant.size(), options.weight)) {
+      core::effective_max_wait(options.max_wait, settings, options.tenant, options.weight)) {
     impl.shadow_run().start(impl, std::move(options), std::move(completion));
     return;
   }

@@ -4,10 +4,10 @@ namespace fairgate::core {
 
 std::optional<std::chrono::milliseconds> effective_max_wait(
     const std::optional<std::chrono::milliseconds>& requested, const Settings& settings,
-    std::size_t tenant_length, std::uint32_t weight) {
+    std::string_view tenant, std::uint32_t weight) {
   const std::chrono::milliseconds max_wait = requested.value_or(settings.max_wait);
-  if (max_wait.count() < 0 || max_wait > kMaxWaitLimit || tenant_length > kMaxTenantLength)
-    return std::nullopt;
+  if (max_wait.count() < 0 || max_wait > kMaxWaitLimit) return std::nullopt;
+  if (!tenant.empty() && !valid_tenant(tenant)) return std::nullopt;
   if (weight < 1 || weight > kMaxTenantWeight) return std::nullopt;
   return max_wait;
 }
@@ -26,8 +26,8 @@ std::string ended_message(RejectReason reason, std::chrono::milliseconds waited,
     case RejectReason::unavailable: return "limiter is unavailable (its backend cannot be reached)";
     case RejectReason::invalid_argument:
       return "invalid acquire options (max_wait must be 0.." + std::to_string(kMaxWaitLimit.count()) +
-             " ms, tenant at most " + std::to_string(kMaxTenantLength) + " characters, weight 1.." +
-             std::to_string(kMaxTenantWeight) + ")";
+             " ms, tenant " + std::string(kTenantRule) + ", weight 1.." + std::to_string(kMaxTenantWeight) +
+             ")";
   }
   return "rejected";
 }

@@ -10,18 +10,16 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace fairgate::core {
 
-/// Longest tenant key accepted.
-inline constexpr std::size_t kMaxTenantLength = 256;
-
 /// The max wait an acquire gets (`requested`, else the limiter's), or nullopt
-/// when its options are invalid (negative or above kMaxWaitLimit, tenant too
-/// long, weight outside 1 .. kMaxTenantWeight).
+/// when its options are invalid (negative or above kMaxWaitLimit, a tenant
+/// that breaks the tenant rule (valid_tenant), weight outside 1 .. kMaxTenantWeight).
 std::optional<std::chrono::milliseconds> effective_max_wait(
     const std::optional<std::chrono::milliseconds>& requested, const Settings& settings,
-    std::size_t tenant_length, std::uint32_t weight = 1);
+    std::string_view tenant, std::uint32_t weight = 1);
 
 /// The one-line message of a request that ended without a permit.
 std::string ended_message(RejectReason reason, std::chrono::milliseconds waited, const Settings& settings);

@@ -5,6 +5,13 @@
 
 namespace fairgate {
 
+bool valid_tenant(std::string_view tenant) noexcept {
+  if (tenant.empty() || tenant.size() > kMaxTenantLength) return false;
+  for (const char c : tenant)
+    if (c < '!' || c > '~') return false;
+  return true;
+}
+
 std::string_view to_string(DisabledMode mode) noexcept {
   switch (mode) {
     case DisabledMode::pass_through: return "pass_through";

@@ -52,7 +52,7 @@ void MemoryLimiter::start_acquire(AcquireOptions options, std::unique_ptr<detail
     return;
   }
   const auto checked =
-      core::effective_max_wait(options.max_wait, state_.settings(), options.tenant.size(), options.weight);
+      core::effective_max_wait(options.max_wait, state_.settings(), options.tenant, options.weight);
   if (!checked) {
     request->ticket.resume(core::TicketEvent::reject);
     deliver_ended(*request, RejectReason::invalid_argument, t);

@@ -37,8 +37,6 @@ class MemoryLimiter final : public detail::LimiterImpl, private core::DispatchSi
  public:
   /// Follow-up position updates are sent at most this often per limiter.
   static constexpr std::chrono::milliseconds kPositionInterval{20};
-  /// Longest tenant key accepted.
-  static constexpr std::size_t kMaxTenantLength = core::kMaxTenantLength;
 
   MemoryLimiter(std::string name, Settings settings, boost::asio::any_io_executor executor);
   ~MemoryLimiter() override;

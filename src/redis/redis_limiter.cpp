@@ -256,7 +256,7 @@ void RedisLimiter::start_acquire(AcquireOptions options, std::unique_ptr<detail:
       return;
     }
     const auto checked =
-        core::effective_max_wait(options.max_wait, settings_, request->tenant.size(), request->weight);
+        core::effective_max_wait(options.max_wait, settings_, request->tenant, request->weight);
     if (!checked) {
       request->ticket.resume(core::TicketEvent::reject);
       deliver_ended(*request, RejectReason::invalid_argument, t);

@@ -76,7 +76,6 @@ struct BackendContext {
 
 class RedisLimiter final : public detail::LimiterImpl {
  public:
-  static constexpr std::size_t kMaxTenantLength = core::kMaxTenantLength;
   /// Key expiry is refreshed on every this many heartbeats (and the first).
   static constexpr std::uint64_t kExpiryEvery = 10;
 

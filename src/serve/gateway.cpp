@@ -687,21 +687,16 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
   }
 }
 
-/// A tenant key from a header: 1..128 printable ASCII characters without spaces.
+/// A tenant key from a header, under the one tenant rule (fairgate::valid_tenant).
 std::optional<std::string> tenant_of(const Request& req, const RouteConfig& rc, std::string& problem) {
   if (rc.tenant_header.empty()) return std::string();
   const auto it = req.find(rc.tenant_header);
   if (it == req.end()) return std::string();
   const std::string_view v(it->value().data(), it->value().size());
-  if (v.size() > 128) {
-    problem = fmt::format("header {}: longer than 128 characters", rc.tenant_header);
+  if (v.empty()) return std::string();  // an empty header: no tenant, as without it
+  if (!fairgate::valid_tenant(v)) {
+    problem = fmt::format("header {}: a tenant must be {}", rc.tenant_header, fairgate::kTenantRule);
     return std::nullopt;
-  }
-  for (const char c : v) {
-    if (c <= ' ' || c > '~') {
-      problem = fmt::format("header {}: only printable ASCII without spaces is allowed", rc.tenant_header);
-      return std::nullopt;
-    }
   }
   return std::string(v);
 }

@@ -52,16 +52,6 @@ std::optional<std::int64_t> parse_int(std::string_view s) {
   return v;
 }
 
-bool valid_tenant(std::string_view t) {
-  if (t.empty() || t.size() > kMaxTenant) return false;
-  for (const char c : t) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                    c == '_' || c == ':' || c == '@' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
-
 /// An integer from a JSON value (integers only, no floats or strings).
 std::optional<std::int64_t> json_int(const json::value& v) {
   if (v.is_int64()) return v.as_int64();
@@ -170,8 +160,8 @@ std::optional<AcquireParams> parse_acquire_params(const Target& target, std::str
     return true;
   };
   const auto set_tenant = [&](std::string_view v) -> bool {
-    if (!valid_tenant(v)) {
-      error.message = fmt::format("tenant: must be 1..{} characters of [A-Za-z0-9._:@-]", kMaxTenant);
+    if (!fairgate::valid_tenant(v)) {
+      error.message = fmt::format("tenant: must be {}", fairgate::kTenantRule);
       return false;
     }
     p.tenant = std::string(v);

@@ -38,9 +38,6 @@ struct AcquireParams {
   std::optional<std::chrono::milliseconds> lease;  ///< JSON permits only
 };
 
-/// Tenants: 1..128 characters of [A-Za-z0-9._:@-].
-inline constexpr std::size_t kMaxTenant = 128;
-
 /// Reads the acquire parameters from the query string and (when `body` is not
 /// empty) a JSON object body; the body wins where both give a value. Unknown
 /// parameters, wrong types and out-of-range numbers are errors.

@@ -348,6 +348,10 @@ async function proxy() {
   await t.done;
   const badTenant = await request(gateway, 'POST', '/v1/chat/completions', { body: chatBody(), headers: { ...json, 'x-user-id': 'a'.repeat(200) } });
   check(badTenant.status === 400 && badTenant.json?.error?.code === 'invalid_tenant', `bad tenant: ${badTenant.status}`);
+  // The one tenant rule (printable ASCII without spaces, 1..128), as in the admission API.
+  const spaced = await request(gateway, 'POST', '/v1/chat/completions', { body: chatBody(), headers: { ...json, 'x-user-id': 'a b' } });
+  check(spaced.status === 400 && spaced.json?.error?.code === 'invalid_tenant', `tenant with a space: ${spaced.status}`);
+  check(/printable ASCII characters without spaces/.test(spaced.json?.error?.message ?? ''), `tenant message: ${spaced.json?.error?.message}`);
 
   // 11. Expect: 100-continue (curl sends it for big bodies): the gateway says "continue" at once.
   const expectRun = await new Promise((resolve) => {

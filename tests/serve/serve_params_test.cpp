@@ -77,6 +77,19 @@ TEST(ServeParams, AcquireParamsFromQueryAndBody) {
   p = acquire("/a", R"({"max_wait_ms":null})");
   ASSERT_TRUE(p);
   EXPECT_FALSE(p->max_wait);
+  // The one tenant rule: printable ASCII without spaces, 1..128.
+  p = acquire("/a?tenant=org%2Facme%2B1", "");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->tenant, "org/acme+1");
+  p = acquire("/a", R"({"tenant":"user@example.com|\"x\""})");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->tenant, "user@example.com|\"x\"");
+  EXPECT_TRUE(acquire("/a?tenant=" + std::string(128, 't'), ""));
+  std::string e;
+  EXPECT_FALSE(acquire("/a?tenant=" + std::string(129, 't'), "", &e));
+  EXPECT_EQ(e, "tenant: must be 1..128 printable ASCII characters without spaces");
+  EXPECT_FALSE(acquire("/a", R"({"tenant":"caf\u00e9"})", &e));
+  EXPECT_FALSE(acquire("/a", R"({"tenant":"tab\there"})", &e));
 }
 
 TEST(ServeParams, AcquireParamsRejectWhatTheyDoNotUnderstand) {

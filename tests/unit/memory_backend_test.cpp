@@ -226,6 +226,47 @@ TEST_F(MemoryBackendTest, ZeroMaxWaitNeverWaits) {
   EXPECT_EQ(lim.snapshot().queued, 0u);
 }
 
+// The one tenant rule (fairgate::valid_tenant): the same in the library, the
+// HTTP API (serve_params_test) and the gateway's header (gateway_client.mjs).
+TEST(TenantRule, PrintableAsciiWithoutSpacesUpTo128) {
+  EXPECT_TRUE(fairgate::valid_tenant("user-42"));
+  EXPECT_TRUE(fairgate::valid_tenant("org/acme+team@example.com|\"quoted\""));
+  EXPECT_TRUE(fairgate::valid_tenant("!~"));
+  EXPECT_TRUE(fairgate::valid_tenant(std::string(fairgate::kMaxTenantLength, 't')));
+  EXPECT_FALSE(fairgate::valid_tenant(""));
+  EXPECT_FALSE(fairgate::valid_tenant(std::string(fairgate::kMaxTenantLength + 1, 't')));
+  EXPECT_FALSE(fairgate::valid_tenant("a b"));
+  EXPECT_FALSE(fairgate::valid_tenant("tab\there"));
+  EXPECT_FALSE(fairgate::valid_tenant(std::string("nul\0", 4)));
+  EXPECT_FALSE(fairgate::valid_tenant("\x7f"));
+  EXPECT_FALSE(fairgate::valid_tenant("caf\xc3\xa9"));  // UTF-8: not ASCII
+}
+
+TEST_F(MemoryBackendTest, TenantsOutsideTheRuleAreInvalidArguments) {
+  auto lim = open("tenants", cap(5));
+  std::vector<std::unique_ptr<Outcome1>> outcomes;
+  const std::vector<std::string> tenants = {"a b", std::string(129, 't'), "caf\xc3\xa9",
+                                            "",    "org/acme+1",          std::string(128, 't')};
+  for (const auto& t : tenants) {
+    AcquireOptions o;
+    o.tenant = t;
+    outcomes.push_back(std::make_unique<Outcome1>());
+    lim.async_acquire(o, outcomes.back()->handler());
+  }
+  ASSERT_TRUE(run_until([&] {
+    for (const auto& o : outcomes)
+      if (!o->done()) return false;
+    return true;
+  }));
+  for (std::size_t i = 0; i < tenants.size(); ++i) {
+    const bool valid = i >= 3;  // "" is no tenant; the last two follow the rule
+    EXPECT_EQ(outcomes[i]->result->outcome(), valid ? Outcome::granted : Outcome::rejected) << i;
+    if (!valid) {
+      EXPECT_EQ(outcomes[i]->result->reason(), RejectReason::invalid_argument) << i;
+    }
+  }
+}
+
 TEST_F(MemoryBackendTest, InvalidAcquireOptionsAreRejected) {
   auto lim = open("opts", cap(1));
   Outcome1 neg, huge, tenant;
