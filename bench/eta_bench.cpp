@@ -21,7 +21,15 @@
 // twice with the same schedule, reject_early off then on. Counts: requests
 // that timed out (off) and what they waited; in the run with reject_early, the
 // waits of those that did not get a permit; and requests served without
-// reject_early that it rejected (same schedule, request by request).
+// reject_early that it rejected (same schedule, request by request). That
+// cross-run count mixes in the runs' own jitter, so two more figures:
+//  - the noise floor: the same schedule run twice without reject_early, the
+//    requests served in one run and timed out in the other;
+//  - the in-run count, exact for a FIFO: a request rejected early at t with
+//    max wait w would have been served iff some request that arrived after it
+//    (so queued behind it) was granted before t + w — everyone ahead of it had
+//    left by then, and that grant would have been its own. Its absence changes
+//    nothing ahead of it.
 #include <fairgate/fairgate.hpp>
 #include <fairgate/redis_backend.hpp>
 
@@ -238,8 +246,23 @@ void report_accuracy(const std::string& backend, const std::string& workload, co
   std::fflush(stdout);
 }
 
+/// Requests rejected early in `run` that a FIFO would have served (see the top).
+std::size_t served_if_queued(const Run& run, Clock::duration max_wait) {
+  std::size_t n = 0;
+  for (const auto& b : run.records) {
+    if (b.outcome != fairgate::Outcome::rejected || b.reason != fairgate::RejectReason::would_time_out)
+      continue;
+    const bool overtaken = std::any_of(run.records.begin(), run.records.end(), [&](const Record& c) {
+      return c.outcome == fairgate::Outcome::granted && c.arrived > b.arrived &&
+             c.ended < b.arrived + max_wait;
+    });
+    n += overtaken ? 1 : 0;
+  }
+  return n;
+}
+
 void report_early(const std::string& backend, const std::string& workload, const std::vector<Run>& off,
-                  const std::vector<Run>& on) {
+                  const std::vector<Run>& on, const std::vector<Run>& off2) {
   std::size_t n = 0, off_timeouts = 0, on_rejected_early = 0, on_timeouts = 0, served_off_rejected_on = 0,
               timeout_off_rejected_on = 0, served_off = 0, served_on = 0;
   std::vector<double> off_unserved_wait, on_unserved_wait;
@@ -263,6 +286,15 @@ void report_early(const std::string& backend, const std::string& workload, const
       if (b_early && a_served) ++served_off_rejected_on;
       if (b_early && !a_served) ++timeout_off_rejected_on;
     }
+  }
+  std::size_t flips = 0, in_run = 0;
+  for (std::size_t k = 0; k < off.size(); ++k) {
+    for (std::size_t i = 0; i < off[k].records.size(); ++i)
+      flips += (off[k].records[i].outcome == fairgate::Outcome::granted) !=
+                       (off2[k].records[i].outcome == fairgate::Outcome::granted)
+                   ? 1
+                   : 0;
+    in_run += served_if_queued(on[k], std::chrono::seconds(1));
   }
   // Offline, on the runs without reject_early: which requests would a margin
   // of f x max_wait (at least 100 ms) have turned away, judged by the first
@@ -296,11 +328,12 @@ void report_early(const std::string& backend, const std::string& workload, const
       "\"max_wait_ms\":1000,\"off_served\":%zu,\"off_timeouts\":%zu,\"off_unserved_wait_p50_ms\":%.0f,"
       "\"off_unserved_wait_total_s\":%.1f,\"on_served\":%zu,\"on_rejected_early\":%zu,\"on_timeouts\":%zu,"
       "\"on_unserved_wait_p50_ms\":%.0f,\"on_unserved_wait_total_s\":%.1f,"
-      "\"rejected_early_that_timed_out_without\":%zu,\"rejected_early_that_were_served_without\":%zu}\n",
+      "\"rejected_early_that_timed_out_without\":%zu,\"rejected_early_that_were_served_without\":%zu,"
+      "\"rejected_early_a_fifo_would_have_served_in_run\":%zu,\"fate_flips_between_two_runs_without\":%zu}\n",
       backend.c_str(), workload.c_str(), off.size(), n, served_off, off_timeouts,
       quantile(off_unserved_wait, 0.5), sum(off_unserved_wait) / 1000.0, served_on, on_rejected_early,
       on_timeouts, quantile(on_unserved_wait, 0.5), sum(on_unserved_wait) / 1000.0, timeout_off_rejected_on,
-      served_off_rejected_on);
+      served_off_rejected_on, in_run, flips);
   std::fflush(stdout);
 }
 
@@ -342,15 +375,17 @@ int main(int argc, char** argv) {
                                schedule(workload, seed + static_cast<std::uint64_t>(r)), s));
       report_accuracy(backend, workload, acc);
       s.max_wait = std::chrono::seconds(1);
-      std::vector<Run> off, on;
+      std::vector<Run> off, on, off2;
       for (int r = 0; r < runs; ++r) {
         const auto sched = schedule(workload, seed + 100 + static_cast<std::uint64_t>(r));
         s.reject_early = false;
         off.push_back(run_once(url, fmt::format("eta-{}-{}", ::getpid(), serial++), sched, s));
         s.reject_early = true;
         on.push_back(run_once(url, fmt::format("eta-{}-{}", ::getpid(), serial++), sched, s));
+        s.reject_early = false;
+        off2.push_back(run_once(url, fmt::format("eta-{}-{}", ::getpid(), serial++), sched, s));
       }
-      report_early(backend, workload, off, on);
+      report_early(backend, workload, off, on, off2);
     }
   }
   return 0;
