@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // bench/waiters.mjs — how many queued requests one `fairgate serve` holds, and
-// at what memory cost (bench.md: "waiters held", 10,000 with RSS ≤ 300 MB).
+// at what memory cost (docs/bench.md: "waiters held", 10,000 with RSS ≤ 300 MB).
 //
 //   node bench/waiters.mjs --url http://127.0.0.1:PORT --pid PID [--limiter hold]
 //        [--waiters 10000] [--timeout 120s]

@@ -16,11 +16,6 @@
 
 namespace fairgate {
 
-/// A set of named limiters (F10) sharing one executor.
-///
-/// Thread-safety: all member functions may be called from any thread.
-/// Lifetime: destroy (or shutdown()) the backend before the io_context its
-/// executor belongs to. Limiter handles and Permits keep their limiter alive.
 /// How a backend reaches its shared state (Backend::health).
 struct BackendHealth {
   /// False for the memory backend: there is nothing remote to reach.
@@ -36,6 +31,11 @@ struct BackendHealth {
   std::size_t degraded_limiters = 0;
 };
 
+/// A set of named limiters (F10) sharing one executor.
+///
+/// Thread-safety: all member functions may be called from any thread.
+/// Lifetime: destroy (or shutdown()) the backend before the io_context its
+/// executor belongs to. Limiter handles and Permits keep their limiter alive.
 class Backend {
  public:
   Backend() = default;

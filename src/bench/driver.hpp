@@ -1,4 +1,4 @@
-// bench/driver.hpp — `fairgate bench`: runs the workloads of bench.md with
+// bench/driver.hpp — `fairgate bench`: runs the workloads of docs/bench.md with
 // each instance a separate process, and computes the figures.
 #pragma once
 
@@ -10,7 +10,7 @@
 
 namespace fairgate::bench {
 
-/// The workloads of bench.md that `fairgate bench` runs.
+/// The workloads of docs/bench.md that `fairgate bench` runs.
 /// `crash`: kill -9 of an instance holding every permit, the time until
 /// another instance's waiters are granted.
 inline const std::vector<std::string> kWorkloads = {"W1", "W2", "W3", "W4", "W5", "crash"};

@@ -5,7 +5,7 @@
 // peers) writes the same record per request, with timestamps from the
 // machine's monotonic clock (CLOCK_MONOTONIC, shared by every process on one
 // machine). One analyzer turns the records of a run into the figures of
-// bench.md, the same way for every system.
+// docs/bench.md, the same way for every system.
 #pragma once
 
 #include <cstdint>
@@ -80,7 +80,7 @@ struct Figures {
   std::int64_t first_arrive_ns = 0, last_end_ns = 0;
 };
 
-/// `cap` is the limiter's max_concurrent; `margin_ns` the FIFO margin (2 ms in bench.md).
+/// `cap` is the limiter's max_concurrent; `margin_ns` the FIFO margin (2 ms in docs/bench.md).
 Figures analyze(const std::vector<RequestRecord>& records, std::size_t cap,
                 std::int64_t margin_ns = 2'000'000);
 

@@ -1,4 +1,4 @@
-// fairgate bench — the load generator of bench.md against a real Redis, with
+// fairgate bench — the load generator of docs/bench.md against a real Redis, with
 // every instance a separate process; and the hidden bench-worker it starts.
 #include "bench/driver.hpp"
 #include "bench/process.hpp"
@@ -40,7 +40,7 @@ struct BenchFlags {
 };
 
 constexpr std::string_view kBenchDescription =
-    "Runs the workloads of bench.md against a Redis server, each instance a separate process\n"
+    "Runs the workloads of docs/bench.md against a Redis server, each instance a separate process\n"
     "(`fairgate bench-worker`), and prints one JSON line per workload on stdout:\n"
     "  W1  10 users, 3 seats: N = 3, 2 instances, 10 requests at once, 300 ms each\n"
     "  W2  burst: N = 3, 4 instances x 50 requests arriving over 1 s, 20-80 ms each\n"
@@ -127,7 +127,8 @@ int run_bench(const BenchFlags& flags) {
 
 Command add_bench_command(CLI::App& root) {
   auto flags = std::make_shared<BenchFlags>();
-  CLI::App* app = root.add_subcommand("bench", "Load generator: the workloads of bench.md against a Redis");
+  CLI::App* app =
+      root.add_subcommand("bench", "Load generator: the workloads of docs/bench.md against a Redis");
   app->footer(std::string(kBenchDescription));
   app->add_option("--redis", flags->redis,
                   "Redis to measure (required): redis://[user:password@]host:port[/db], "

@@ -4,7 +4,7 @@
 // that registers a CLI::App subcommand (its flags bound to plain strings) and
 // returns a Command whose run() validates the values and does the work.
 // main.cpp owns parsing and turns errors into the one-line messages and exit
-// codes of api.md.
+// codes of docs/api.md.
 #pragma once
 
 #include <CLI/CLI.hpp>

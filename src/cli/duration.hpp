@@ -1,4 +1,4 @@
-// cli/duration.hpp — durations on the command line (api.md: "Durations on the
+// cli/duration.hpp — durations on the command line (docs/api.md: "Durations on the
 // command line take a unit: 250ms, 20s, 5m").
 #pragma once
 

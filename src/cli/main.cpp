@@ -1,4 +1,4 @@
-// fairgate — the command line (api.md, "Command line").
+// fairgate — the command line (docs/api.md, "Command line").
 //
 // Parsing, --help/--version, and the error contract: a bad flag or value ends
 // with exit code 2 and exactly one line on stderr naming the flag and the

@@ -2,7 +2,7 @@
 // embeddable server (src/mockllm) runs on one io_context until SIGINT/SIGTERM.
 //
 // The flags are bound to plain strings and read here, so every bad value
-// becomes a UsageError: exit 2 with one line naming the flag (api.md).
+// becomes a UsageError: exit 2 with one line naming the flag (docs/api.md).
 #include "cli/command.hpp"
 #include "cli/duration.hpp"
 #include "cli/parse.hpp"

@@ -2,7 +2,7 @@
 //
 // The flags are bound to plain strings and read here (durations with a unit,
 // the --limiter mini-language), so every bad value becomes a UsageError:
-// exit 2 with one line naming the flag and the problem (api.md).
+// exit 2 with one line naming the flag and the problem (docs/api.md).
 #include "cli/command.hpp"
 #include "cli/duration.hpp"
 #include "cli/parse.hpp"

@@ -3,7 +3,7 @@
 //
 // Precedence (lowest first): built-in defaults, the config file, environment
 // variables, flags. Every problem is reported as a ConfigError whose what() is
-// one line "field: problem" (api.md: exit 2 and one line naming the field).
+// one line "field: problem" (docs/api.md: exit 2 and one line naming the field).
 #pragma once
 
 #include <fairgate/rate_rule.hpp>
@@ -98,7 +98,7 @@ struct RateRuleConfig {
   std::int64_t chars_per_token = 4;
 };
 
-/// What a gateway route sends while a streaming request waits (api.md).
+/// What a gateway route sends while a streaming request waits (docs/api.md).
 enum class QueueEvents : std::uint8_t {
   comment,  ///< ": queued position=3 queued=10" SSE comments (every client ignores them)
   named,    ///< "event: queue" with {"position","queued"}

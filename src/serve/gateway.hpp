@@ -1,4 +1,4 @@
-// serve/gateway.hpp — gateway mode of `fairgate serve` (api.md "HTTP —
+// serve/gateway.hpp — gateway mode of `fairgate serve` (docs/api.md "HTTP —
 // gateway"): `[[route]]`s send a path prefix to an upstream (an
 // OpenAI-compatible model server) through a limiter.
 //

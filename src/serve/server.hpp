@@ -1,4 +1,4 @@
-// serve/server.hpp — `fairgate serve`: the HTTP admission API (api.md) on
+// serve/server.hpp — `fairgate serve`: the HTTP admission API (docs/api.md) on
 // Boost.Beast, asynchronous throughout (S3): every connection is a coroutine
 // on its own strand; a few I/O threads carry thousands of waiting clients.
 #pragma once

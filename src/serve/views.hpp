@@ -1,4 +1,4 @@
-// serve/views.hpp — the JSON shapes of api.md ("status and admin", the
+// serve/views.hpp — the JSON shapes of docs/api.md ("status and admin", the
 // acquire events), built from library values. No I/O.
 #pragma once
 

@@ -252,7 +252,7 @@ TEST(RedisMultiProcessTest, PubSubLossStrandsNoWaiter) {
 }
 
 // `fairgate bench` itself: one JSON line per workload with the figures of
-// bench.md, from real worker processes, and nothing left in Redis.
+// docs/bench.md, from real worker processes, and nothing left in Redis.
 TEST(RedisMultiProcessTest, BenchPrintsTheFiguresOfW1) {
   fairgate::bench::Child bench(
       {FAIRGATE_BIN, "bench", "--redis", server().url(), "--workload", "W1", "--prefix", kPrefix, "--quiet"});

@@ -464,7 +464,7 @@ TEST_F(RedisScriptsTest, RestoreOfLostGrantedPermitsFencesTheState) {
 }
 
 // The cost of a grant inside Redis must not grow with the number of waiters
-// (design.md F6): counted from INFO commandstats, not timed.
+// (docs/design.md F6): counted from INFO commandstats, not timed.
 TEST_F(RedisScriptsTest, CommandsPerGrantStayFlatFrom10To1000Waiters) {
   auto total_calls = [&] {
     std::string info = server().command({"INFO", "commandstats"});

@@ -1,4 +1,4 @@
-// The command-line value parsers: durations with units (api.md "Durations on
+// The command-line value parsers: durations with units (docs/api.md "Durations on
 // the command line take a unit") and bounded numbers.
 #include "cli/duration.hpp"
 #include "cli/parse.hpp"

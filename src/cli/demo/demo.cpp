@@ -1,7 +1,7 @@
-// cli/demo.cpp — `fairgate demo`: the seeds' "10 users, 3 seats, 2 instances"
-// story, live, through the real gateway (product.md S5).
+// cli/demo/demo.cpp — `fairgate demo`: the seeds' "10 users, 3 seats, 2 instances"
+// story, live, through the real gateway (docs/product.md S5).
 //
-// The set-up: a mock model (mockllm::Server, at most --seats answers at once,
+// The set-up (cli/demo/stage.hpp): a mock model (mockllm::Server, at most --seats answers at once,
 // it answers 429 above that) behind two gateway front ends, A and B
 // (serve::Server with one OpenAI-compatible [[route]]), which share one
 // limiter "chat" of --seats seats. By default everything runs in this process
@@ -20,19 +20,18 @@
 // The summary then checks, from the clients' view and the mock's counters:
 // never more than --seats answers at once and the model never refused one
 // (F1), seats handed out in arrival order (F2), the max wait kept (F3), every
-// request ended exactly once (F4), and the limiter empty at the end.
+// request ended exactly once (F4), and the limiter empty at the end
+// (cli/demo/checks.hpp, pure and unit-tested).
 #include "cli/command.hpp"
+#include "cli/demo/checks.hpp"
+#include "cli/demo/stage.hpp"
 #include "cli/duration.hpp"
 #include "cli/parse.hpp"
 #include "cli/sse.hpp"
 #include "cli/style.hpp"
 
-#include "bench/admin.hpp"
-#include "bench/process.hpp"
 #include "mockllm/mock_llm.hpp"
 #include "redis/url.hpp"
-#include "serve/config.hpp"
-#include "serve/server.hpp"
 
 #include <fairgate/fairgate.hpp>
 
@@ -50,8 +49,6 @@
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -59,8 +56,6 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -80,22 +75,13 @@ using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr std::string_view kLimiterName = "chat";
-constexpr std::string_view kRoutePath = "/v1/chat/completions";
-constexpr std::string_view kTenantHeader = "x-user-id";
+using demo::kLimiterName;
+using demo::kRoutePath;
+using demo::kTenantHeader;
 constexpr std::string_view kBusyText = "The system is busy, please try again later";
 /// Above this many users the timeline leaves out position changes and
 /// streaming progress, and the summary leaves out the per-user table.
 constexpr std::size_t kDetailLimit = 30;
-/// Real time a granted request may take beyond max_wait until its first
-/// token reaches the client: the gateway's upstream call and three hops on loopback.
-constexpr auto kSeatSlack = std::chrono::milliseconds(100);
-/// FIFO is checked on the clients' view: two users granted a moment apart may
-/// see their first tokens in either order; closer than this counts as a tie.
-constexpr auto kOrderSlack = std::chrono::milliseconds(20);
-/// Bounds on the set-up and the tear-down (real time).
-constexpr auto kStartTimeout = std::chrono::seconds(10);
-constexpr auto kStopTimeout = std::chrono::seconds(5);
 /// Completion token that reports errors as values (named: no temporaries inside co_await).
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 
@@ -180,78 +166,24 @@ class Random {
 
 std::string seconds_text(double s) { return fmt::format("{:.2f}s", s); }
 
-std::string ordinal(std::size_t n) {
-  const char* suffix = "th";
-  if (n % 100 < 11 || n % 100 > 13) {
-    if (n % 10 == 1) suffix = "st";
-    if (n % 10 == 2) suffix = "nd";
-    if (n % 10 == 3) suffix = "rd";
-  }
-  return fmt::format("{}{}", n, suffix);
-}
-
-/// A TOML basic string.
-std::string toml_string(std::string_view s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    out += ch;
-  }
-  out += '"';
-  return out;
-}
-
 // ---------------------------------------------------------------- the demo
 
-enum class Phase : std::uint8_t { not_arrived, waiting, streaming, done, busy, other };
+using demo::ended;
+using demo::ordinal;
+using demo::Phase;
 
-bool ended(Phase p) { return p == Phase::done || p == Phase::busy || p == Phase::other; }
-
-struct User {
-  std::string name;
-  std::size_t number = 0;        ///< the n of user-n
-  std::size_t plan_index = 0;    ///< place in the planned arrival order
-  std::size_t arrival_rank = 0;  ///< 1 = first to ask
-  double arrive_offset = 0;      ///< planned arrival, story seconds after the start
-  std::uint32_t tokens = 0;      ///< answer length (max_tokens)
-  std::size_t gateway = 0;       ///< 0 = A, 1 = B
-  Phase phase = Phase::not_arrived;
-  bool first_event = false;  ///< a queue event, the first chunk or an end arrived
-  Clock::time_point arrived_at{};
-  Clock::time_point seated_at{};  ///< first chunk of the answer
-  Clock::time_point ended_at{};   ///< [DONE], or the rejection
-  int ends = 0;                   ///< [DONE]s and errors received: must be 1
+/// One user: what it saw (demo::Seen, what the checks read) and its client.
+struct User : demo::Seen {
+  std::size_t number = 0;         ///< the n of user-n
+  std::size_t plan_index = 0;     ///< place in the planned arrival order
+  double arrive_offset = 0;       ///< planned arrival, story seconds after the start
+  std::size_t gateway = 0;        ///< 0 = A, 1 = B
+  bool first_event = false;       ///< a queue event, the first chunk or an end arrived
   std::size_t told_position = 0;  ///< last queue position shown
-  std::uint32_t streamed = 0;     ///< content tokens received
-  std::string message;            ///< why it ended, when not [DONE]
-  /// The limiter's own wait until grant, from the gateway's "admitted" event
-  /// (sent to streams that queued); the first token comes later, after the model.
-  std::optional<milliseconds> admitted_after;
-  Clock::time_point admitted_at{};  ///< when that "admitted" event arrived
   std::optional<beast::tcp_stream> stream;
-
-  /// When the client learned it had a seat: the "admitted" event when it
-  /// queued (sent at the grant), else the first chunk. The first chunk also
-  /// carries the model's own delay, which differs from answer to answer.
-  Clock::time_point seat_seen_at() const {
-    return admitted_at != Clock::time_point{} ? admitted_at : seated_at;
-  }
-
-  /// Time from sending the request to the seat (served) or to the rejection (real time).
-  Clock::duration waited() const {
-    if (phase == Phase::done || phase == Phase::streaming) return seated_at - arrived_at;
-    if (ended(phase)) return ended_at - arrived_at;
-    return {};
-  }
 };
 
-/// One gateway front end, as the clients see it.
-struct Gateway {
-  std::string label;  ///< "A" or "B"
-  std::string url;    ///< http://127.0.0.1:PORT
-  tcp::endpoint endpoint;
-  std::size_t users = 0;
-};
+using demo::Gateway;
 
 class Demo {
  public:
@@ -269,24 +201,20 @@ class Demo {
     real_max_wait_ = milliseconds(std::llround(real_ms));
     if (config_.max_wait.count() > 0 && real_max_wait_.count() == 0) real_max_wait_ = milliseconds(1);
     make_users();
+    demo::StageOptions o;
+    o.seats = config_.seats;
+    o.tokens = config_.tokens;
+    o.tokens_per_second = static_cast<double>(config_.tokens_per_second) * config_.speed;
+    o.max_wait = real_max_wait_;
+    o.redis = config_.redis;
+    stage_ = std::make_unique<demo::Stage>(io_, o);
   }
 
-  ~Demo() {
-    if (!config_file_.empty()) {
-      std::error_code ec;
-      std::filesystem::remove(config_file_, ec);
-    }
-  }
   Demo(const Demo&) = delete;
   Demo& operator=(const Demo&) = delete;
 
   int run() {
-    start_model();
-    if (config_.redis.empty()) {
-      start_gateways_here();
-    } else {
-      start_gateway_processes();
-    }
+    stage_->start();
     print_header();
     start_ = Clock::now();
     schedule_arrival(0);
@@ -300,7 +228,7 @@ class Demo {
     while (!torn_down_ && !io_.stopped()) io_.run_one();
     for (int i = 0; i < 100 && !io_.stopped() && io_.run_one_for(milliseconds(20)) > 0; ++i) {
     }
-    stop_gateway_processes();
+    stage_->stop_processes();
 
     if (interrupted_ != 0) {
       std::fflush(stdout);
@@ -337,160 +265,6 @@ class Demo {
     }
   }
 
-  void start_model() {
-    mockllm::Options o;
-    o.host = "127.0.0.1";
-    o.port = 0;
-    o.tokens_per_second = static_cast<double>(config_.tokens_per_second) * config_.speed;
-    o.tokens = config_.tokens;
-    o.max_concurrent = config_.seats;  // the model's own ceiling: above it, 429
-    mock_ = std::make_unique<mockllm::Server>(io_.get_executor(), o);
-    mock_->start();
-    const auto ep = mock_->endpoint();
-    model_url_ = fmt::format("http://{}:{}", ep.address().to_string(), ep.port());
-  }
-
-  /// Memory backend: two gateway front ends in this process on one backend.
-  void start_gateways_here() {
-    backend_ = make_memory_backend(io_.get_executor());
-    serve::ServeConfig sc;
-    sc.listen_host = "127.0.0.1";
-    sc.listen_port = 0;
-    serve::LimiterConfig lc;
-    lc.name = std::string(kLimiterName);
-    lc.settings.max_concurrent = config_.seats;
-    lc.settings.max_wait = real_max_wait_;
-    sc.limiters.push_back(lc);
-    sc.server.shutdown_grace = std::chrono::seconds(1);
-    serve::RouteConfig rc;
-    rc.path = std::string(kRoutePath);
-    serve::parse_upstream(model_url_, "upstream", rc);
-    rc.limiter = std::string(kLimiterName);
-    rc.tenant_header = std::string(kTenantHeader);
-    rc.queue_events = serve::QueueEvents::named;
-    sc.routes.push_back(rc);
-    for (const char* label : {"A", "B"}) {
-      sc.instance = fmt::format("demo-{}", label[0] == 'A' ? 'a' : 'b');
-      auto server = std::make_unique<serve::Server>(io_, sc, backend_);
-      server->start();
-      gateways_.push_back(Gateway{label, server->url(), server->endpoint(), 0});
-      servers_.push_back(std::move(server));
-    }
-  }
-
-  /// Redis: two `fairgate serve` processes (this binary) on the given Redis.
-  void start_gateway_processes() {
-    check_redis();
-    const std::string prefix = fmt::format("fairgate-demo-{}", ::getpid());
-    key_prefix_ = prefix;
-    config_file_ = (std::filesystem::temp_directory_path() / (prefix + ".toml")).string();
-    {
-      std::ofstream f(config_file_);
-      f << "# fairgate demo --redis: written by the demo, removed when it ends\n";
-      f << "listen = \"127.0.0.1:0\"\n\n[redis]\n";
-      f << "url = " << toml_string(config_.redis) << "\n";
-      // Keys of this run alone (the prefix names its pid): no instance from
-      // before can hold permits under them, so no recovery fence.
-      f << "key_prefix = " << toml_string(prefix) << "\nrecovery_fence_ms = 0\n\n";
-      f << "[limiters." << kLimiterName << "]\nmax_concurrent = " << config_.seats
-        << "\nmax_wait_ms = " << real_max_wait_.count() << "\n\n";
-      f << "[server]\nshutdown_grace_ms = 1000\n\n";
-      f << "[[route]]\npath = " << toml_string(kRoutePath) << "\nupstream = " << toml_string(model_url_)
-        << "\nlimiter = " << toml_string(kLimiterName) << "\ntenant_header = " << toml_string(kTenantHeader)
-        << "\nqueue_events = \"named\"\n";
-      if (!f) throw std::runtime_error(fmt::format("cannot write {}", config_file_));
-    }
-    for (const char* label : {"A", "B"}) {
-      const std::string instance = fmt::format("demo-{}", label[0] == 'A' ? 'a' : 'b');
-      std::vector<std::string> argv = {"/proc/self/exe", "serve",    "--config",    config_file_, "--redis",
-                                       config_.redis,    "--listen", "127.0.0.1:0", "--instance", instance};
-      auto child = std::make_unique<bench::Child>(std::move(argv));
-      const auto url = listening_url(*child);
-      if (!url) {
-        throw std::runtime_error(
-            fmt::format("gateway {} (fairgate serve, pid {}) did not start listening within {}s", label,
-                        child->pid(), kStartTimeout.count()));
-      }
-      children_.push_back(std::move(child));
-      gateways_.push_back(Gateway{label, *url, endpoint_of(*url), 0});
-    }
-  }
-
-  /// Deletes this run's keys (its own key prefix) once the gateways are gone:
-  /// some of them (the ticket sequence) have no TTL. Best effort, bounded.
-  /// They all carry the limiter's hash tag: on a Cluster they are on the
-  /// master that owns its slot, where the SCAN runs.
-  void remove_redis_keys() const {
-    if (key_prefix_.empty()) return;
-    try {
-      bench::Admin admin(config_.redis, route_key(key_prefix_));
-      std::string cursor = "0";
-      for (int round = 0; round < 1000; ++round) {
-        const redis::Reply r = admin.call({"SCAN", cursor, "MATCH", key_prefix_ + ":*", "COUNT", "1000"});
-        if (r.type != redis::Reply::Type::array || r.elements.size() != 2) break;
-        cursor = r.elements[0].str;
-        std::vector<std::string> del = {"DEL"};
-        for (const auto& k : r.elements[1].elements) {
-          // DEL of several keys must stay in one slot on a Cluster.
-          if (k.str.find("{" + std::string(kLimiterName) + "}") != std::string::npos) del.push_back(k.str);
-        }
-        if (del.size() > 1) admin.call(del);
-        if (cursor == "0") break;
-      }
-    } catch (const std::exception&) {
-      // Best effort: the keys of a limiter nobody heartbeats expire anyway.
-    }
-  }
-
-  static std::string route_key(const std::string& prefix) {
-    return prefix + ":{" + std::string(kLimiterName) + "}:cfg";
-  }
-
-  /// Fails fast, in one line, when Redis does not answer at all (or the
-  /// TLS settings are wrong).
-  void check_redis() const { bench::Admin admin(config_.redis, route_key("fairgate-demo")); }
-
-  /// Reads the child's "fairgate serve: listening on http://HOST:PORT (...)" line.
-  static std::optional<std::string> listening_url(bench::Child& child) {
-    const auto deadline = Clock::now() + kStartTimeout;
-    constexpr std::string_view kMarker = "listening on ";
-    while (Clock::now() < deadline) {
-      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-      auto line = child.next_line(std::max(left, milliseconds(1)));
-      if (!line) {
-        if (child.drained()) return std::nullopt;  // it exited (its error is on stderr)
-        continue;
-      }
-      const auto at = line->find(kMarker);
-      if (at == std::string::npos) continue;
-      std::string url = line->substr(at + kMarker.size());
-      url = url.substr(0, url.find(' '));
-      return url;
-    }
-    return std::nullopt;
-  }
-
-  static tcp::endpoint endpoint_of(const std::string& url) {
-    serve::RouteConfig parsed;
-    serve::parse_upstream(url, "listen", parsed);
-    boost::system::error_code ec;
-    const auto address = asio::ip::make_address(parsed.upstream_host, ec);
-    if (ec) throw std::runtime_error(fmt::format("gateway address {}: {}", url, ec.message()));
-    return {address, parsed.upstream_port};
-  }
-
-  void stop_gateway_processes() {
-    for (auto& child : children_) child->kill(SIGTERM);
-    for (auto& child : children_) {
-      if (!child->wait(kStopTimeout)) {
-        child->kill(SIGKILL);
-        child->wait(std::chrono::seconds(1));
-      }
-    }
-    if (!children_.empty()) remove_redis_keys();
-    children_.clear();
-  }
-
   // --- time: the limiter works in real time, the story is shown at --speed scale
 
   double story_seconds(Clock::duration real) const {
@@ -525,8 +299,8 @@ class Demo {
     u.phase = Phase::waiting;
     u.arrived_at = Clock::now();
     u.arrival_rank = ++arrivals_;
-    u.gateway = (u.arrival_rank - 1) % gateways_.size();
-    ++gateways_[u.gateway].users;
+    u.gateway = (u.arrival_rank - 1) % stage_->gateways().size();
+    ++stage_->gateways()[u.gateway].users;
     arrival_order_.push_back(&u);
     asio::co_spawn(io_, ask(u), asio::detached);
   }
@@ -554,7 +328,7 @@ class Demo {
   // --- one user: an HTTP client reading its SSE stream
 
   asio::awaitable<void> ask(User& u) {
-    const Gateway& gw = gateways_[u.gateway];
+    const Gateway& gw = stage_->gateways()[u.gateway];
     u.stream.emplace(io_);
     beast::tcp_stream& stream = *u.stream;
     const tcp::endpoint endpoint = gw.endpoint;
@@ -709,7 +483,8 @@ class Demo {
     }
     if (first) {
       line(u, fmt::format("arrives {} via gateway {}, {} at position {} of {}  ({})", ordinal(u.arrival_rank),
-                          gateways_[u.gateway].label, style_.yellow("queued"), position, queued, estimate));
+                          stage_->gateways()[u.gateway].label, style_.yellow("queued"), position, queued,
+                          estimate));
     } else {
       line(u, fmt::format("now at position {} of {}  ({})", position, queued, estimate));
     }
@@ -724,9 +499,9 @@ class Demo {
     if (config_.quiet) return;
     const std::string seats = style_.dim(fmt::format("[seats {}/{}]", in_use_, config_.seats));
     if (u.told_position == 0) {
-      line(u,
-           fmt::format("arrives {} via gateway {}, {} (waited {} ms)  {}", ordinal(u.arrival_rank),
-                       gateways_[u.gateway].label, style_.green("gets a seat"), story_ms(u.waited()), seats));
+      line(u, fmt::format("arrives {} via gateway {}, {} (waited {} ms)  {}", ordinal(u.arrival_rank),
+                          stage_->gateways()[u.gateway].label, style_.green("gets a seat"),
+                          story_ms(u.waited()), seats));
     } else {
       line(u, fmt::format("{} after waiting {}  {}", style_.green("gets a seat"),
                           seconds_text(story_seconds(u.waited())), seats));
@@ -819,7 +594,7 @@ class Demo {
     // out, so the limiter may need a moment to show the last seat free.
     asio::steady_timer pause(io_);
     for (int attempt = 0; attempt < 100 && !stopping_; ++attempt) {
-      auto snapshot = co_await get_limiter(gateways_.front());
+      auto snapshot = co_await get_limiter(stage_->gateways().front());
       if (snapshot) {
         final_in_use_ = int_field(*snapshot, "in_use");
         final_queued_ = int_field(*snapshot, "queued");
@@ -829,7 +604,7 @@ class Demo {
       auto [ec] = co_await pause.async_wait(kTuple);
       if (ec) break;
     }
-    model_stats_ = mock_->stats();
+    model_stats_ = stage_->model_stats();
     tear_down();
   }
 
@@ -865,27 +640,14 @@ class Demo {
     watchdog_.cancel();
     signals_.cancel();
     // Bound the whole tear-down: whatever is still open then is abandoned.
-    stop_timer_.expires_after(kStopTimeout);
+    stop_timer_.expires_after(demo::Stage::kStopTimeout);
     stop_timer_.async_wait([this](boost::system::error_code ec) {
       if (!ec) io_.stop();
     });
-    if (servers_.empty()) {
-      servers_stopped();
-      return;
-    }
-    servers_pending_ = servers_.size();
-    for (auto& s : servers_) {
-      s->stop([this] {
-        if (--servers_pending_ == 0) servers_stopped();
-      });
-    }
-  }
-
-  void servers_stopped() {
-    mock_->stop();
-    if (backend_) backend_->shutdown();
-    stop_timer_.cancel();
-    torn_down_ = true;
+    stage_->stop([this] {
+      stop_timer_.cancel();
+      torn_down_ = true;
+    });
   }
 
   // --- the bound on the whole run, and stopping early
@@ -913,7 +675,7 @@ class Demo {
     for (auto& u : users_) {
       if (u->stream) u->stream->cancel();
     }
-    model_stats_ = mock_->stats();
+    model_stats_ = stage_->model_stats();
     tear_down();
   }
 
@@ -934,20 +696,20 @@ class Demo {
     std::string out = fmt::format("{} \u2014 {} users, {} seats, max wait {}  ({}, seed {})\n",
                                   style_.bold("fairgate demo"), c.users, c.seats, format_duration(c.max_wait),
                                   where, c.seed);
-    out += fmt::format("A mock model ({}) streams answers and refuses more than {} at once.\n", model_url_,
-                       c.seats);
+    out += fmt::format("A mock model ({}) streams answers and refuses more than {} at once.\n",
+                       stage_->model_url(), c.seats);
     if (c.redis.empty()) {
       out += fmt::format(
           "In front of it, two gateways in this process, A ({}) and B ({}),\n"
           "share one limiter \"{}\" of {} seats; users ask A and B in turn.\n",
-          gateways_[0].url, gateways_[1].url, kLimiterName, c.seats);
+          stage_->gateways()[0].url, stage_->gateways()[1].url, kLimiterName, c.seats);
     } else {
       out += fmt::format(
           "In front of it, two `fairgate serve` processes, A ({}, pid {})\n"
           "and B ({}, pid {}), share one limiter \"{}\" of {} seats through Redis;\n"
           "users ask A and B in turn.\n",
-          gateways_[0].url, children_[0]->pid(), gateways_[1].url, children_[1]->pid(), kLimiterName,
-          c.seats);
+          stage_->gateways()[0].url, stage_->gateway_pids().at(0), stage_->gateways()[1].url,
+          stage_->gateway_pids().at(1), kLimiterName, c.seats);
     }
     out += fmt::format(
         "Each user asks a question at about the same moment; each answer streams {}-{} tokens\n"
@@ -981,90 +743,28 @@ class Demo {
   /// Prints the summary, checks the invariants, returns the exit code.
   int summarize() {
     const std::size_t n = users_.size();
-    std::size_t granted = 0, busy = 0, other = 0;
+    std::vector<const demo::Seen*> users, by_arrival(arrival_order_.begin(), arrival_order_.end());
     std::vector<double> granted_waits, busy_waits;
     for (const auto& u : users_) {
-      if (u->ends != 1) {
-        violations_.push_back(fmt::format("{} ended {} times (must be exactly once)", u->name, u->ends));
-      }
-      if (u->phase == Phase::done) {
-        ++granted;
-        granted_waits.push_back(story_seconds(u->waited()));
-        if (u->streamed != u->tokens) {
-          violations_.push_back(fmt::format("{} got {} of its {} tokens", u->name, u->streamed, u->tokens));
-        }
-        // The limiter's grant time when the gateway said it (a slow model or a
-        // slow machine delays the first token, not the grant), else the client's.
-        const auto seat_wait = u->admitted_after ? Clock::duration(*u->admitted_after) : u->waited();
-        if (seat_wait > real_max_wait_ + kSeatSlack) {
-          violations_.push_back(fmt::format(
-              "{} got a seat after {} ms (real time), past the max wait of {} ms", u->name,
-              std::chrono::duration_cast<milliseconds>(seat_wait).count(), real_max_wait_.count()));
-        }
-      } else if (u->phase == Phase::busy) {
-        ++busy;
-        busy_waits.push_back(story_seconds(u->waited()));
-        if (u->waited() < real_max_wait_) {
-          violations_.push_back(fmt::format("{} was told busy after {} ms, before the max wait", u->name,
-                                            std::chrono::duration_cast<milliseconds>(u->waited()).count()));
-        }
-      } else if (u->phase == Phase::other) {
-        ++other;
-        violations_.push_back(fmt::format("{}: {}", u->name, u->message));
-      }
+      users.push_back(u.get());
+      if (u->phase == Phase::done) granted_waits.push_back(story_seconds(u->waited()));
+      if (u->phase == Phase::busy) busy_waits.push_back(story_seconds(u->waited()));
     }
-
-    // F2: a user gets a seat only after everyone who asked before has ended
-    // its wait (got a seat, or was told busy). A seat is seen at the
-    // "admitted" event when the user queued (the gateway sends it at the
-    // grant), else at the first chunk; two grants a moment apart may still be
-    // read in either order, hence kOrderSlack.
-    std::optional<std::string> fifo_problem;
-    const User* latest = nullptr;  // among earlier arrivals, the one whose wait ended last
-    const auto wait_end = [](const User* u) {
-      return u->phase == Phase::done ? u->seat_seen_at() : u->ended_at;
-    };
-    for (const User* u : arrival_order_) {
-      if (latest != nullptr && u->phase == Phase::done &&
-          wait_end(latest) > u->seat_seen_at() + kOrderSlack && !fifo_problem) {
-        fifo_problem = fmt::format("{} (asked {}) got a seat while {} (asked {}) was still waiting", u->name,
-                                   ordinal(u->arrival_rank), latest->name, ordinal(latest->arrival_rank));
-      }
-      if (ended(u->phase) && (latest == nullptr || wait_end(u) > wait_end(latest))) latest = u;
-    }
-    if (fifo_problem) violations_.push_back("FIFO: " + *fifo_problem);
-
-    // F1, counted where it is exact: at the model. The model runs on this
-    // thread, behind the gateways: an answer is in flight there from its
-    // request to its last byte, inside the time its seat is held (the gateway
-    // asks the model after the grant and releases after relaying the last
-    // byte), so more than --seats in flight there means more than --seats
-    // seats granted, and the model's own ceiling also answers 429. The
-    // clients cannot count it themselves: they read every stream on this one
-    // thread, so one user's [DONE] can be read after the next user's first
-    // chunk although it was written before the seat was given back (that
-    // count, with a 20 ms tolerance, failed on a loaded machine with the cap held).
     const auto& m = model_stats_;
-    if (m.peak_in_flight > config_.seats) {
-      violations_.push_back(
-          fmt::format("the model had {} answers in flight with {} seats", m.peak_in_flight, config_.seats));
-    }
-    if (m.rejected_429 > 0) {
-      violations_.push_back(fmt::format(
-          "the model refused {} requests (429): the gateway let too many through", m.rejected_429));
-    }
-    if (m.completed != granted) {
-      violations_.push_back(
-          fmt::format("the model completed {} answers, the users received {}", m.completed, granted));
-    }
-    const bool limiter_empty = final_in_use_ == 0 && final_queued_ == 0;
-    if (!limiter_empty) {
-      violations_.push_back(final_in_use_
-                                ? fmt::format("at the end the limiter still had {} in use and {} queued",
-                                              *final_in_use_, final_queued_.value_or(-1))
-                                : std::string("could not read the limiter's state at the end"));
-    }
-    if (arrivals_ != n) violations_.push_back(fmt::format("only {} of {} users asked", arrivals_, n));
+    demo::Facts facts;
+    facts.real_max_wait = real_max_wait_;
+    facts.seats = config_.seats;
+    facts.arrivals = arrivals_;
+    facts.model_peak_in_flight = m.peak_in_flight;
+    facts.model_rejected_429 = m.rejected_429;
+    facts.model_completed = m.completed;
+    facts.final_in_use = final_in_use_;
+    facts.final_queued = final_queued_;
+    const demo::Verdict verdict = demo::check(users, by_arrival, facts);
+    violations_.insert(violations_.end(), verdict.violations.begin(), verdict.violations.end());
+    const std::size_t granted = verdict.granted, busy = verdict.busy, other = verdict.other;
+    const auto& fifo_problem = verdict.fifo_problem;
+    const bool limiter_empty = verdict.limiter_empty;
 
     std::string out = "\n";
     out += style_.bold("Summary");
@@ -1085,7 +785,7 @@ class Demo {
           default: break;
         }
         out += fmt::format("  {:>5}  {:<8}  {:>3}  {}   {:>6}   {:>6}   {}\n", ordinal(u->arrival_rank),
-                           u->name, gateways_[u->gateway].label, outcome,
+                           u->name, stage_->gateways()[u->gateway].label, outcome,
                            seconds_text(story_seconds(u->waited())), tokens, held);
       }
       out += "\n";
@@ -1104,17 +804,16 @@ class Demo {
     if (finished_at_ != Clock::time_point{}) {
       out += fmt::format("  total time:        {}\n", seconds_text(story_seconds(finished_at_ - start_)));
     }
-    out += fmt::format("  gateways:          A {} asked by {}, B {} asked by {}\n", gateways_[0].url,
-                       gateways_[0].users, gateways_[1].url, gateways_[1].users);
+    out += fmt::format("  gateways:          A {} asked by {}, B {} asked by {}\n", stage_->gateways()[0].url,
+                       stage_->gateways()[0].users, stage_->gateways()[1].url, stage_->gateways()[1].users);
     out += fmt::format("  arrival order:     {}\n", names(arrival_order_));
     out += fmt::format("  service order:     {}\n", names(seat_order_));
     out += fmt::format("  FIFO held:         {} \u2014 {}\n", yes_no(!fifo_problem),
                        fifo_problem ? *fifo_problem : "every seat went to the user waiting longest");
-    const bool under_cap = m.peak_in_flight <= config_.seats;
     out += fmt::format(
         "  max concurrent:    {} of {} seats (answers in flight at the model, {} refused) \u2014 {}\n",
         m.peak_in_flight, config_.seats, m.rejected_429,
-        under_cap && m.rejected_429 == 0 ? "never above the cap" : style_.red("ABOVE THE CAP"));
+        verdict.under_cap ? "never above the cap" : style_.red("ABOVE THE CAP"));
     out += fmt::format("  waited for a seat: {}\n", range(granted_waits));
     if (!busy_waits.empty()) out += fmt::format("  told busy after:   {}\n", range(busy_waits));
     out += fmt::format("  ended once each:   {}\n",
@@ -1159,15 +858,7 @@ class Demo {
   milliseconds real_max_wait_{0};
   Clock::time_point start_{};
 
-  // The set-up: the model, and the gateways in this process or in two children.
-  std::unique_ptr<mockllm::Server> mock_;
-  std::string model_url_;
-  std::shared_ptr<Backend> backend_;
-  std::vector<std::unique_ptr<serve::Server>> servers_;
-  std::vector<std::unique_ptr<bench::Child>> children_;
-  std::string config_file_;
-  std::string key_prefix_;  ///< --redis: this run's keys
-  std::vector<Gateway> gateways_;
+  std::unique_ptr<demo::Stage> stage_;  ///< the model and the two gateways
 
   std::vector<std::unique_ptr<User>> users_;
   std::vector<User*> planned_;              ///< planned arrival order
@@ -1189,7 +880,6 @@ class Demo {
   asio::steady_timer stop_timer_;
   double watchdog_story_s_ = 0;
   asio::signal_set signals_;
-  std::size_t servers_pending_ = 0;
   int interrupted_ = 0;
   bool stopping_ = false;
   bool tearing_down_ = false;
