@@ -119,9 +119,18 @@ export interface LimiterStatus {
   [key: string]: unknown;
 }
 
+/** One page of the holders and of the queue of every instance (`offset`/`limit`), with the totals. */
 export interface LimiterDetail extends LimiterStatus {
-  holders: { permit: string; tenant: string; held_ms: number }[];
-  queue: { ticket: string; tenant: string; position: number; waited_ms: number }[];
+  /** Oldest grant first; `instance` is '' on the memory backend. */
+  holders: { permit: string; tenant: string; held_ms: number; instance: string }[];
+  /** In queue order. */
+  queue: { ticket: string; tenant: string; position: number; waited_ms: number; instance: string }[];
+  offset: number;
+  limit: number;
+  holders_total: number;
+  queue_total: number;
+  /** Redis only: the instances alive. */
+  instances?: string[];
 }
 
 export interface Health {

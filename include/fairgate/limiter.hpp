@@ -106,19 +106,24 @@ class AcquireResult {
   Permit permit_;
 };
 
-/// A request that is waiting, as seen by snapshot().
+/// A request that is waiting, as seen by snapshot() and async_status().
 struct WaiterInfo {
   std::string ticket;
   std::string tenant;
   std::size_t position = 0;
   std::chrono::milliseconds waited{0};
+  /// The instance that queued it (Redis backend: the instance id, the part of
+  /// the ticket before '|'); "" on the memory backend.
+  std::string instance;
 };
 
-/// A request that holds a permit, as seen by snapshot().
+/// A request that holds a permit, as seen by snapshot() and async_status().
 struct HolderInfo {
   std::string permit;
   std::string tenant;
   std::chrono::milliseconds held{0};
+  /// The instance that holds it (Redis backend); "" on the memory backend.
+  std::string instance;
 };
 
 /// Counters since the limiter was created (this instance).
@@ -210,6 +215,36 @@ struct Snapshot {
   ShadowStatus shadow;
 };
 
+/// Holders and waiters listed per Limiter::async_status call, by default and at most.
+inline constexpr std::size_t kDefaultStatusLimit = 100;
+inline constexpr std::size_t kMaxStatusLimit = 1000;
+
+/// Which page of the holders and of the waiters Limiter::async_status lists
+/// (the same offset and limit apply to each list).
+struct StatusQuery {
+  std::size_t offset = 0;                   ///< entries of each list to skip
+  std::size_t limit = kDefaultStatusLimit;  ///< at most this many of each list (capped at kMaxStatusLimit)
+};
+
+/// How Limiter::async_status ended: the status of the whole limiter (on Redis,
+/// every instance's holders and waiters, read from Redis in one call).
+struct StatusResult {
+  /// Empty: `snapshot` holds the status. Errc::unavailable: Redis did not answer
+  /// (unreachable, the limiter is degraded, or its state is gone: `message`
+  /// says which); Errc::shut_down.
+  boost::system::error_code error;
+  std::string message;
+  /// in_use and queued: the totals (cluster-wide on Redis, as of this call);
+  /// holders (oldest grant first) and waiters (queue order): the page asked
+  /// for, each entry with its instance. The other fields as snapshot() gives them.
+  Snapshot snapshot;
+  std::size_t offset = 0;  ///< the page's offset
+  std::size_t limit = 0;   ///< the page's limit (after capping)
+  /// Redis: the instances whose liveness runs (registered), sorted; memory: empty.
+  std::vector<std::string> instances;
+  explicit operator bool() const noexcept { return !error; }
+};
+
 /// How Limiter::async_configure ended.
 struct ConfigureResult {
   /// Empty: applied (cluster-wide on Redis). Errc::invalid_settings: nothing
@@ -278,6 +313,23 @@ class Limiter {
 
   /// In use, queue with positions, holders, counters.
   Snapshot snapshot() const;
+  /// The status of the whole limiter, paged (GET /v1/limiters/{name}): the
+  /// totals and one page of the holders and of the waiters. On Redis, those of
+  /// every instance, with their instance, tenant and age, read in one script
+  /// call (snapshot() lists only this instance's, with counts of the last
+  /// heartbeat). Token signature void(StatusResult); the handler runs on its
+  /// associated executor, never inside this call.
+  template <typename Token>
+  auto async_status(StatusQuery query, Token&& token) {
+    return boost::asio::async_initiate<Token, void(StatusResult)>(
+        [impl = checked_impl()](auto handler, StatusQuery q) {
+          detail::start_status(
+              *impl, q,
+              detail::make_completion<StatusResult>(std::move(handler), detail::executor_of(*impl)));
+        },
+        token, query);
+  }
+
   /// Current settings.
   Settings settings() const;
   /// Hot config (F9): applies `update`; raising max_concurrent admits waiters

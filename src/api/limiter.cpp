@@ -5,6 +5,7 @@
 #include <fairgate/detail/limiter_impl.hpp>
 #include <fairgate/limiter.hpp>
 
+#include <algorithm>
 #include <cassert>
 #include <stdexcept>
 
@@ -85,6 +86,28 @@ void LimiterImpl::start_configure(const SettingsUpdate& update,
     r.settings = settings();
   }
   completion->complete(std::move(r));
+}
+
+void LimiterImpl::start_status(const StatusQuery& query, std::unique_ptr<StatusCompletion> completion) {
+  StatusResult r;
+  r.snapshot = snapshot();
+  r.snapshot.shadow = shadow_run().status();
+  r.offset = query.offset;
+  r.limit = query.limit;
+  const auto page = [&](auto& list) {
+    const std::size_t from = std::min(query.offset, list.size());
+    const std::size_t to = from + std::min(query.limit, list.size() - from);
+    list.erase(list.begin() + static_cast<std::ptrdiff_t>(to), list.end());
+    list.erase(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(from));
+  };
+  page(r.snapshot.holders);
+  page(r.snapshot.waiters);
+  completion->complete(std::move(r));
+}
+
+void start_status(LimiterImpl& impl, StatusQuery query, std::unique_ptr<StatusCompletion> completion) {
+  query.limit = std::min(query.limit, kMaxStatusLimit);
+  impl.start_status(query, std::move(completion));
 }
 
 void start_configure(LimiterImpl& impl, const SettingsUpdate& update,

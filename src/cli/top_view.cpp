@@ -131,6 +131,8 @@ std::optional<Detail> parse_detail(std::string_view text, std::string& error) {
     d.queue.push_back({id_field(w, "ticket"), string_field(w, "tenant"), int_field(w, "position").value_or(0),
                        int_field(w, "waited_ms").value_or(0)});
   }
+  d.holders_total = int_field(*o, "holders_total").value_or(static_cast<std::int64_t>(d.holders.size()));
+  d.queue_total = int_field(*o, "queue_total").value_or(static_cast<std::int64_t>(d.queue.size()));
   std::sort(d.holders.begin(), d.holders.end(),
             [](const Holder& a, const Holder& b) { return a.held_ms > b.held_ms; });
   std::sort(d.queue.begin(), d.queue.end(),
@@ -254,9 +256,11 @@ std::vector<std::string> render(const Screen& sc, std::size_t width, std::size_t
 
   const Detail& d = *sc.detail;
   add("");
-  std::string summary = fmt::format("{}: {} holding", d.name, d.holders.size());
+  // Totals: the lists are the first page (every instance's on Redis).
+  std::string summary =
+      fmt::format("{}: {} holding", d.name, std::max<std::int64_t>(d.holders_total, std::ssize(d.holders)));
   if (!d.holders.empty()) summary += ", longest " + duration_text(d.holders.front().held_ms);
-  summary += fmt::format("; {} waiting", d.queue.size());
+  summary += fmt::format("; {} waiting", std::max<std::int64_t>(d.queue_total, std::ssize(d.queue)));
   if (!d.queue.empty()) {
     const auto oldest =
         std::max_element(d.queue.begin(), d.queue.end(),
@@ -285,13 +289,17 @@ std::vector<std::string> render(const Screen& sc, std::size_t width, std::size_t
         "  " + fmt::format("{:>5} ", "POS") + cell("WAITER", qid_w) + cell("TENANT", rw - 14 - qid_w) +
         fmt::format("{:>8}", "WAITED"));
     const std::size_t n = std::max(d.holders.size(), d.queue.size());
+    const auto more = [](std::int64_t total, std::size_t listed, std::size_t i) {
+      return fmt::format("... {} more", std::max<std::int64_t>(total, static_cast<std::int64_t>(listed)) -
+                                            static_cast<std::int64_t>(i));
+    };
     for (std::size_t i = 0; i < n; ++i) {
       const bool last_row = i + 1 == left && i + 1 < n;
       std::string l, r;
       if (i < d.holders.size())
-        l = last_row ? fmt::format("... {} more", d.holders.size() - i) : holder_line(d.holders[i], lw - 2);
+        l = last_row ? more(d.holders_total, d.holders.size(), i) : holder_line(d.holders[i], lw - 2);
       if (i < d.queue.size())
-        r = last_row ? fmt::format("... {} more", d.queue.size() - i) : waiter_line(d.queue[i], rw);
+        r = last_row ? more(d.queue_total, d.queue.size(), i) : waiter_line(d.queue[i], rw);
       add("  " + cell(l, lw - 2) + "  " + r);
       if (last_row) break;
     }
@@ -299,19 +307,23 @@ std::vector<std::string> render(const Screen& sc, std::size_t width, std::size_t
   }
   // Narrow: the holders, then the queue.
   const std::size_t w = width - 2;
-  const auto list = [&](auto& items, auto& line, std::size_t budget) {
+  const auto list = [&](auto& items, std::int64_t total, auto& line, std::size_t budget) {
+    const std::int64_t all = std::max<std::int64_t>(total, static_cast<std::int64_t>(items.size()));
     for (std::size_t i = 0; i < items.size(); ++i) {
       if (i + 1 == budget && i + 1 < items.size()) {
-        add(fmt::format("  ... {} more", items.size() - i));
+        add(fmt::format("  ... {} more", all - static_cast<std::int64_t>(i)));
         return;
       }
       add("  " + line(items[i], w));
     }
+    if (all > static_cast<std::int64_t>(items.size()))
+      add(fmt::format("  ... {} more", all - static_cast<std::int64_t>(items.size())));
   };
   add("  HOLDERS");
-  list(d.holders, holder_line, std::max<std::size_t>(1, left / 2));
+  list(d.holders, d.holders_total, holder_line, std::max<std::size_t>(1, left / 2));
   add("  QUEUE");
-  list(d.queue, waiter_line, std::max<std::size_t>(1, height > out.size() ? height - out.size() : 1));
+  list(d.queue, d.queue_total, waiter_line,
+       std::max<std::size_t>(1, height > out.size() ? height - out.size() : 1));
   return out;
 }
 

@@ -63,8 +63,10 @@ struct Waiter {
 /// One limiter's holders and queue (GET /v1/limiters/{name}).
 struct Detail {
   std::string name;
-  std::vector<Holder> holders;
+  std::vector<Holder> holders;  ///< the page the server listed (every instance's on Redis)
   std::vector<Waiter> queue;
+  std::int64_t holders_total = 0;  ///< all holders (holders_total; the list size from older servers)
+  std::int64_t queue_total = 0;    ///< all waiters (queue_total)
 };
 
 /// Parses `{"limiters":[…]}`. On failure returns nullopt and sets `error`

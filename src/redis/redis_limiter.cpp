@@ -1,6 +1,7 @@
 #include "redis/redis_limiter.hpp"
 
 #include "api/outcome.hpp"
+#include "api/shadow.hpp"
 
 #include <boost/asio/post.hpp>
 
@@ -1321,7 +1322,7 @@ Snapshot RedisLimiter::snapshot() const {
   if (s.engine.degraded) s.engine.degraded_time += since(degraded_since_, t);
   std::vector<std::pair<Clock::time_point, HolderInfo>> holders;
   for (const auto& [n, h] : holders_)
-    holders.emplace_back(h.granted, HolderInfo{permit_id(n), h.tenant, since(h.granted, t)});
+    holders.emplace_back(h.granted, HolderInfo{permit_id(n), h.tenant, since(h.granted, t), instance_});
   std::stable_sort(holders.begin(), holders.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [when, h] : holders) s.holders.push_back(std::move(h));
@@ -1336,7 +1337,7 @@ Snapshot RedisLimiter::snapshot() const {
       position = local_->position(n).value_or(0);
       key = {1, static_cast<std::int64_t>(position)};
     }
-    waiters.emplace_back(key, WaiterInfo{permit_id(n), r->tenant, position, since(r->arrived, t)});
+    waiters.emplace_back(key, WaiterInfo{permit_id(n), r->tenant, position, since(r->arrived, t), instance_});
   }
   std::sort(waiters.begin(), waiters.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [key, w] : waiters) s.waiters.push_back(std::move(w));
@@ -1346,6 +1347,112 @@ Snapshot RedisLimiter::snapshot() const {
     s.estimated_wait = estimate_locked(s.queued + 1, t);
   }
   return s;
+}
+
+namespace {
+/// The instance of a permit id or waiter member "inst|n...".
+std::string instance_of(std::string_view id) { return std::string(id.substr(0, id.find('|'))); }
+
+/// A queue member "inst|n|deadline" or "inst|n|deadline|weight|tenant" → (ticket "inst|n", tenant).
+std::pair<std::string, std::string> split_member(std::string_view member) {
+  const auto first = member.find('|');
+  const auto second = first == std::string_view::npos ? first : member.find('|', first + 1);
+  if (second == std::string_view::npos) return {std::string(member), ""};
+  std::string ticket(member.substr(0, second));
+  const auto third = member.find('|', second + 1);
+  const auto fourth = third == std::string_view::npos ? third : member.find('|', third + 1);
+  if (fourth == std::string_view::npos) return {std::move(ticket), ""};
+  return {std::move(ticket), std::string(member.substr(fourth + 1))};
+}
+
+milliseconds age(std::int64_t now_ms, std::int64_t since_ms) {
+  return since_ms < 0 ? milliseconds(0) : milliseconds(std::max<std::int64_t>(0, now_ms - since_ms));
+}
+}  // namespace
+
+void RedisLimiter::start_status(const StatusQuery& query,
+                                std::unique_ptr<detail::StatusCompletion> completion) {
+  const auto fail = [&completion](Errc code, std::string message) {
+    StatusResult r;
+    r.error = make_error_code(code);
+    r.message = std::move(message);
+    completion->complete(std::move(r));
+  };
+  {
+    std::lock_guard lock(mu_);
+    if (link_ == Link::degraded || link_ == Link::recovering) {
+      return fail(Errc::unavailable,
+                  fmt::format("Redis is unreachable: this instance runs the limiter on its on_redis_down "
+                              "policy ({}); the cluster-wide status needs Redis",
+                              to_string(settings_.on_redis_down)));
+    }
+  }
+  auto box = std::make_shared<std::unique_ptr<detail::StatusCompletion>>(std::move(completion));
+  call(scripts::kSnapshot, {std::to_string(query.offset), std::to_string(query.limit)},
+       [self = std::weak_ptr<LimiterImpl>(weak_from_this()), box, query](boost::system::error_code ec,
+                                                                         Reply reply) {
+         StatusResult r;
+         r.offset = query.offset;
+         r.limit = query.limit;
+         auto s = self.lock();
+         if (!s) {
+           r.error = make_error_code(Errc::shut_down);
+           r.message = "the limiter is gone";
+           return (*box)->complete(std::move(r));
+         }
+         auto& me = static_cast<RedisLimiter&>(*s);
+         const bool ok =
+             !ec && !reply.is_error() && is_array(reply, 1) && reply.elements[0].str == "ok" &&
+             is_array(reply, 7) && reply.elements[4].type == Reply::Type::array &&
+             reply.elements[5].type == Reply::Type::array && reply.elements[6].type == Reply::Type::array &&
+             reply.elements[4].elements.size() % 3 == 0 && reply.elements[5].elements.size() % 3 == 0;
+         if (!ok) {
+           r.error = make_error_code(Errc::unavailable);
+           if (!ec && is_array(reply, 1) && reply.elements[0].str == "lost") {
+             r.message =
+                 "the limiter's state in Redis is gone (expired, flushed or lost in a failover): the "
+                 "instances re-create and restore it at their next heartbeat";
+             me.heartbeat();
+           } else {
+             me.context_->count_failure(ec);
+             r.message = "Redis did not answer the status call: " + why(ec, reply);
+           }
+           return (*box)->complete(std::move(r));
+         }
+         const auto& e = reply.elements;
+         const std::int64_t now = integer_of(e[1]);
+         r.snapshot = me.snapshot();
+         r.snapshot.shadow = me.shadow_run().status();
+         r.snapshot.in_use = count_of(e[2]);
+         r.snapshot.queued = count_of(e[3]);
+         r.snapshot.holders.clear();
+         for (std::size_t i = 0; i + 2 < e[4].elements.size(); i += 3) {
+           const std::string& id = e[4].elements[i].str;
+           r.snapshot.holders.push_back(HolderInfo{
+               id, e[4].elements[i + 1].str, age(now, integer_of(e[4].elements[i + 2])), instance_of(id)});
+         }
+         r.snapshot.waiters.clear();
+         for (std::size_t i = 0; i + 2 < e[5].elements.size(); i += 3) {
+           auto [ticket, tenant] = split_member(e[5].elements[i].str);
+           std::string inst = instance_of(ticket);
+           r.snapshot.waiters.push_back(
+               WaiterInfo{std::move(ticket), std::move(tenant), count_of(e[5].elements[i + 2]),
+                          age(now, integer_of(e[5].elements[i + 1])), std::move(inst)});
+         }
+         for (const auto& id : e[6].elements) r.instances.push_back(id.str);
+         std::sort(r.instances.begin(), r.instances.end());
+         {
+           // The wait estimate of a new arrival, with the counts of this call.
+           std::lock_guard lock(me.mu_);
+           const Snapshot& sn = r.snapshot;
+           if (sn.queued == 0 && sn.in_use < sn.settings.max_concurrent) {
+             r.snapshot.estimated_wait = milliseconds(0);
+           } else if (!me.local_) {
+             r.snapshot.estimated_wait = me.estimate_locked(sn.queued + 1, Clock::now());
+           }
+         }
+         (*box)->complete(std::move(r));
+       });
 }
 
 Settings RedisLimiter::settings() const {

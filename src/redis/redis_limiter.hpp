@@ -93,6 +93,8 @@ class RedisLimiter final : public detail::LimiterImpl {
   boost::system::result<Settings, SettingsError> configure(const SettingsUpdate& update) override;
   void start_configure(const SettingsUpdate& update,
                        std::unique_ptr<detail::ConfigureCompletion> completion) override;
+  /// Every instance's holders and waiters, from Redis (snapshot.lua): one script call.
+  void start_status(const StatusQuery& query, std::unique_ptr<detail::StatusCompletion> completion) override;
 
   /// Subscribes the wake channel, sends the first heartbeat (which creates the
   /// state with this instance's settings if absent) and starts the heartbeats.

@@ -203,6 +203,28 @@ std::optional<AcquireParams> parse_acquire_params(const Target& target, std::str
   return p;
 }
 
+std::optional<StatusQuery> parse_status_query(const Target& target, BadRequest& error) {
+  StatusQuery q;
+  for (const auto& [key, value] : target.query) {
+    if (key != "offset" && key != "limit") {
+      error.message = fmt::format("unknown parameter \"{}\" (use offset, limit)", key.substr(0, 32));
+      return std::nullopt;
+    }
+    const auto v = parse_int(value);
+    if (!v) {
+      error.message = fmt::format("{}: \"{}\" is not a whole number", key, value.substr(0, 32));
+      return std::nullopt;
+    }
+    const std::int64_t max = key == "limit" ? static_cast<std::int64_t>(kMaxStatusLimit) : 1'000'000'000;
+    if (*v < 0 || *v > max) {
+      error.message = fmt::format("{}: {} not in 0..{}", key, *v, max);
+      return std::nullopt;
+    }
+    (key == "limit" ? q.limit : q.offset) = static_cast<std::size_t>(*v);
+  }
+  return q;
+}
+
 std::optional<SettingsUpdate> parse_settings_update(std::string_view body, BadRequest& error) {
   if (body.empty()) {
     error.message =

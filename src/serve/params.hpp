@@ -2,6 +2,7 @@
 // JSON bodies (S7). Pure functions, no I/O: every rule is unit-testable.
 #pragma once
 
+#include <fairgate/limiter.hpp>
 #include <fairgate/rate_rule.hpp>
 #include <fairgate/settings.hpp>
 
@@ -43,6 +44,11 @@ struct AcquireParams {
 /// parameters, wrong types and out-of-range numbers are errors.
 std::optional<AcquireParams> parse_acquire_params(const Target& target, std::string_view body,
                                                   std::chrono::milliseconds max_lease, BadRequest& error);
+
+/// Reads the page of GET /v1/limiters/{name}: `offset` (default 0) and `limit`
+/// (default kDefaultStatusLimit, 0..kMaxStatusLimit) from the query string.
+/// Unknown parameters and bad numbers are errors.
+std::optional<StatusQuery> parse_status_query(const Target& target, BadRequest& error);
 
 /// Reads the body of PUT /v1/limiters/{name}: a JSON object with any of
 /// max_concurrent, max_wait_ms, max_queue (null = unbounded), enabled.

@@ -629,8 +629,19 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
       if (!limiter)
         co_return co_await send_error(s, req, http::status::not_found, "unknown_limiter",
                                       fmt::format("no limiter named \"{}\"", name));
-      json::object o = limiter_json(limiter->snapshot(), sh.backend->kind(), true);
-      Response res = json_response(http::status::ok, req, o);
+      const auto query = parse_status_query(*target, bad);
+      if (!query)
+        co_return co_await send_error(s, req, http::status::bad_request, "bad_request", bad.message);
+      // Every instance's holders and queue (on Redis: one script call); 503
+      // with the reason when Redis cannot answer.
+      const StatusQuery page = *query;
+      const StatusResult status = co_await limiter->async_status(page, use_awaitable);
+      if (status.error) {
+        Response res = error_response(http::status::service_unavailable, req, "unavailable", status.message);
+        res.set(http::field::retry_after, "1");
+        co_return co_await send(s, std::move(res)) && req.keep_alive();
+      }
+      Response res = json_response(http::status::ok, req, limiter_status_json(status, sh.backend->kind()));
       co_return co_await send(s, std::move(res)) && req.keep_alive();
     }
     case RouteId::acquire:

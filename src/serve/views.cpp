@@ -87,6 +87,7 @@ json::object limiter_json(const Snapshot& s, std::string_view backend, bool deta
       e["permit"] = h.permit;
       e["tenant"] = h.tenant;
       e["held_ms"] = h.held.count();
+      e["instance"] = h.instance;
       holders.push_back(std::move(e));
     }
     json::array queue;
@@ -96,10 +97,25 @@ json::object limiter_json(const Snapshot& s, std::string_view backend, bool deta
       e["tenant"] = w.tenant;
       e["position"] = w.position;
       e["waited_ms"] = w.waited.count();
+      e["instance"] = w.instance;
       queue.push_back(std::move(e));
     }
     o["holders"] = std::move(holders);
     o["queue"] = std::move(queue);
+  }
+  return o;
+}
+
+json::object limiter_status_json(const StatusResult& status, std::string_view backend) {
+  json::object o = limiter_json(status.snapshot, backend, true);
+  o["offset"] = status.offset;
+  o["limit"] = status.limit;
+  o["holders_total"] = status.snapshot.in_use;
+  o["queue_total"] = status.snapshot.queued;
+  if (backend == "redis") {
+    json::array instances;
+    for (const auto& id : status.instances) instances.push_back(json::string(id));
+    o["instances"] = std::move(instances);
   }
   return o;
 }

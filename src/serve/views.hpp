@@ -13,8 +13,13 @@
 namespace fairgate::serve {
 
 /// One entry of GET /v1/limiters; with `detail`, plus `holders` and `queue`
-/// (this instance's holders and waiters — the Redis backend knows only its own).
+/// (as listed in `snapshot`, each entry with its instance).
 boost::json::object limiter_json(const Snapshot& snapshot, std::string_view backend, bool detail);
+
+/// GET /v1/limiters/{name}: limiter_json of the status (every instance's
+/// holders and queue on Redis, one page of each) plus `offset`, `limit`,
+/// `holders_total`, `queue_total` and, on Redis, `instances`.
+boost::json::object limiter_status_json(const StatusResult& status, std::string_view backend);
 
 /// The wire name of a rejection: timeout | queue_full | disabled | unavailable
 /// (shutdown reads as unavailable) | invalid_argument | cancelled.

@@ -819,4 +819,139 @@ TEST(RedisBackendTest, AStallShorterThanTheMaxWaitIsNotARejection) {
   ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 3s));
 }
 
+fairgate::StatusResult status_of(Limiter& lim, std::size_t offset = 0, std::size_t limit = 100) {
+  std::promise<fairgate::StatusResult> done;
+  lim.async_status(fairgate::StatusQuery{offset, limit},
+                   [&](fairgate::StatusResult r) { done.set_value(std::move(r)); });
+  auto f = done.get_future();
+  EXPECT_EQ(f.wait_for(10s), std::future_status::ready);
+  return f.get();
+}
+
+// Issue 15 (cluster-wide status): either instance lists the holders and the
+// queue of both, with instance, tenant and age, the ids each request was
+// given, and counts as of the call (not of the last heartbeat); paged with
+// the totals.
+TEST(RedisBackendTest, StatusListsTheHoldersAndQueueOfEveryInstance) {
+  const std::string name = test_name();
+  auto oa = fast_options();
+  oa.instance_id = "status-a";
+  auto ob = fast_options();
+  ob.instance_id = "status-b";
+  // The counts must not come from a heartbeat: none runs during the test.
+  oa.heartbeat_interval = ob.heartbeat_interval = 5s;
+  oa.liveness_ttl = ob.liveness_ttl = 20s;
+  oa.recovery_fence = ob.recovery_fence = 0ms;  // a new limiter: nothing to wait for
+  Instance a(oa), b(ob);
+  Limiter la = a.open(name, cap(2)), lb = b.open(name, cap(2));
+  ASSERT_TRUE(wait_until([&] { return a.impl(name)->ready() && b.impl(name)->ready(); }, 5s));
+  AcquireOptions ha;
+  ha.tenant = "hold-a";
+  auto pa = acquire(la, ha);
+  ASSERT_TRUE(wait_until([&] { return pa->done(); }, 5s));
+  AcquireOptions hb;
+  hb.tenant = "hold-b";
+  auto pb = acquire(lb, hb);
+  ASSERT_TRUE(wait_until([&] { return pb->done(); }, 5s));
+  ASSERT_EQ(pa->outcome(), Outcome::granted);
+  ASSERT_EQ(pb->outcome(), Outcome::granted);
+  // Waiters: b's first, then a's; the tickets their on_queued gives them.
+  std::mutex mu;
+  std::vector<std::string> tickets(2);
+  std::vector<std::shared_ptr<Probe>> waiters;
+  for (int i = 0; i < 2; ++i) {
+    AcquireOptions o;
+    o.tenant = i == 0 ? "wait-b" : "wait-a";
+    o.max_wait = 20s;
+    o.on_queued = [&mu, &tickets, i](const fairgate::QueueStatus& st) {
+      std::lock_guard lock(mu);
+      tickets[static_cast<std::size_t>(i)] = st.ticket;
+    };
+    waiters.push_back(acquire(i == 0 ? lb : la, std::move(o)));
+    ASSERT_TRUE(wait_until(
+        [&] {
+          std::lock_guard lock(mu);
+          return !tickets[static_cast<std::size_t>(i)].empty();
+        },
+        5s));
+  }
+  std::this_thread::sleep_for(100ms);
+  for (Limiter* lim : {&la, &lb}) {
+    const auto st = status_of(*lim);
+    ASSERT_FALSE(st.error) << st.message;
+    EXPECT_EQ(st.snapshot.in_use, 2u);
+    EXPECT_EQ(st.snapshot.queued, 2u);
+    EXPECT_EQ(st.instances, (std::vector<std::string>{"status-a", "status-b"}));
+    ASSERT_EQ(st.snapshot.holders.size(), 2u);
+    EXPECT_EQ(st.snapshot.holders[0].instance, "status-a") << "oldest grant first";
+    EXPECT_EQ(st.snapshot.holders[0].tenant, "hold-a");
+    EXPECT_EQ(st.snapshot.holders[1].instance, "status-b");
+    EXPECT_EQ(st.snapshot.holders[1].tenant, "hold-b");
+    for (const auto& h : st.snapshot.holders) {
+      EXPECT_GE(h.held, 90ms) << h.permit;
+      EXPECT_LT(h.held, 10s) << h.permit;
+      EXPECT_EQ(h.permit.rfind(h.instance + "|", 0), 0u) << h.permit;
+    }
+    ASSERT_EQ(st.snapshot.waiters.size(), 2u);
+    EXPECT_EQ(st.snapshot.waiters[0].ticket, tickets[0]) << "the id the waiter was given";
+    EXPECT_EQ(st.snapshot.waiters[0].instance, "status-b");
+    EXPECT_EQ(st.snapshot.waiters[0].tenant, "wait-b");
+    EXPECT_EQ(st.snapshot.waiters[0].position, 1u);
+    EXPECT_EQ(st.snapshot.waiters[1].ticket, tickets[1]);
+    EXPECT_EQ(st.snapshot.waiters[1].instance, "status-a");
+    EXPECT_EQ(st.snapshot.waiters[1].tenant, "wait-a");
+    EXPECT_EQ(st.snapshot.waiters[1].position, 2u);
+    for (const auto& w : st.snapshot.waiters) {
+      EXPECT_GE(w.waited, 90ms) << w.ticket;
+      EXPECT_LT(w.waited, 10s) << w.ticket;
+    }
+    // A page: the second waiter only, the totals unchanged.
+    const auto page = status_of(*lim, 1, 1);
+    ASSERT_FALSE(page.error) << page.message;
+    EXPECT_EQ(page.snapshot.queued, 2u);
+    ASSERT_EQ(page.snapshot.waiters.size(), 1u);
+    EXPECT_EQ(page.snapshot.waiters[0].ticket, tickets[1]);
+    EXPECT_EQ(page.snapshot.waiters[0].position, 2u);
+    ASSERT_EQ(page.snapshot.holders.size(), 1u);
+    EXPECT_EQ(page.snapshot.holders[0].instance, "status-b");
+  }
+  // a's holder leaves: b's waiter gets the permit, listed by a at once with
+  // the id it was given (no heartbeat in between: they run every 5 s).
+  pa->release();
+  ASSERT_TRUE(wait_until([&] { return waiters[0]->done(); }, 5s));
+  const auto st = status_of(la);
+  ASSERT_FALSE(st.error) << st.message;
+  EXPECT_EQ(st.snapshot.in_use, 2u);
+  EXPECT_EQ(st.snapshot.queued, 1u);
+  ASSERT_EQ(st.snapshot.holders.size(), 2u);
+  EXPECT_EQ(st.snapshot.holders[1].permit, tickets[0]) << "the waiter's ticket is its permit id";
+  EXPECT_LT(st.snapshot.holders[1].held, st.snapshot.holders[0].held) << "held since its grant";
+  for (auto& w : waiters) w->release();
+  pb->release();
+}
+
+// Without a state (lost, heartbeats stopped so nobody re-creates it) and
+// without Redis, the status says so: Errc::unavailable with the reason.
+TEST(RedisBackendTest, StatusSaysUnavailableWhenTheStateIsGoneOrRedisUnreachable) {
+  const std::string name = test_name();
+  Instance a(fast_options());
+  Limiter lim = a.open(name, cap(1));
+  ASSERT_TRUE(wait_until([&] { return a.impl(name)->ready(); }, 5s));
+  a.impl(name)->stop_heartbeats_for_test();
+  std::this_thread::sleep_for(300ms);  // a heartbeat in flight lands first
+  lose_state(name);
+  const auto lost = status_of(lim);
+  EXPECT_EQ(lost.error, make_error_code(fairgate::Errc::unavailable));
+  EXPECT_NE(lost.message.find("state in Redis is gone"), std::string::npos) << lost.message;
+
+  auto o = fast_options();
+  o.url = "redis://127.0.0.1:1";
+  o.command_timeout = 100ms;
+  Instance down(o);
+  Limiter unreachable = down.open(name + "-down", cap(1));
+  const auto refused = status_of(unreachable);
+  EXPECT_EQ(refused.error, make_error_code(fairgate::Errc::unavailable));
+  EXPECT_FALSE(refused.message.empty());
+}
+
 }  // namespace

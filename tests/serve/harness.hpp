@@ -243,12 +243,12 @@ inline ClientRun run_node(const std::vector<std::string>& args,
 /// between two steps: signal it, look at it).
 class RawSse {
  public:
-  RawSse(const std::string& url, const std::string& limiter) {
+  /// `query`: "" or "?tenant=…" and the like.
+  RawSse(const std::string& url, const std::string& limiter, const std::string& query = "") {
     fd_ = connect_loopback(url);
     if (fd_ < 0) throw std::runtime_error("connect");
-    const std::string req =
-        "POST /v1/limiters/" + limiter +
-        "/acquire HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\nContent-Length: 0\r\n\r\n";
+    const std::string req = "POST /v1/limiters/" + limiter + "/acquire" + query +
+                            " HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\nContent-Length: 0\r\n\r\n";
     if (::send(fd_, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size()))
       throw std::runtime_error("send");
   }

@@ -132,7 +132,8 @@ async function waitFor(pred, ms, what) {
   return last;
 }
 const brief = (s) => s && { in_use: s.in_use, queued: s.queued, holders: s.holders?.length, queue: s.queue?.length };
-const sumLocal = (ss, k) => ss.reduce((a, s) => a + s[k].length, 0);
+// Every instance lists the whole limiter (on Redis, every instance's holders and queue).
+const everyLists = (ss, k, n) => ss.every((s) => s[k].length === n);
 
 /// Deterministic "random" hold times.
 function holdOf(i, lo, hi) {
@@ -365,8 +366,8 @@ async function disconnect() {
   const expect = (inUse, queued, what) =>
     waitFor(
       (ss) =>
-        sumLocal(ss, 'holders') === inUse &&
-        sumLocal(ss, 'queue') === queued &&
+        everyLists(ss, 'holders', inUse) &&
+        everyLists(ss, 'queue', queued) &&
         ss.every((s) => s.in_use === inUse && s.queued === queued),
       8000,
       `${what}: in_use ${inUse}, queued ${queued}`,
@@ -398,19 +399,23 @@ async function disconnect() {
   await until(() => w1.granted, 5000, 'first waiter granted after a holder left');
   check(!w3.granted, 'third waiter granted before its turn');
   await expect(cap, waiters - 2, 'after a holder left');
-  // Names on the status page: the queue holds exactly the remaining waiters' tenants.
+  // Names on the status page of every instance: the queue holds exactly the
+  // remaining waiters' tenants, the holders the holders' (whichever instance
+  // each client went through).
   const ss = await Promise.all(urls.map(status));
-  const tenants = ss.flatMap((s) => s.queue.map((q) => q.tenant)).sort();
   const expected = clients.slice(cap + 2).map((c) => `client-${c.i}`).sort();
-  check(JSON.stringify(tenants) === JSON.stringify(expected), `queue tenants ${tenants} != ${expected}`);
-  const holders = ss.flatMap((s) => s.holders.map((h) => h.tenant)).sort();
   const expectedHolders = [...clients.slice(1, cap), clients[cap]].map((c) => `client-${c.i}`).sort();
-  check(JSON.stringify(holders) === JSON.stringify(expectedHolders), `holder tenants ${holders} != ${expectedHolders}`);
+  for (const [k, s] of ss.entries()) {
+    const tenants = s.queue.map((q) => q.tenant).sort();
+    check(JSON.stringify(tenants) === JSON.stringify(expected), `instance ${k}: queue tenants ${tenants} != ${expected}`);
+    const holders = s.holders.map((h) => h.tenant).sort();
+    check(JSON.stringify(holders) === JSON.stringify(expectedHolders), `instance ${k}: holder tenants ${holders} != ${expectedHolders}`);
+  }
   // Everyone leaves, waiters first (a holder leaving first would hand its
   // permit to a waiter that is about to leave, which is a grant, not a cancel).
   for (const c of [...clients].reverse()) {
     c.req.destroy();
-    if (c.i >= cap + 2) await waitFor((ss) => sumLocal(ss, 'queue') === c.i - cap - 2, 5000, `waiter ${c.i} gone`);
+    if (c.i >= cap + 2) await waitFor((ss) => everyLists(ss, 'queue', c.i - cap - 2), 5000, `waiter ${c.i} gone`);
   }
   const after = await expect(0, 0, 'after everyone left');
   const stats = await Promise.all(urls.map(status));

@@ -164,6 +164,62 @@ TEST(ServeRedis, SigtermReleasesHeldPermitsAndLeavesTheQueue) {
   EXPECT_EQ(b.terminate(), 0);
 }
 
+/// The first capture of `pattern` (one group) in `text`, or "".
+std::string first_capture(const std::string& text, const std::string& pattern) {
+  std::smatch m;
+  return std::regex_search(text, m, std::regex(pattern)) ? m[1].str() : std::string();
+}
+
+/// Issue 15, cluster-wide status: GET /v1/limiters/{name} on either of two
+/// instances lists the holder and the waiter of both, with instance, tenant
+/// and age, under the ids their SSE streams were given; totals, paging with
+/// offset/limit, a bad parameter is 400.
+TEST(ServeRedis, StatusOnEitherInstanceListsTheHoldersAndQueueOfBoth) {
+  auto servers = redis_cluster(2, "status-a=1", "status");
+  RawSse holder(servers[0]->url(), "status-a", "?tenant=t-hold");
+  ASSERT_TRUE(holder.wait_for("event: granted", 10s)) << holder.data();
+  ASSERT_TRUE(holder.wait_for("}\n\n", 10s)) << holder.data();
+  const std::string permit = first_capture(holder.data(), R"re("permit":"([^"]+)")re");
+  ASSERT_EQ(permit.rfind("status-0|", 0), 0u) << holder.data();
+  RawSse waiter(servers[1]->url(), "status-a", "?tenant=t-wait");
+  ASSERT_TRUE(waiter.wait_for("event: queued", 10s)) << waiter.data();
+  ASSERT_TRUE(waiter.wait_for("}\n\n", 10s)) << waiter.data();
+  const std::string ticket = first_capture(waiter.data(), R"re("ticket":"([^"]+)")re");
+  ASSERT_EQ(ticket.rfind("status-1|", 0), 0u) << waiter.data();
+  std::this_thread::sleep_for(200ms);
+  const auto get = [&](const Serve& s, const std::string& query) {
+    return http_exchange(
+        s.url(), "GET /v1/limiters/status-a" + query + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  };
+  for (const auto& s : servers) {
+    const auto r = get(*s, "");
+    ASSERT_EQ(r.rfind("HTTP/1.1 200", 0), 0u) << r;
+    EXPECT_NE(r.find(R"("in_use":1,"queued":1)"), std::string::npos) << r;
+    EXPECT_NE(r.find(R"("holders":[{"permit":")" + permit + R"(","tenant":"t-hold","held_ms":)"),
+              std::string::npos)
+        << r;
+    EXPECT_NE(r.find(R"(,"instance":"status-0"}])"), std::string::npos) << r;
+    EXPECT_NE(r.find(R"("queue":[{"ticket":")" + ticket + R"(","tenant":"t-wait","position":1,"waited_ms":)"),
+              std::string::npos)
+        << r;
+    EXPECT_NE(r.find(R"(,"instance":"status-1"}])"), std::string::npos) << r;
+    EXPECT_GE(std::stoll(first_capture(r, R"re("held_ms":([0-9]+))re")), 150) << r;
+    EXPECT_GE(std::stoll(first_capture(r, R"re("waited_ms":([0-9]+))re")), 150) << r;
+    EXPECT_NE(r.find(R"("offset":0,"limit":100,"holders_total":1,"queue_total":1)"), std::string::npos) << r;
+    EXPECT_NE(r.find(R"("instances":["status-0","status-1"])"), std::string::npos) << r;
+    const auto page = get(*s, "?offset=1&limit=5");
+    ASSERT_EQ(page.rfind("HTTP/1.1 200", 0), 0u) << page;
+    EXPECT_NE(page.find(R"("holders":[],"queue":[])"), std::string::npos) << page;
+    EXPECT_NE(page.find(R"("offset":1,"limit":5,"holders_total":1,"queue_total":1)"), std::string::npos)
+        << page;
+    const auto bad = get(*s, "?limit=5000");
+    EXPECT_EQ(bad.rfind("HTTP/1.1 400", 0), 0u) << bad;
+    EXPECT_NE(bad.find("limit: 5000 not in 0..1000"), std::string::npos) << bad;
+    EXPECT_EQ(get(*s, "?page=2").rfind("HTTP/1.1 400", 0), 0u);
+  }
+  expect_clean_exit(servers);
+}
+
 TEST(ServeConfigFile, EveryKeyOfTheExampleIsReadAndRedisDownIsReported) {
   // The example's Redis is a closed port: the server starts anyway, says so on
   // /healthz, and answers acquires with 503 unavailable instead of hanging.
@@ -216,9 +272,14 @@ TEST(ServeConfigFile, EveryKeyOfTheExampleIsReadAndRedisDownIsReported) {
                                      std::to_string(body.size()) + "\r\n\r\n" + body);
   EXPECT_EQ(put.rfind("HTTP/1.1 503", 0), 0u) << put;
   EXPECT_NE(put.find("Redis did not confirm the change"), std::string::npos) << put;
-  const auto after =
+  const auto after = http_exchange(url, "GET /v1/limiters HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_NE(after.find(R"("name":"chat","max_concurrent":3)"), std::string::npos) << after;
+  // The cluster-wide holders and queue need Redis: 503 with the reason.
+  const auto detail =
       http_exchange(url, "GET /v1/limiters/chat HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-  EXPECT_NE(after.find(R"("max_concurrent":3)"), std::string::npos) << after;
+  EXPECT_EQ(detail.rfind("HTTP/1.1 503", 0), 0u) << detail;
+  EXPECT_NE(detail.find(R"("reason":"unavailable")"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("Retry-After: 1\r\n"), std::string::npos) << detail;
   EXPECT_EQ(child.stop(SIGTERM, kSanitized ? 60s : 20s), 0);
 }
 

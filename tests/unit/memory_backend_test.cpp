@@ -1087,4 +1087,73 @@ TEST(MemoryRunHelper, CoRunWithUseAwaitable) {
   EXPECT_EQ(s.stats.timeouts, 1u);
 }
 
+// async_status on the memory backend (GET /v1/limiters/{name}): everything it
+// has, paged like the Redis backend — the totals always, one page of holders
+// (oldest grant first) and of waiters (queue order) with tenant and age; the
+// ids are those the waiters are told; instance "" and no instance list.
+TEST_F(MemoryBackendTest, AsyncStatusPagesHoldersAndWaitersWithTotals) {
+  auto lim = open("status", cap(2));
+  AcquireOptions first;
+  first.tenant = "h1";
+  Outcome1 h1;
+  lim.async_acquire(first, h1.handler());
+  ASSERT_TRUE(run_until([&] { return h1.done(); }));
+  fairgate::test::run_for(io, 30ms);
+  Permit p2 = hold(lim);
+  constexpr std::size_t kWaiters = 5;
+  std::array<std::vector<QueueStatus>, kWaiters> seen;
+  std::deque<Outcome1> outs(kWaiters);
+  for (std::size_t i = 0; i < kWaiters; ++i) {
+    AcquireOptions o;
+    o.max_wait = 60s;
+    o.tenant = "w" + std::to_string(i);
+    o.on_queued = [&seen, i](const QueueStatus& st) { seen[i].push_back(st); };
+    lim.async_acquire(o, outs[i].handler());
+  }
+  ASSERT_TRUE(run_until(
+      [&] { return std::all_of(seen.begin(), seen.end(), [](const auto& v) { return !v.empty(); }); }));
+  fairgate::test::run_for(io, 20ms);
+  const auto status = [&](std::size_t offset, std::size_t limit) {
+    std::optional<fairgate::StatusResult> r;
+    lim.async_status(fairgate::StatusQuery{offset, limit},
+                     [&](fairgate::StatusResult s) { r = std::move(s); });
+    EXPECT_TRUE(run_until([&] { return r.has_value(); }));
+    return std::move(*r);
+  };
+  auto all = status(0, 100);
+  ASSERT_FALSE(all.error) << all.message;
+  EXPECT_EQ(all.snapshot.in_use, 2u);
+  EXPECT_EQ(all.snapshot.queued, kWaiters);
+  EXPECT_TRUE(all.instances.empty());
+  ASSERT_EQ(all.snapshot.holders.size(), 2u);
+  EXPECT_EQ(all.snapshot.holders[0].tenant, "h1") << "oldest grant first";
+  EXPECT_EQ(all.snapshot.holders[0].permit, h1.result->permit().id());
+  EXPECT_GE(all.snapshot.holders[0].held, 50ms);
+  EXPECT_EQ(all.snapshot.holders[0].instance, "");
+  ASSERT_EQ(all.snapshot.waiters.size(), kWaiters);
+  for (std::size_t i = 0; i < kWaiters; ++i) {
+    EXPECT_EQ(all.snapshot.waiters[i].ticket, seen[i].front().ticket) << i;
+    EXPECT_EQ(all.snapshot.waiters[i].tenant, "w" + std::to_string(i));
+    EXPECT_EQ(all.snapshot.waiters[i].position, i + 1);
+    EXPECT_GE(all.snapshot.waiters[i].waited, 20ms);
+  }
+  auto page = status(1, 2);
+  EXPECT_EQ(page.offset, 1u);
+  EXPECT_EQ(page.limit, 2u);
+  EXPECT_EQ(page.snapshot.in_use, 2u) << "totals whatever the page";
+  EXPECT_EQ(page.snapshot.queued, kWaiters);
+  ASSERT_EQ(page.snapshot.holders.size(), 1u);
+  EXPECT_EQ(page.snapshot.holders[0].permit, p2.id());
+  ASSERT_EQ(page.snapshot.waiters.size(), 2u);
+  EXPECT_EQ(page.snapshot.waiters[0].position, 2u);
+  EXPECT_EQ(page.snapshot.waiters[1].ticket, seen[2].front().ticket);
+  auto past = status(10, 5);
+  EXPECT_TRUE(past.snapshot.holders.empty());
+  EXPECT_TRUE(past.snapshot.waiters.empty());
+  EXPECT_EQ(past.snapshot.queued, kWaiters);
+  EXPECT_EQ(status(0, 5000).limit, fairgate::kMaxStatusLimit) << "the limit is capped";
+  backend->shutdown();
+  run_until([&] { return std::all_of(outs.begin(), outs.end(), [](const auto& o) { return o.done(); }); });
+}
+
 }  // namespace

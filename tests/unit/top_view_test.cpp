@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <regex>
+
 #include <fmt/format.h>
 
 #include <string>
@@ -128,6 +130,26 @@ TEST(TopView, ThousandWaitersFitEightyByTwentyFour) {
       << all;
   // The lists that do not fit end in a count of the rest, on the last line.
   EXPECT_NE(lines.back().find("more"), std::string::npos) << all;
+}
+
+// The server lists the first page (100) of every instance's holders and queue
+// with the totals: the summary and the "... N more" count the totals.
+TEST(TopView, TotalsBeyondTheListedPageAreCounted) {
+  std::string error;
+  const auto d = parse_detail(
+      R"({"name":"chat","holders":[],"queue":[{"ticket":"a|1","tenant":"","position":1,"waited_ms":5,)"
+      R"("instance":"a"}],"holders_total":0,"queue_total":5000})",
+      error);
+  ASSERT_TRUE(d) << error;
+  EXPECT_EQ(d->queue_total, 5000);
+  Screen sc = busy_screen(1, 2, 100);
+  sc.detail->queue_total = 5000;
+  std::string all;
+  for (const auto& l : render(sc, 80, 24)) all += l + "\n";
+  EXPECT_NE(all.find("2 holding, longest 1.0s; 5000 waiting"), std::string::npos) << all;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(all, m, std::regex(R"(\.\.\. ([0-9]+) more\s*\n$)"))) << all;
+  EXPECT_GT(std::stoi(m[1].str()), 4900) << all;
 }
 
 TEST(TopView, NarrowTerminalsStackTheLists) {

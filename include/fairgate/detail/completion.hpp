@@ -17,6 +17,8 @@ class AcquireResult;
 struct AcquireOptions;
 struct ConfigureResult;
 struct SettingsUpdate;
+struct StatusQuery;
+struct StatusResult;
 
 namespace detail {
 
@@ -33,6 +35,7 @@ class BasicCompletion {
 };
 using Completion = BasicCompletion<AcquireResult>;
 using ConfigureCompletion = BasicCompletion<ConfigureResult>;
+using StatusCompletion = BasicCompletion<StatusResult>;
 
 /// Wraps an Asio completion handler. While pending it keeps the handler's
 /// executor busy (work guard), so a use_future caller or an io_context::run()
@@ -65,6 +68,7 @@ void start_acquire(LimiterImpl& impl, AcquireOptions options, std::unique_ptr<Co
                    boost::asio::cancellation_slot slot);
 void start_configure(LimiterImpl& impl, const SettingsUpdate& update,
                      std::unique_ptr<ConfigureCompletion> completion);
+void start_status(LimiterImpl& impl, StatusQuery query, std::unique_ptr<StatusCompletion> completion);
 
 }  // namespace detail
 }  // namespace fairgate

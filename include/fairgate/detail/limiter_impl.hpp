@@ -42,6 +42,10 @@ class LimiterImpl : public std::enable_shared_from_this<LimiterImpl> {
   /// Limiter::async_configure). Default: configure(), which is synchronous.
   virtual void start_configure(const SettingsUpdate& update, std::unique_ptr<ConfigureCompletion> completion);
 
+  /// The limiter's status, paged (see Limiter::async_status; `query.limit`
+  /// already capped). Default: snapshot() sliced, with shadow_run()'s figures.
+  virtual void start_status(const StatusQuery& query, std::unique_ptr<StatusCompletion> completion);
+
   /// True once the backend was shut down (new requests are rejected).
   virtual bool shut_down() const noexcept = 0;
 

@@ -81,6 +81,7 @@ end
 local order = redis.call('INCR', K_SEQ)
 local member = make_member(id, now + max_wait, weight, tenant)
 q_add(member, order)
+waiter_since(id, now)
 local position = queued + 1
 if cfg.tmode then
   t_enqueue(cfg, tenant, member, order)

@@ -132,6 +132,22 @@ local function q_remove(member)
   return redis.call('ZREM', K_QUEUE, member)
 end
 
+-- The time field of request `id` in ptenant: its arrival while it waits, its grant once it holds
+-- (Redis ms; status pages show ages from it, snapshot.lua).
+local function since_field(id) return '@' .. id end
+
+-- A waiter `id` arrived at `now` (HSETNX: a restore keeps an arrival Redis still has).
+local function waiter_since(id, now, keep)
+  if keep then
+    redis.call('HSETNX', K_PTENANT, since_field(id), int(now))
+  else
+    redis.call('HSET', K_PTENANT, since_field(id), int(now))
+  end
+end
+
+-- A waiter `id` left the queue without a permit: forget its arrival.
+local function waiter_gone(id) redis.call('HDEL', K_PTENANT, since_field(id)) end
+
 -- True when no instance's liveness runs past `now`: nobody reached Redis for a whole TTL, so
 -- Redis itself was away (stopped, restarted with its data, unreachable): not a crash of all.
 local function redis_was_away(now)
@@ -354,6 +370,8 @@ end
 -- Returns 1, or 0 when it was not waiting.
 local function waiter_remove(cfg, member)
   if q_remove(member) == 0 then return 0 end
+  local _, id = split_waiter(member)
+  waiter_gone(id)
   if cfg and cfg.tmode then
     local _, _, _, _, t = split_waiter(member)
     t_remove(cfg, t, member)
@@ -361,9 +379,15 @@ local function waiter_remove(cfg, member)
   return 1
 end
 
+-- Makes `id` a holder of tenant `t`, granted now: one HSET writes its tenant (if any) and its
+-- grant time (over its arrival, when it waited).
 local function holder_add(cfg, id, t)
   redis.call('ZADD', K_HOLDERS, 0, id)
-  if t ~= '' then redis.call('HSET', K_PTENANT, id, t) end
+  if t ~= '' then
+    redis.call('HSET', K_PTENANT, id, t, since_field(id), int(now_ms()))
+  else
+    redis.call('HSET', K_PTENANT, since_field(id), int(now_ms()))
+  end
   if cfg and cfg.tmode then redis.call('HINCRBY', K_THOLDERS, t, 1) end
 end
 
@@ -377,7 +401,7 @@ local function holder_remove(cfg, id, t)
     redis.call('HINCRBY', K_CFG, 'fence_credit', 1)
   end
   if t == nil then t = redis.call('HGET', K_PTENANT, id) or '' end
-  if t ~= '' then redis.call('HDEL', K_PTENANT, id) end
+  redis.call('HDEL', K_PTENANT, id, since_field(id))  -- its tenant (if any) and its grant time
   if cfg and cfg.tmode then
     if redis.call('HINCRBY', K_THOLDERS, t, -1) <= 0 then redis.call('HDEL', K_THOLDERS, t) end
     if redis.call('SREM', K_TPARKED, t) == 1 then t_place(cfg, t) end
@@ -418,6 +442,8 @@ local function dispatch_tenants(cfg, now, holders)
         holders = holders + 1
         granted = granted + 1
         held = held + 1
+      else
+        waiter_gone(id)
       end
       local nxt = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
       if not nxt[1] then
@@ -462,6 +488,8 @@ local function dispatch(cfg, now)
       redis.call('SPUBLISH', WAKE_PREFIX .. inst, id)
       holders = holders + 1
       granted = granted + 1
+    else
+      waiter_gone(id)
     end
   end
   return granted, holders
@@ -508,6 +536,18 @@ end
 -- Removes every waiter (disabled in reject mode: their instances end them with
 -- 'disabled' when they see the config). O(tenants) plus the queue's deletion.
 local function clear_waiters(cfg)
+  -- Their arrival times first, 1,000 at a time (O(waiters): disabling in reject mode is rare).
+  local start = 0
+  repeat
+    local chunk = redis.call('ZRANGE', K_QUEUE, start, start + 999)
+    local fields = {}
+    for _, m in ipairs(chunk) do
+      local _, id = split_waiter(m)
+      fields[#fields + 1] = since_field(id)
+    end
+    if #fields > 0 then redis.call('HDEL', K_PTENANT, unpack(fields)) end
+    start = start + 1000
+  until #chunk < 1000
   if cfg.tmode then
     local tenants = redis.call('ZRANGE', K_TREADY, 0, -1)
     for _, t in ipairs(redis.call('SMEMBERS', K_TPARKED)) do tenants[#tenants + 1] = t end

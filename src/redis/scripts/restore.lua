@@ -62,6 +62,7 @@ for i = first_waiter, #ARGV - 4, 5 do
     local score = order ~= '' and tonumber(order) or redis.call('INCR', K_SEQ)
     local member = make_member(id, now + remaining, tonumber(ARGV[i + 3]), ARGV[i + 4])
     q_add(member, score)
+    waiter_since(id, now, true)  -- its arrival, unless Redis still has it
     if cfg.tmode then t_enqueue(cfg, ARGV[i + 4], member, score) end
     waiters = waiters + 1
   end
