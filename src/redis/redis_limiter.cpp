@@ -1,6 +1,7 @@
 #include "redis/redis_limiter.hpp"
 
 #include "api/outcome.hpp"
+#include "redis/log_level.hpp"
 
 #include <boost/asio/post.hpp>
 
@@ -73,7 +74,7 @@ void BackendContext::log(const std::string& line) const {
   if (options.log) {
     options.log(line);
   } else {
-    std::fprintf(stderr, "fairgate: %s\n", line.c_str());
+    fairgate::log(level_of(line), line);
   }
 }
 
