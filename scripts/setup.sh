@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config
-  libboost1.81-dev libboost-json1.81-dev libtomlplusplus-dev libcli11-dev libfmt-dev libhiredis-dev libssl-dev openssl redis-server redis-tools
+  libboost1.81-dev libboost-json1.81-dev libtomlplusplus-dev libcli11-dev libfmt-dev libspdlog-dev libhiredis-dev libssl-dev openssl redis-server redis-tools
   libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 nftables  # the fault-injection tests partition an instance in a network namespace
   # The Python client and its tests run on Debian's python3 (venv: the offline pip install test;

@@ -11,6 +11,7 @@
 #include <fairgate/backend.hpp>
 #include <fairgate/error.hpp>
 #include <fairgate/limiter.hpp>
+#include <fairgate/log.hpp>
 #include <fairgate/permit.hpp>
 #include <fairgate/run.hpp>
 #include <fairgate/settings.hpp>

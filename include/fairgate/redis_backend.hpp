@@ -66,7 +66,8 @@ struct RedisBackendOptions {
   /// flap the mode).
   std::chrono::milliseconds recover_after{1000};
   /// Receives one line per state change (degraded, restored, fence, settings
-  /// adopted from Redis, ...). Empty: written to stderr.
+  /// adopted from Redis, ...). Empty: to the process-wide log sink
+  /// (fairgate/log.hpp; by default stderr), with a level.
   std::function<void(std::string_view line)> log;
 
   /// The fence in force: recovery_fence, or liveness_ttl + heartbeat_interval.

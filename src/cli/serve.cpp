@@ -21,13 +21,16 @@ namespace fairgate::cli {
 namespace {
 
 struct ServeArgs {
-  std::string config, listen, redis, instance, admin_token;
+  std::string config, listen, redis, instance, admin_token, log_level, log_format, access_log;
   std::vector<std::string> limiters;
   CLI::Option* config_opt = nullptr;
   CLI::Option* listen_opt = nullptr;
   CLI::Option* redis_opt = nullptr;
   CLI::Option* instance_opt = nullptr;
   CLI::Option* token_opt = nullptr;
+  CLI::Option* log_level_opt = nullptr;
+  CLI::Option* log_format_opt = nullptr;
+  CLI::Option* access_log_opt = nullptr;
 };
 
 constexpr std::string_view kLimiterHelp =
@@ -113,6 +116,9 @@ serve::ServeFlags to_flags(const ServeArgs& a) {
   if (a.redis_opt->count() > 0) f.redis_url = a.redis;
   if (a.instance_opt->count() > 0) f.instance = a.instance;
   if (a.token_opt->count() > 0) f.admin_token = a.admin_token;
+  if (a.log_level_opt->count() > 0) f.log_level = a.log_level;
+  if (a.log_format_opt->count() > 0) f.log_format = a.log_format;
+  if (a.access_log_opt->count() > 0) f.access_log = a.access_log;
   for (const auto& spec : a.limiters) f.limiters.push_back(parse_limiter_spec(spec));
   return f;
 }
@@ -122,14 +128,15 @@ serve::ServeFlags to_flags(const ServeArgs& a) {
 Command add_serve_command(CLI::App& root) {
   auto args = std::make_shared<ServeArgs>();
   CLI::App* app = root.add_subcommand("serve", "The HTTP admission API: hold an SSE stream = hold a permit");
-  app->footer(
-      fmt::format("Precedence: flags > environment > config file > defaults.\n"
-                  "Environment: {}.\n"
-                  "Config file: TOML, see docs/serve.md (listen, admin_token, instance, [redis], "
-                  "[limiters.NAME], [server]).\n"
-                  "Without --redis and without [redis] the memory backend serves one instance.\n"
-                  "SIGTERM/SIGINT: stop accepting, end waiters, release permits, exit 0.",
-                  serve::kEnvHelp));
+  app->footer(fmt::format(
+      "Precedence: flags > environment > config file > defaults.\n"
+      "Environment: {}.\n"
+      "Config file: TOML, see docs/serve.md (listen, admin_token, instance, [redis], "
+      "[limiters.NAME], [server]).\n"
+      "Logs go to stdout (timestamps in UTC); the library's messages are prefixed \"fairgate: \".\n"
+      "Without --redis and without [redis] the memory backend serves one instance.\n"
+      "SIGTERM/SIGINT: stop accepting, end waiters, release permits, exit 0.",
+      serve::kEnvHelp));
   args->config_opt = app->add_option("-c,--config", args->config, "TOML config file")->type_name("FILE");
   args->listen_opt = app->add_option("--listen", args->listen, "Address to listen on (port 0: any free port)")
                          ->type_name("HOST:PORT")
@@ -144,6 +151,21 @@ Command add_serve_command(CLI::App& root) {
       app->add_option("--admin-token", args->admin_token,
                       "Bearer token for PUT /v1/limiters/NAME (without one, admin routes answer 401)")
           ->type_name("TOKEN");
+  args->log_level_opt =
+      app->add_option("--log-level", args->log_level,
+                      "Log messages at this level and above: trace, debug, info, warn, error, off")
+          ->type_name("LEVEL")
+          ->default_str("info");
+  args->log_format_opt =
+      app->add_option("--log-format", args->log_format,
+                      "Log lines as text, or as json (one object per line: time, level, msg, ...)")
+          ->type_name("FORMAT")
+          ->default_str("text");
+  args->access_log_opt =
+      app->add_option("--access-log", args->access_log,
+                      "One info line per HTTP request (method, path, status, duration, limiter outcome)")
+          ->type_name("on|off")
+          ->default_str("off");
   app->add_option("--limiter", args->limiters, std::string(kLimiterHelp))
       ->type_name("SPEC")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);

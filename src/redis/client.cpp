@@ -2,6 +2,8 @@
 // redis::Client (client.hpp says what each keeps).
 #include "redis/client.hpp"
 
+#include "redis/log_level.hpp"
+
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
@@ -138,7 +140,7 @@ void log_line(const ClientOptions& o, const std::string& line) {
   if (o.log) {
     o.log(line);
   } else {
-    std::fprintf(stderr, "fairgate: %s\n", line.c_str());
+    fairgate::log(level_of(line), line);
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include "api/outcome.hpp"
 #include "api/shadow.hpp"
+#include "redis/log_level.hpp"
 
 #include <boost/asio/post.hpp>
 
@@ -74,7 +75,7 @@ void BackendContext::log(const std::string& line) const {
   if (options.log) {
     options.log(line);
   } else {
-    std::fprintf(stderr, "fairgate: %s\n", line.c_str());
+    fairgate::log(level_of(line), line);
   }
 }
 

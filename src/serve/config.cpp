@@ -303,6 +303,18 @@ std::vector<TrustedProxy> read_trusted_proxies(const toml::node& node, const std
   return out;
 }
 
+LogLevel log_level_of(const std::string& text, std::string_view field) {
+  const auto level = parse_log_level(text);
+  if (!level) fail(field, fmt::format("\"{}\" is not one of trace, debug, info, warn, error, off", text));
+  return *level;
+}
+
+LogFormat log_format_of(const std::string& text, std::string_view field) {
+  const auto format = parse_log_format(text);
+  if (!format) fail(field, fmt::format("\"{}\" is not one of text, json", text));
+  return *format;
+}
+
 void read_server(const toml::table& t, ServerLimits& s) {
   for (auto&& [key, node] : t) {
     const std::string k(key.str());
@@ -337,6 +349,12 @@ void read_server(const toml::table& t, ServerLimits& s) {
       s.cors_origins = read_cors_origins(node, field);
     } else if (k == "trusted_proxies") {
       s.trusted_proxies = read_trusted_proxies(node, field);
+    } else if (k == "log_level") {
+      s.log.level = log_level_of(get_string(node, field), field);
+    } else if (k == "log_format") {
+      s.log.format = log_format_of(get_string(node, field), field);
+    } else if (k == "access_log") {
+      s.log.access_log = get_bool(node, field);
     } else {
       fail(field, "unknown key");
     }
@@ -715,6 +733,9 @@ ServeConfig load_config(const ServeFlags& flags, const EnvLookup& env) {
       fail("FAIRGATE_THREADS", fmt::format("\"{}\" not in 1..64", *v));
     cfg.server.threads = static_cast<unsigned>(n);
   }
+  if (auto v = getenv("FAIRGATE_LOG_LEVEL")) cfg.server.log.level = log_level_of(*v, "FAIRGATE_LOG_LEVEL");
+  if (auto v = getenv("FAIRGATE_LOG_FORMAT"))
+    cfg.server.log.format = log_format_of(*v, "FAIRGATE_LOG_FORMAT");
 
   if (flags.listen) parse_listen(*flags.listen, "--listen", cfg);
   if (flags.redis_url) {
@@ -728,6 +749,13 @@ ServeConfig load_config(const ServeFlags& flags, const EnvLookup& env) {
   if (flags.admin_token) {
     check_token(*flags.admin_token, "--admin-token");
     cfg.admin_token = *flags.admin_token;
+  }
+  if (flags.log_level) cfg.server.log.level = log_level_of(*flags.log_level, "--log-level");
+  if (flags.log_format) cfg.server.log.format = log_format_of(*flags.log_format, "--log-format");
+  if (flags.access_log) {
+    if (*flags.access_log != "on" && *flags.access_log != "off")
+      fail("--access-log", fmt::format("\"{}\" is not one of on, off", *flags.access_log));
+    cfg.server.log.access_log = *flags.access_log == "on";
   }
   for (const auto& l : flags.limiters) {
     check_limiter(l, "--limiter " + l.name);

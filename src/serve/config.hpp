@@ -6,6 +6,8 @@
 // one line "field: problem" (docs/api.md: exit 2 and one line naming the field).
 #pragma once
 
+#include "serve/log.hpp"
+
 #include <fairgate/rate_rule.hpp>
 #include <fairgate/redis_backend.hpp>
 #include <fairgate/settings.hpp>
@@ -61,6 +63,8 @@ struct ServerLimits {
   /// Peers whose X-Forwarded-For is believed (the client IP of rate-limit
   /// keys); empty = none: the client IP is always the peer's address.
   std::vector<TrustedProxy> trusted_proxies;
+  /// The log: server.log_level, server.log_format, server.access_log.
+  LogConfig log;
 };
 
 /// One part of the key a gateway route derives for a rate-limit rule (R2).
@@ -152,7 +156,10 @@ struct ServeFlags {
   std::optional<std::string> redis_url;
   std::optional<std::string> instance;
   std::optional<std::string> admin_token;
-  std::vector<LimiterConfig> limiters;  ///< replace file limiters of the same name
+  std::optional<std::string> log_level;   ///< --log-level (checked by load_config)
+  std::optional<std::string> log_format;  ///< --log-format
+  std::optional<std::string> access_log;  ///< --access-log on|off
+  std::vector<LimiterConfig> limiters;    ///< replace file limiters of the same name
 };
 
 /// Reads an environment variable; nullptr when unset.
@@ -161,7 +168,7 @@ using EnvLookup = std::function<const char*(const char*)>;
 /// The environment variables load_config() reads, for --help and docs.
 inline constexpr const char* kEnvHelp =
     "FAIRGATE_CONFIG (config file), FAIRGATE_LISTEN, FAIRGATE_REDIS, FAIRGATE_INSTANCE, "
-    "FAIRGATE_ADMIN_TOKEN, FAIRGATE_THREADS";
+    "FAIRGATE_ADMIN_TOKEN, FAIRGATE_THREADS, FAIRGATE_LOG_LEVEL, FAIRGATE_LOG_FORMAT";
 
 /// Merges defaults, the file (flags.config_file, else $FAIRGATE_CONFIG), the
 /// environment and the flags, and validates the result. Throws ConfigError.

@@ -44,6 +44,7 @@ namespace json = boost::json;
 using net::awaitable;
 using namespace net::experimental::awaitable_operators;
 using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
 
 // --- UpstreamPool ------------------------------------------------------------
 
@@ -134,8 +135,20 @@ void Gateway::render_metrics(std::string& out) const {
   series("fairgate_gateway_requests_total", "Requests on a gateway route.", &RouteStats::requests);
   series("fairgate_gateway_admitted_total", "Requests that got a permit and went upstream.",
          &RouteStats::admitted);
-  series("fairgate_gateway_rejected_total", "Requests that got no permit (timeout, queue full, ...).",
-         &RouteStats::rejected);
+  out +=
+      "# HELP fairgate_gateway_rejected_total Requests that got no permit, by reason (timeout, queue_full, "
+      "...).\n"
+      "# TYPE fairgate_gateway_rejected_total counter\n";
+  for (const auto& r : routes_) {
+    for (const auto reason :
+         {RejectReason::timeout, RejectReason::queue_full, RejectReason::disabled, RejectReason::unavailable,
+          RejectReason::invalid_argument, RejectReason::shutdown, RejectReason::would_time_out}) {
+      out += fmt::format(
+          "fairgate_gateway_rejected_total{{route=\"{}\",reason=\"{}\"}} {}\n", r->config.path,
+          to_string(reason),
+          r->stats.rejected_by_reason[static_cast<std::size_t>(reason)].load(std::memory_order_relaxed));
+    }
+  }
   series("fairgate_gateway_rate_limited_total",
          "Requests refused by the route's rate limits (before the queue).", &RouteStats::rate_limited);
   series("fairgate_gateway_client_gone_total", "Clients that left while waiting or while streaming.",
@@ -157,6 +170,20 @@ void Gateway::render_metrics(std::string& out) const {
                          r->config.path, cls, v->load(std::memory_order_relaxed));
     }
   }
+  out +=
+      "# HELP fairgate_gateway_time_to_first_token_seconds Streamed answers: request arrival (queue wait "
+      "included) to the first byte of the upstream's answer relayed.\n"
+      "# TYPE fairgate_gateway_time_to_first_token_seconds histogram\n";
+  for (const auto& r : routes_)
+    r->stats.time_to_first_token.render("fairgate_gateway_time_to_first_token_seconds",
+                                        fmt::format("route=\"{}\"", r->config.path), out);
+  out +=
+      "# HELP fairgate_gateway_upstream_seconds Upstream calls: from connecting (or taking a pooled "
+      "connection) to the end of the upstream's answer.\n"
+      "# TYPE fairgate_gateway_upstream_seconds histogram\n";
+  for (const auto& r : routes_)
+    r->stats.upstream_latency.render("fairgate_gateway_upstream_seconds",
+                                     fmt::format("route=\"{}\"", r->config.path), out);
 }
 
 // --- pure helpers ----------------------------------------------------------------
@@ -439,6 +466,28 @@ awaitable<std::optional<std::size_t>> read_body_chunk(beast::tcp_stream& conn, b
   co_return chunk.size() - body.size;
 }
 
+/// What one upstream call learned besides its result.
+struct CallState {
+  Clock::time_point arrived;  ///< when the client's request arrived (time to first token)
+  bool client_gone = false;   ///< the client went away (or could not be written to)
+};
+
+/// A failed upstream call: counted, and logged as a warning with the upstream and the error.
+void upstream_failed(Session& s, Gateway::Route& route, unsigned status, std::string_view message) {
+  route.stats.upstream_errors.fetch_add(1, std::memory_order_relaxed);
+  const Log& log = *s.shared->log;
+  if (!log.enabled(LogLevel::warn)) return;
+  json::object f;
+  f["route"] = route.config.path;
+  f["upstream"] = route.config.upstream;
+  if (status != 0) f["status"] = status;
+  f["error"] = message;
+  log.write(LogLevel::warn,
+            status != 0 ? fmt::format("fairgate serve: route {}: {} {}", route.config.path, status, message)
+                        : fmt::format("fairgate serve: route {}: {}", route.config.path, message),
+            &f);
+}
+
 /// Watches an upstream answer for what a token budget refunds from
 /// (docs/ratelimit.md, "Token budgets"): the `usage` the upstream reports
 /// (a JSON answer's, or a stream's final chunk's), else the number of
@@ -519,11 +568,22 @@ struct UsageTap {
 /// connection may carry another request. `tap` (if any) sees the answer;
 /// `extra` headers are added to a passed-through answer.
 awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& route, bool header_sent,
-                              UsageTap* tap, const http::fields* extra) {
+                              UsageTap* tap, const http::fields* extra, CallState& cs) {
   const RouteConfig& rc = route.config;
   RouteStats& stats = route.stats;
   const auto executor = s.stream.get_executor();
   auto up = upstream_request(s, rc, req);
+  const auto call_started = Clock::now();
+  const auto since = [](Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t);
+  };
+  // Cancelled: the client left while the call was under way (proxy() races the
+  // call against the client's hang-up). A failed upstream connect or read is
+  // then not the upstream's fault: counted as client gone only.
+  const net::cancellation_state cancel_state = co_await net::this_coro::cancellation_state;
+  const auto cancelled = [&cancel_state](const boost::system::error_code& ec) {
+    return cancel_state.cancelled() != net::cancellation_type::none || ec == net::error::operation_aborted;
+  };
 
   for (int attempt = 0;; ++attempt) {
     std::optional<tcp::socket> pooled;
@@ -543,12 +603,16 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
         cec = ec;
       }
       if (cec) {
-        stats.upstream_errors.fetch_add(1, std::memory_order_relaxed);
+        if (cancelled(cec)) {
+          cs.client_gone = true;
+          co_return false;
+        }
         const bool timeout = cec == beast::error::timeout;
         const UpstreamFailure f{timeout ? http::status::gateway_timeout : http::status::bad_gateway,
                                 timeout ? "upstream_timeout" : "upstream_unreachable",
                                 fmt::format("cannot connect to the upstream {}: {}", rc.upstream,
                                             timeout ? std::string("timed out") : cec.message())};
+        upstream_failed(s, route, static_cast<unsigned>(f.status), f.message);
         co_return co_await send_upstream_failure(s, req, header_sent, f);
       }
       stats.connections_opened.fetch_add(1, std::memory_order_relaxed);
@@ -573,12 +637,16 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
                          (wec || hec == http::error::end_of_stream || hec == net::error::connection_reset ||
                           hec == net::error::eof);
       if (stale) continue;
-      stats.upstream_errors.fetch_add(1, std::memory_order_relaxed);
+      if (cancelled(hec)) {
+        cs.client_gone = true;
+        co_return false;
+      }
       const bool timeout = hec == beast::error::timeout;
       const UpstreamFailure f{timeout ? http::status::gateway_timeout : http::status::bad_gateway,
                               timeout ? "upstream_timeout" : "upstream_error",
                               fmt::format("the upstream {} did not answer: {}", rc.upstream,
                                           timeout ? std::string("timed out") : hec.message())};
+      upstream_failed(s, route, static_cast<unsigned>(f.status), f.message);
       co_return co_await send_upstream_failure(s, req, header_sent, f);
     }
 
@@ -590,6 +658,24 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
                                           res[http::field::content_type].size()));
 
     std::array<char, 16 * 1024> chunk{};
+    const bool streamed = status / 100 == 2 && std::string_view(res[http::field::content_type].data(),
+                                                                res[http::field::content_type].size())
+                                                       .find("text/event-stream") != std::string_view::npos;
+    bool first_relayed = false;
+    // The first byte of a streamed answer reached the client: the time to first token.
+    const auto relayed = [&] {
+      if (first_relayed || !streamed) return;
+      first_relayed = true;
+      stats.time_to_first_token.observe(since(cs.arrived));
+    };
+    // The upstream's body broke off: its fault unless the client left (and cancelled the read).
+    const auto body_failed = [&] {
+      if (cancelled({})) {
+        cs.client_gone = true;
+      } else {
+        upstream_failed(s, route, 0, fmt::format("the upstream {} broke off its answer", rc.upstream));
+      }
+    };
 
     if (header_sent) {
       // Our own 200 and SSE header went out while the request waited.
@@ -597,7 +683,7 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
         while (!parser.is_done()) {
           const auto got = co_await read_body_chunk(conn, buffer, parser, chunk, rc.upstream_timeout);
           if (!got) {
-            stats.upstream_errors.fetch_add(1, std::memory_order_relaxed);
+            body_failed();
             co_return false;
           }
           if (*got == 0) continue;
@@ -605,8 +691,13 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
           s.stream.expires_after(s.shared->config.server.write_timeout);
           auto [ec, n] = co_await net::async_write(s.stream, net::buffer(chunk.data(), *got), nothrow);
           s.stream.expires_never();
-          if (ec) co_return false;
+          if (ec) {
+            cs.client_gone = true;
+            co_return false;
+          }
+          relayed();
         }
+        stats.upstream_latency.observe(since(call_started));
         if (tap) tap->finish();
         if (parser.keep_alive()) route.pool.put(conn.release_socket());
         co_return false;  // the event stream ends with the connection
@@ -618,6 +709,7 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
         if (!got) break;
         body.append(chunk.data(), *got);
       }
+      if (parser.is_done()) stats.upstream_latency.observe(since(call_started));
       boost::system::error_code pec;
       const json::value v = json::parse(body, pec);
       std::string error;
@@ -651,14 +743,18 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
 
     http::response_serializer<http::buffer_body> sr{res};
     s.stream.expires_after(s.shared->config.server.write_timeout);
+    s.record.status = status;
     auto [hwec, hwn] = co_await http::async_write_header(s.stream, sr, nothrow);
     s.stream.expires_never();
-    if (hwec) co_return false;
+    if (hwec) {
+      cs.client_gone = true;
+      co_return false;
+    }
     while (!parser.is_done()) {
       const auto got = co_await read_body_chunk(conn, buffer, parser, chunk, rc.upstream_timeout);
+      // Cut mid-answer: the client sees a truncated body and a closed connection.
       if (!got) {
-        // Cut mid-answer: the client sees a truncated body and a closed connection.
-        stats.upstream_errors.fetch_add(1, std::memory_order_relaxed);
+        body_failed();
         co_return false;
       }
       if (*got == 0) continue;
@@ -670,8 +766,13 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
       auto [ec, n] = co_await http::async_write(s.stream, sr, nothrow);
       s.stream.expires_never();
       if (ec == http::error::need_buffer) ec = {};
-      if (ec) co_return false;
+      if (ec) {
+        cs.client_gone = true;
+        co_return false;
+      }
+      relayed();
     }
+    stats.upstream_latency.observe(since(call_started));
     if (!sr.is_done()) {
       res.body().data = nullptr;
       res.body().size = 0;
@@ -679,7 +780,10 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
       s.stream.expires_after(s.shared->config.server.write_timeout);
       auto [ec, n] = co_await http::async_write(s.stream, sr, nothrow);
       s.stream.expires_never();
-      if (ec) co_return false;
+      if (ec) {
+        cs.client_gone = true;
+        co_return false;
+      }
     }
     if (tap) tap->finish();
     if (parser.keep_alive()) route.pool.put(conn.release_socket());
@@ -796,6 +900,10 @@ awaitable<bool> proxy(std::shared_ptr<Session> self, const Request& req, Gateway
   const RouteConfig& rc = route.config;
   RouteStats& stats = route.stats;
   stats.requests.fetch_add(1, std::memory_order_relaxed);
+  CallState cs;
+  cs.arrived = Clock::now();
+  s.record.route = rc.path;
+  s.record.limiter = rc.limiter;
 
   if (sh.stopping.load()) {
     Response res =
@@ -855,6 +963,7 @@ awaitable<bool> proxy(std::shared_ptr<Session> self, const Request& req, Gateway
     }
     if (!rr.allowed) {
       stats.rate_limited.fetch_add(1, std::memory_order_relaxed);
+      s.record.outcome = "rate_limited";
       const RateDecision& d = rr.decisions[shown];
       const bool unavailable = rr.reason.has_value();
       const bool tokens = rates.configs[shown]->cost_mode == RateCostMode::tokens;
@@ -917,6 +1026,7 @@ awaitable<bool> proxy(std::shared_ptr<Session> self, const Request& req, Gateway
     if (!st->result) st->cancel.emit(net::cancellation_type::terminal);
     st->result.reset();
     stats.client_gone.fetch_add(1, std::memory_order_relaxed);
+    s.record.outcome = "client_gone";
     co_return false;
   }
   AcquireResult result = std::move(*st->result);
@@ -924,8 +1034,13 @@ awaitable<bool> proxy(std::shared_ptr<Session> self, const Request& req, Gateway
   st->closed = true;
   const bool keep = req.keep_alive() && !saw_data;
 
+  s.record.wait_ms = result.waited().count();
   if (!result.granted()) {
     stats.rejected.fetch_add(1, std::memory_order_relaxed);
+    const auto reason = static_cast<std::size_t>(result.reason());
+    if (reason < stats.rejected_by_reason.size())
+      stats.rejected_by_reason[reason].fetch_add(1, std::memory_order_relaxed);
+    s.record.outcome = wire_reason(result.reason());
     const OpenAiReject r = openai_reject(result.reason());
     std::string message = result.message();
     if (result.reason() == RejectReason::timeout)
@@ -947,22 +1062,35 @@ awaitable<bool> proxy(std::shared_ptr<Session> self, const Request& req, Gateway
 
   Permit permit = result.take_permit();
   stats.admitted.fetch_add(1, std::memory_order_relaxed);
+  s.record.outcome = "granted";
   if (auto* h = sh.metrics.wait_histogram(rc.limiter)) h->observe(permit.waited());
+  // The hold time: from here until the permit goes (declared after it, destroyed before it).
+  struct HoldTimer {
+    Histogram* histogram;
+    Clock::time_point since = Clock::now();
+    ~HoldTimer() {
+      if (histogram)
+        histogram->observe(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - since));
+    }
+  } hold{sh.metrics.hold_histogram(rc.limiter)};
   if (header_sent) {
     // Queued streams learn when they got their seat (the model's first token comes later).
     const std::string admitted = admitted_event(mode, permit.waited());
     if (!co_await send_raw(s, admitted)) {
       stats.client_gone.fetch_add(1, std::memory_order_relaxed);
+      s.record.outcome = "client_gone";
       co_return false;
     }
   }
   auto relayed =
       co_await (call_upstream(s, req, route, header_sent, rc.ratelimit.empty() ? nullptr : &tap,
-                              rates.headers.begin() == rates.headers.end() ? nullptr : &rates.headers) ||
+                              rates.headers.begin() == rates.headers.end() ? nullptr : &rates.headers, cs) ||
                 watch_disconnect(s, saw_data));
-  if (relayed.index() != 0) {
-    // The client left mid-call: the upstream call was cancelled (its connection closed) above.
+  if (relayed.index() != 0 || cs.client_gone) {
+    // The client left mid-call (the upstream call was cancelled, its connection
+    // closed) or could not be written to: counted once, as client gone.
     stats.client_gone.fetch_add(1, std::memory_order_relaxed);
+    s.record.outcome = "client_gone";
     co_return false;
   }
   co_return std::get<0>(relayed) && keep && !saw_data;

@@ -13,6 +13,7 @@
 #include "serve/config.hpp"
 #include "serve/session.hpp"
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -63,9 +64,12 @@ class UpstreamPool {
 struct RouteStats {
   std::atomic<std::uint64_t> requests{0};
   std::atomic<std::uint64_t> admitted{0};
-  std::atomic<std::uint64_t> rejected{0};      ///< no permit: timeout, queue full, disabled, unavailable
+  std::atomic<std::uint64_t> rejected{0};  ///< no permit: timeout, queue full, disabled, unavailable
+  /// `rejected` by RejectReason (index = the enum's value).
+  std::array<std::atomic<std::uint64_t>, 16> rejected_by_reason{};
   std::atomic<std::uint64_t> rate_limited{0};  ///< refused by the route's rate limits (before the queue)
-  std::atomic<std::uint64_t> client_gone{0};   ///< client left while waiting or while streaming
+  /// Client left while waiting or while streaming (never also counted as an upstream error).
+  std::atomic<std::uint64_t> client_gone{0};
   std::atomic<std::uint64_t> upstream_2xx{0};
   std::atomic<std::uint64_t> upstream_4xx{0};
   std::atomic<std::uint64_t> upstream_5xx{0};
@@ -73,6 +77,10 @@ struct RouteStats {
   std::atomic<std::uint64_t> upstream_errors{0};  ///< connect failures, timeouts, resets
   std::atomic<std::uint64_t> connections_opened{0};
   std::atomic<std::uint64_t> connections_reused{0};
+  /// Streamed answers: request arrival to the first byte of the upstream's body relayed.
+  Histogram time_to_first_token;
+  /// Upstream calls: connect (or a pooled connection) to the end of the upstream's answer.
+  Histogram upstream_latency;
 };
 
 /// The routes of one server, with their pools and counters.

@@ -19,19 +19,25 @@ std::string LeaseTable::add(Permit permit, std::string limiter, std::chrono::mil
   do {
     token = fmt::format("lp-{:016x}{:016x}", rng_(), rng_());
   } while (entries_.count(token) != 0);
-  entries_.emplace(token, Entry{std::move(permit), std::move(limiter), lease, Clock::now() + lease});
+  const auto now = Clock::now();
+  entries_.emplace(token, Entry{std::move(permit), std::move(limiter), lease, now + lease, now});
   return token;
 }
 
 bool LeaseTable::release(const std::string& token) {
-  Permit released;  // destroyed (released) after the lock is dropped
+  Permit permit;  // destroyed (released) after the lock is dropped
+  std::string limiter;
+  Clock::time_point granted;
   {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(token);
     if (it == entries_.end()) return false;
-    released = std::move(it->second.permit);
+    permit = std::move(it->second.permit);
+    limiter = std::move(it->second.limiter);
+    granted = it->second.granted;
     entries_.erase(it);
   }
+  released(limiter, granted);
   return true;
 }
 
@@ -44,19 +50,20 @@ std::optional<std::chrono::milliseconds> LeaseTable::renew(const std::string& to
 }
 
 std::size_t LeaseTable::expire(Clock::time_point now) {
-  std::vector<Permit> released;
+  std::vector<Entry> gone;
   {
     std::lock_guard lock(mu_);
     for (auto it = entries_.begin(); it != entries_.end();) {
       if (it->second.expires <= now) {
-        released.push_back(std::move(it->second.permit));
+        gone.push_back(std::move(it->second));
         it = entries_.erase(it);
       } else {
         ++it;
       }
     }
   }
-  return released.size();
+  for (const auto& e : gone) released(e.limiter, e.granted);
+  return gone.size();
 }
 
 void LeaseTable::clear() {
@@ -65,6 +72,12 @@ void LeaseTable::clear() {
     std::lock_guard lock(mu_);
     all.swap(entries_);
   }
+  for (const auto& [token, e] : all) released(e.limiter, e.granted);
+}
+
+void LeaseTable::released(const std::string& limiter, Clock::time_point granted) const {
+  if (on_release_)
+    on_release_(limiter, std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - granted));
 }
 
 std::size_t LeaseTable::size() const {

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -25,6 +26,11 @@ class LeaseTable {
   using Clock = std::chrono::steady_clock;
 
   LeaseTable();
+
+  /// Called (outside the lock) for every permit the table lets go of, with
+  /// how long it was held. Set before the table is used.
+  using OnRelease = std::function<void(const std::string& limiter, std::chrono::milliseconds held)>;
+  void set_on_release(OnRelease f) { on_release_ = std::move(f); }
 
   /// Takes `permit` for `lease`; returns its token (unguessable, URL-safe).
   std::string add(Permit permit, std::string limiter, std::chrono::milliseconds lease);
@@ -44,10 +50,13 @@ class LeaseTable {
     std::string limiter;
     std::chrono::milliseconds lease{0};
     Clock::time_point expires{};
+    Clock::time_point granted{};
   };
+  void released(const std::string& limiter, Clock::time_point granted) const;
   mutable std::mutex mu_;
   std::unordered_map<std::string, Entry> entries_;
   std::mt19937_64 rng_;
+  OnRelease on_release_;
 };
 
 }  // namespace fairgate::serve

@@ -12,7 +12,7 @@ void header(std::string& out, std::string_view name, std::string_view type, std:
 
 }  // namespace
 
-void WaitHistogram::observe(std::chrono::milliseconds waited) noexcept {
+void Histogram::observe(std::chrono::milliseconds waited) noexcept {
   const double s = static_cast<double>(waited.count()) / 1000.0;
   std::size_t i = 0;
   while (i < kBounds.size() && s > kBounds[i]) ++i;
@@ -22,28 +22,34 @@ void WaitHistogram::observe(std::chrono::milliseconds waited) noexcept {
                     std::memory_order_relaxed);
 }
 
-void WaitHistogram::render(const std::string& limiter, std::string& out) const {
+void Histogram::render(std::string_view name, std::string_view labels, std::string& out) const {
   std::uint64_t cumulative = 0;
   for (std::size_t i = 0; i < kBounds.size(); ++i) {
     cumulative += buckets_[i].load(std::memory_order_relaxed);
-    out += fmt::format("fairgate_wait_seconds_bucket{{limiter=\"{}\",le=\"{}\"}} {}\n", limiter, kBounds[i],
-                       cumulative);
+    out += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", name, labels, kBounds[i], cumulative);
   }
   cumulative += buckets_[kBounds.size()].load(std::memory_order_relaxed);
-  out += fmt::format("fairgate_wait_seconds_bucket{{limiter=\"{}\",le=\"+Inf\"}} {}\n", limiter, cumulative);
-  out += fmt::format("fairgate_wait_seconds_sum{{limiter=\"{}\"}} {:.3f}\n", limiter,
+  out += fmt::format("{}_bucket{{{},le=\"+Inf\"}} {}\n", name, labels, cumulative);
+  out += fmt::format("{}_sum{{{}}} {:.3f}\n", name, labels,
                      static_cast<double>(sum_ms_.load(std::memory_order_relaxed)) / 1000.0);
-  out += fmt::format("fairgate_wait_seconds_count{{limiter=\"{}\"}} {}\n", limiter,
-                     count_.load(std::memory_order_relaxed));
+  out += fmt::format("{}_count{{{}}} {}\n", name, labels, count_.load(std::memory_order_relaxed));
 }
 
 Metrics::Metrics(const std::vector<std::string>& limiter_names) {
-  for (const auto& n : limiter_names) histograms_.emplace(n, std::make_unique<WaitHistogram>());
+  for (const auto& n : limiter_names) {
+    histograms_.emplace(n, std::make_unique<WaitHistogram>());
+    hold_histograms_.emplace(n, std::make_unique<Histogram>());
+  }
 }
 
 WaitHistogram* Metrics::wait_histogram(const std::string& limiter) const {
   const auto it = histograms_.find(limiter);
   return it == histograms_.end() ? nullptr : it->second.get();
+}
+
+Histogram* Metrics::hold_histogram(const std::string& limiter) const {
+  const auto it = hold_histograms_.find(limiter);
+  return it == hold_histograms_.end() ? nullptr : it->second.get();
 }
 
 std::string render_metrics(const Backend& backend, const Metrics& metrics, std::size_t leases) {
@@ -111,6 +117,12 @@ std::string render_metrics(const Backend& backend, const Metrics& metrics, std::
   for (const auto& s : snaps) {
     if (const auto* h = metrics.wait_histogram(s.name)) h->render(s.name, out);
   }
+  header(out, "fairgate_hold_seconds", "histogram",
+         "Time permits granted through this server were held (grant to release).");
+  for (const auto& s : snaps) {
+    if (const auto* h = metrics.hold_histogram(s.name))
+      h->render("fairgate_hold_seconds", fmt::format("limiter=\"{}\"", s.name), out);
+  }
 
   // Shadow mode (docs/shadow.md): what was let through and what enforcing would have done.
   gauge("fairgate_shadow", "1 while the limiter runs in shadow mode (lets everything through).",
@@ -174,6 +186,11 @@ std::string render_metrics(const Backend& backend, const Metrics& metrics, std::
   single("fairgate_http_requests_total", "counter", "HTTP requests read.", load(metrics.http_requests));
   single("fairgate_http_bad_requests_total", "counter", "Malformed or refused HTTP requests (4xx).",
          load(metrics.http_bad_requests));
+  header(out, "fairgate_http_responses_total", "counter", "HTTP responses sent, by status code.");
+  for (std::size_t code = 100; code < metrics.responses_by_code.size(); ++code) {
+    const auto n = load(metrics.responses_by_code[code]);
+    if (n > 0) out += fmt::format("fairgate_http_responses_total{{code=\"{}\"}} {}\n", code, n);
+  }
   single("fairgate_http_connections", "gauge", "Open client connections.", load(metrics.connections_open));
   single("fairgate_http_connections_refused_total", "counter", "Connections refused at the connection cap.",
          load(metrics.connections_refused));

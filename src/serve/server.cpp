@@ -111,6 +111,9 @@ struct SseAcquire {
   bool finished = false;  // rejected: end the stream once `out` is written
   bool closed = false;    // the stream is over; a late grant is released at once
   Permit permit;
+  std::string_view outcome;  // "granted" or the rejection's reason, for the access log
+  long long waited_ms = -1;
+  std::chrono::steady_clock::time_point granted_at{};
 };
 
 awaitable<void> sse_pump(Session& s, std::shared_ptr<SseAcquire> st) {
@@ -132,6 +135,7 @@ awaitable<bool> acquire_sse(std::shared_ptr<Session> self, Limiter limiter, Acqu
                             const Request& req, WaiterSlot slot) {
   Session& s = *self;
   Shared& sh = *s.shared;
+  s.record.limiter = limiter.name();
   if (!co_await send_sse_header(s, req)) co_return false;
   sh.metrics.sse_streams.fetch_add(1, std::memory_order_relaxed);
 
@@ -173,6 +177,9 @@ awaitable<bool> acquire_sse(std::shared_ptr<Session> self, Limiter limiter, Acqu
       data["ticket"] = permit.id();
       st->permit = std::move(permit);
       st->granted = true;
+      st->outcome = "granted";
+      st->waited_ms = st->permit.waited().count();
+      st->granted_at = std::chrono::steady_clock::now();
       st->push(sse_event("granted", data));
     } else {
       if (st->closed) return;
@@ -182,6 +189,8 @@ awaitable<bool> acquire_sse(std::shared_ptr<Session> self, Limiter limiter, Acqu
       data["waited_ms"] = r.waited().count();
       if (!st->ticket.empty()) data["ticket"] = st->ticket;  // absent when rejected at arrival
       st->finished = true;
+      st->outcome = wire_reason(r.reason());
+      st->waited_ms = r.waited().count();
       st->push(sse_event("rejected", data));
     }
   };
@@ -196,8 +205,14 @@ awaitable<bool> acquire_sse(std::shared_ptr<Session> self, Limiter limiter, Acqu
   // Still waiting: cancel (the completion arrives later, as cancelled or as a
   // grant that raced the cancel, which it releases because `closed` is set).
   if (!st->completed) st->cancel.emit(net::cancellation_type::terminal);
+  if (st->permit.held()) {
+    if (auto* h = sh.metrics.hold_histogram(name))
+      h->observe(std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - st->granted_at));
+  }
   st->permit.release();
   sh.metrics.sse_streams.fetch_sub(1, std::memory_order_relaxed);
+  s.record.outcome = st->outcome.empty() ? std::string_view("client_gone") : st->outcome;
+  if (st->waited_ms >= 0) s.record.wait_ms = st->waited_ms;
   co_return false;  // an event stream ends with the connection
 }
 
@@ -211,12 +226,18 @@ awaitable<bool> acquire_json(std::shared_ptr<Session> self, Limiter limiter, Acq
   options.max_wait = params.max_wait;
   options.tenant = params.tenant;
   options.weight = params.weight;
+  s.record.limiter = limiter.name();
   bool saw_data = false;
   auto outcome = co_await (limiter.async_acquire(options, use_awaitable) || watch_disconnect(s, saw_data));
   slot.reset();
-  if (outcome.index() != 0) co_return false;  // the client left; the acquire was cancelled
+  if (outcome.index() != 0) {  // the client left; the acquire was cancelled
+    s.record.outcome = "client_gone";
+    co_return false;
+  }
   AcquireResult result = std::move(std::get<0>(outcome));
   const bool keep = req.keep_alive() && !saw_data;
+  s.record.outcome = result.granted() ? std::string_view("granted") : wire_reason(result.reason());
+  s.record.wait_ms = result.waited().count();
 
   if (result.granted()) {
     Permit permit = result.take_permit();
@@ -740,6 +761,28 @@ awaitable<boost::system::error_code> read_request(Session& s, http::request_pars
   co_return bec;
 }
 
+/// After a request: counts its response by code and writes its access log line.
+void finish_request(Session& s, beast::string_view method, beast::string_view target,
+                    std::chrono::steady_clock::time_point started) {
+  Shared& sh = *s.shared;
+  if (s.record.status != 0) sh.metrics.count_response(s.record.status);
+  if (sh.log->access_enabled()) {
+    const std::string_view path = target_path(std::string_view(target.data(), target.size()));
+    AccessEntry e;
+    e.method = method.empty() ? std::string_view("-") : std::string_view(method.data(), method.size());
+    e.path = path.substr(0, 256);
+    e.status = s.record.status;
+    e.duration_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+    e.limiter = s.record.limiter;
+    e.outcome = s.record.outcome;
+    e.wait_ms = s.record.wait_ms;
+    e.route = s.record.route;
+    sh.log->access(e);
+  }
+  s.record = {};
+}
+
 /// Reads requests off one connection and answers them, until either side ends it.
 awaitable<void> serve_connection(std::shared_ptr<Session> self) {
   Session& s = *self;
@@ -757,6 +800,7 @@ awaitable<void> serve_connection(std::shared_ptr<Session> self) {
       }
       s.buffer.commit(n);
     }
+    const auto started = std::chrono::steady_clock::now();
     // The request has started: all of it must arrive within header_timeout (slowloris).
     http::request_parser<http::string_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
@@ -796,6 +840,8 @@ awaitable<void> serve_connection(std::shared_ptr<Session> self) {
         co_await send_error(s, dummy, http::status::bad_request, "bad_request",
                             fmt::format("malformed HTTP request: {}", ec.message()));
       }
+      if (s.record.status != 0)
+        finish_request(s, parser.get().method_string(), parser.get().target(), started);
       co_return;
     }
     sh.metrics.http_requests.fetch_add(1, std::memory_order_relaxed);
@@ -804,6 +850,7 @@ awaitable<void> serve_connection(std::shared_ptr<Session> self) {
     // the read buffer back, it is much of a waiting connection's memory.
     if (s.buffer.size() == 0) s.buffer.shrink_to_fit();
     const bool keep = co_await handle(self, req);
+    finish_request(s, req.method_string(), req.target(), started);
     if (!keep || !req.keep_alive()) co_return;
   }
 }
@@ -838,6 +885,7 @@ awaitable<void> accept_loop(std::shared_ptr<Shared> sh) {
     }
     if (sh->metrics.connections_open.load() >= sh->config.server.max_connections) {
       sh->metrics.connections_refused.fetch_add(1, std::memory_order_relaxed);
+      sh->metrics.count_response(503);
       static constexpr std::string_view kBusy =
           "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
           "Content-Length: 81\r\n\r\n"
@@ -921,29 +969,24 @@ awaitable<void> drain(std::shared_ptr<Shared> sh) {
 }
 
 /// A second SIGTERM/SIGINT while draining: stop at once.
-awaitable<void> force_on_second_signal(std::shared_ptr<Shared> sh, net::signal_set& signals, std::FILE* out) {
+awaitable<void> force_on_second_signal(std::shared_ptr<Shared> sh, net::signal_set& signals) {
   auto [ec, sig] = co_await signals.async_wait(nothrow);
   if (ec) co_return;
   sh->force_stop.store(true);
-  const std::string text = fmt::format("fairgate serve: second {}: closing every connection now\n",
-                                       sig == SIGINT ? "SIGINT" : "SIGTERM");
-  std::fputs(text.c_str(), out);
-  std::fflush(out);
+  sh->log->write(LogLevel::warn, fmt::format("fairgate serve: second {}: closing every connection now",
+                                             sig == SIGINT ? "SIGINT" : "SIGTERM"));
 }
 
 /// SIGTERM/SIGINT: end waiters, drain, let the last Redis commands go out, then stop the loop.
-awaitable<void> shutdown_on_signal(std::shared_ptr<Shared> sh, net::signal_set& signals, int& which,
-                                   std::FILE* out) {
+awaitable<void> shutdown_on_signal(std::shared_ptr<Shared> sh, net::signal_set& signals, int& which) {
   auto [ec, sig] = co_await signals.async_wait(nothrow);
   if (ec) co_return;
   which = sig;
-  const std::string text = fmt::format(
-      "fairgate serve: {}: draining (gateway requests in flight may finish within {} ms; a second signal "
-      "stops at once)\n",
-      sig == SIGINT ? "SIGINT" : "SIGTERM", sh->config.server.shutdown_grace.count());
-  std::fputs(text.c_str(), out);
-  std::fflush(out);
-  net::co_spawn(co_await net::this_coro::executor, force_on_second_signal(sh, signals, out), net::detached);
+  sh->log->write(LogLevel::info,
+                 fmt::format("fairgate serve: {}: draining (gateway requests in flight may "
+                             "finish within {} ms; a second signal stops at once)",
+                             sig == SIGINT ? "SIGINT" : "SIGTERM", sh->config.server.shutdown_grace.count()));
+  net::co_spawn(co_await net::this_coro::executor, force_on_second_signal(sh, signals), net::detached);
   sh->backend->shutdown();
   co_await drain(sh);
   // Releases and cancels are sent asynchronously: give them a moment on the wire.
@@ -956,14 +999,13 @@ awaitable<void> shutdown_on_signal(std::shared_ptr<Shared> sh, net::signal_set& 
 }
 
 /// SIGHUP: ignored (the config is read once, at start), never fatal.
-awaitable<void> ignore_hangups(net::signal_set& hangups, std::FILE* out) {
+awaitable<void> ignore_hangups(std::shared_ptr<Shared> sh, net::signal_set& hangups) {
   for (;;) {
     auto [ec, sig] = co_await hangups.async_wait(nothrow);
     if (ec) co_return;
-    std::fputs(
-        "fairgate serve: SIGHUP ignored (the config file is read at start only; restart to change it)\n",
-        out);
-    std::fflush(out);
+    sh->log->write(
+        LogLevel::warn,
+        "fairgate serve: SIGHUP ignored (the config file is read at start only; restart to change it)");
   }
 }
 
@@ -985,7 +1027,7 @@ std::string describe_settings(const Snapshot& snap) {
 
 /// Redis: once each limiter has heard from Redis (or after a few seconds),
 /// one line per limiter with the settings in force and their source.
-awaitable<void> report_effective_settings(std::shared_ptr<Shared> sh, std::FILE* out) {
+awaitable<void> report_effective_settings(std::shared_ptr<Shared> sh) {
   net::steady_timer timer(co_await net::this_coro::executor);
   const auto deadline = std::chrono::steady_clock::now() + 3s;
   for (;;) {
@@ -997,14 +1039,14 @@ awaitable<void> report_effective_settings(std::shared_ptr<Shared> sh, std::FILE*
   }
   for (const auto& l : sh->backend->limiters()) {
     const Snapshot snap = l.snapshot();
-    const char* source = snap.engine.settings_source == "redis"
+    const bool confirmed = snap.engine.settings_source == "redis";
+    const char* source = confirmed
                              ? "in force cluster-wide (stored in Redis, where they win over this config)"
                              : "this instance's own: not confirmed by Redis yet (unreachable?)";
-    const std::string text =
-        fmt::format("fairgate serve: limiter {}: {} — {}\n", snap.name, describe_settings(snap), source);
-    std::fputs(text.c_str(), out);
+    sh->log->write(
+        confirmed ? LogLevel::info : LogLevel::warn,
+        fmt::format("fairgate serve: limiter {}: {} — {}", snap.name, describe_settings(snap), source));
   }
-  std::fflush(out);
 }
 
 std::string describe_limiters(const ServeConfig& cfg) {
@@ -1018,10 +1060,16 @@ std::string describe_limiters(const ServeConfig& cfg) {
 
 }  // namespace
 
-Server::Server(net::io_context& io, const ServeConfig& config, std::shared_ptr<Backend> backend) {
+Server::Server(net::io_context& io, const ServeConfig& config, std::shared_ptr<Backend> backend,
+               std::shared_ptr<const Log> logger) {
   std::vector<std::string> names;
   for (const auto& l : config.limiters) names.push_back(l.name);
   sh_ = std::make_shared<Shared>(config, io, names);
+  if (logger) sh_->log = std::move(logger);
+  // Leases live in Shared next to the metrics they feed (the table goes first).
+  sh_->leases.set_on_release([metrics = &sh_->metrics](const std::string& limiter, milliseconds held) {
+    if (auto* h = metrics->hold_histogram(limiter)) h->observe(held);
+  });
   sh_->backend = std::move(backend);
   for (const auto& l : config.limiters) {
     auto opened = sh_->backend->open(l.name, l.settings);
@@ -1091,6 +1139,13 @@ std::string Server::url() const {
 }
 
 int run_server(const ServeConfig& config, std::FILE* out) {
+  const auto logger = std::make_shared<const Log>(config.server.log, out);
+  // The library's messages (Redis state changes, ...) go into the same log
+  // while the server runs; the default sink (stderr) is back on every return.
+  fairgate::set_log_sink(logger->library_sink());
+  struct RestoreSink {
+    ~RestoreSink() { fairgate::set_log_sink({}); }
+  } restore_sink;
   net::io_context io(static_cast<int>(config.server.threads));
   std::shared_ptr<Backend> backend;
   std::string backend_text = "memory";
@@ -1100,44 +1155,45 @@ int run_server(const ServeConfig& config, std::FILE* out) {
   } else {
     backend = make_memory_backend(io.get_executor());
   }
-  Server server(io, config, backend);
+  Server server(io, config, backend, logger);
   auto sh = server.shared();
 
   net::signal_set signals(io, SIGINT, SIGTERM);
   int which = 0;
-  net::co_spawn(io, shutdown_on_signal(sh, signals, which, out), net::detached);
+  net::co_spawn(io, shutdown_on_signal(sh, signals, which), net::detached);
   net::signal_set hangups(io, SIGHUP);
-  net::co_spawn(io, ignore_hangups(hangups, out), net::detached);
+  net::co_spawn(io, ignore_hangups(sh, hangups), net::detached);
   server.start();
 
   std::string routes;
   for (const auto& r : config.routes)
     routes += fmt::format(", route {} -> {} via {}", r.path, r.upstream, r.limiter);
-  const std::string line =
-      fmt::format("fairgate serve: listening on {} (backend {}, instance {}, limiters {}{}, {} threads)\n",
+  logger->write(
+      LogLevel::info,
+      fmt::format("fairgate serve: listening on {} (backend {}, instance {}, limiters {}{}, {} threads)",
                   server.url(), backend_text, config.instance.empty() ? "auto" : config.instance,
-                  describe_limiters(config), routes, config.server.threads);
-  std::fputs(line.c_str(), out);
+                  describe_limiters(config), routes, config.server.threads));
+  const LogConfig& lc = config.server.log;
+  logger->write(LogLevel::info,
+                fmt::format("fairgate serve: log level {}, format {}, access log {}", to_string(lc.level),
+                            to_string(lc.format), lc.access_log ? "on" : "off"));
   for (const auto& r : config.rate_rules) {
-    const std::string note = fmt::format(
-        "fairgate serve: rate limit {}: {} {} per {} ms, limit {}, on_redis_down={}{}\n", r.name,
-        to_string(r.rule.algorithm), r.rule.rate, r.rule.period_ms, r.rule.capacity(),
-        to_string(r.rule.on_redis_down), config.redis ? " (a rule stored in Redis by PUT wins)" : "");
-    std::fputs(note.c_str(), out);
+    logger->write(LogLevel::info,
+                  fmt::format("fairgate serve: rate limit {}: {} {} per {} ms, limit {}, on_redis_down={}{}",
+                              r.name, to_string(r.rule.algorithm), r.rule.rate, r.rule.period_ms,
+                              r.rule.capacity(), to_string(r.rule.on_redis_down),
+                              config.redis ? " (a rule stored in Redis by PUT wins)" : ""));
   }
-  std::fflush(out);
-  if (config.redis) net::co_spawn(io, report_effective_settings(sh, out), net::detached);
+  if (config.redis) net::co_spawn(io, report_effective_settings(sh), net::detached);
 
   std::vector<std::thread> threads;
   for (unsigned i = 1; i < config.server.threads; ++i) threads.emplace_back([&io] { io.run(); });
   io.run();
   for (auto& t : threads) t.join();
 
-  const std::string bye = fmt::format("fairgate serve: stopped ({})\n", which == SIGINT    ? "SIGINT"
-                                                                        : which == SIGTERM ? "SIGTERM"
-                                                                                           : "stop");
-  std::fputs(bye.c_str(), out);
-  std::fflush(out);
+  logger->write(LogLevel::info, fmt::format("fairgate serve: stopped ({})", which == SIGINT    ? "SIGINT"
+                                                                            : which == SIGTERM ? "SIGTERM"
+                                                                                               : "stop"));
   // The backend goes before the io_context (backend.hpp); connections that
   // outlived the grace period are destroyed with the io_context.
   backend->shutdown();

@@ -26,8 +26,9 @@ class Server {
  public:
   /// Opens config's limiters on `backend` (an existing limiter keeps its
   /// settings) and listens. Throws ConfigError when a limiter cannot be
-  /// opened, std::runtime_error when it cannot listen.
-  Server(boost::asio::io_context& io, const ServeConfig& config, std::shared_ptr<Backend> backend);
+  /// opened, std::runtime_error when it cannot listen. `logger` null: nothing is logged.
+  Server(boost::asio::io_context& io, const ServeConfig& config, std::shared_ptr<Backend> backend,
+         std::shared_ptr<const Log> logger = nullptr);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -53,9 +54,10 @@ class Server {
 /// SIGTERM or SIGINT. Then it stops accepting, ends every waiting request,
 /// releases every permit this instance holds, and returns 0.
 ///
-/// Prints one line to `out` once listening:
+/// Logs (config.server.log, to `out`) one line once listening:
 ///   "fairgate serve: listening on http://HOST:PORT (...)"
-/// (with the real port when config.listen_port is 0), and one when stopped.
+/// (with the real port when config.listen_port is 0), and one when stopped;
+/// the library's messages go to the same log while it runs.
 /// Throws ConfigError when a limiter cannot be opened with its settings and
 /// std::runtime_error when it cannot listen.
 int run_server(const ServeConfig& config, std::FILE* out);

@@ -49,6 +49,7 @@ void add_cors_headers(const Session& s, Fields& fields) {
 
 awaitable<bool> send(Session& s, Response res) {
   add_cors_headers(s, res);
+  s.record.status = res.result_int();
   s.stream.expires_after(s.shared->config.server.write_timeout);
   auto [ec, n] = co_await http::async_write(s.stream, res, nothrow);
   s.stream.expires_never();
@@ -77,6 +78,7 @@ awaitable<bool> send_sse_header(Session& s, const Request& req) {
   res.set("X-Accel-Buffering", "no");
   add_cors_headers(s, res);
   res.keep_alive(false);
+  s.record.status = res.result_int();
   http::response_serializer<http::empty_body> sr{res};
   s.stream.expires_after(s.shared->config.server.write_timeout);
   auto [ec, n] = co_await http::async_write_header(s.stream, sr, nothrow);

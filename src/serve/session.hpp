@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -80,6 +81,16 @@ struct Session {
   /// The current request's Origin when it is allowed (server.cors_origins):
   /// every answer to it carries the CORS headers. Empty: none.
   std::string cors_origin;
+
+  /// What the access log and /metrics learn of the request being served
+  /// (reset for each request).
+  struct Record {
+    unsigned status = 0;  ///< the response's status; 0 = none sent
+    std::string limiter;  ///< the limiter asked, if any
+    std::string outcome;  ///< "granted", a rejection reason, "client_gone", ...
+    std::optional<long long> wait_ms;
+    std::string route;  ///< the gateway route's path
+  } record;
 };
 
 /// What every connection shares.
@@ -93,6 +104,8 @@ struct Shared {
 
   ServeConfig config;
   net::io_context& io;
+  /// The log (run_server sets it; otherwise it drops everything).
+  std::shared_ptr<const Log> log = std::make_shared<const Log>();
   std::shared_ptr<Backend> backend;
   /// The `[ratelimit.NAME]` rules (their state in Redis, or in this process).
   RateLimiter rates;

@@ -1,0 +1,22 @@
+// redis/log_level.hpp — the level of a Redis backend message for the
+// library's log sink (fairgate/log.hpp): problems (failures, degraded mode,
+// fences, lost connections) are warnings, other state changes information.
+#pragma once
+
+#include <fairgate/log.hpp>
+
+#include <array>
+#include <string_view>
+
+namespace fairgate::redis {
+
+inline LogLevel level_of(std::string_view line) noexcept {
+  static constexpr std::array<std::string_view, 12> kProblems = {
+      "fail",        "degraded", "unexpected", "cannot",  "lost",    "no node",
+      "unreachable", "fence",    "overshoot",  "timeout", "refused", "error"};
+  for (const auto word : kProblems)
+    if (line.find(word) != std::string_view::npos) return LogLevel::warn;
+  return LogLevel::info;
+}
+
+}  // namespace fairgate::redis
