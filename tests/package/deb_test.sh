@@ -38,11 +38,16 @@ depends=$(dpkg-deb -f "$deb" Depends)
 for lib in libhiredis0.14 libtomlplusplus3 libc6 libstdc++6; do
   [[ $depends == *"$lib"* ]] || fail "Depends lacks $lib: $depends"
 done
-# Every dependency (the first of each alternative) is installed on this machine.
+# Every dependency (the first of each alternative) is installed on this
+# machine, as a package or as a virtual package an installed one provides
+# (libspdlog1.10 provides libspdlog1.10-fmt9, the name its shlibs file gives).
 IFS=',' read -ra deps <<<"$depends"
+provided=$(dpkg-query -W -f='${db:Status-Abbrev} ${Provides}\n' 2>/dev/null | awk '$1 == "ii" { $1 = ""; print }' |
+  tr ',' '\n' | sed -E 's/\(.*\)//; s/:any//; s/ //g')
 for d in "${deps[@]}"; do
   name=$(echo "${d%%|*}" | sed -E 's/\(.*\)//; s/:any//; s/ //g')
-  dpkg-query -W -f='${Status}' "$name" 2>/dev/null | grep -q "install ok installed" || fail "dependency $name is not installed here"
+  dpkg-query -W -f='${Status}' "$name" 2>/dev/null | grep -q "install ok installed" ||
+    grep -qxF "$name" <<<"$provided" || fail "dependency $name is not installed here"
 done
 dpkg-deb -e "$deb" "$tmp/control"
 [[ $(cat "$tmp/control/conffiles") == /etc/fairgate/fairgate.toml ]] || fail "conffiles: $(cat "$tmp/control/conffiles")"
