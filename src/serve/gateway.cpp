@@ -741,6 +741,16 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
     const bool client_keep = req.keep_alive() && (has_length || no_body || req.version() >= 11);
     res.keep_alive(client_keep);
 
+    // The upstream connection goes back to the pool as soon as its answer is
+    // read, before the client gets the last bytes: a client that sends its
+    // next request at once then finds it there (not after our last write).
+    bool given_back = false;
+    const auto give_back = [&] {
+      if (given_back || !parser.is_done()) return;
+      given_back = true;
+      if (parser.keep_alive()) route.pool.put(conn.release_socket());
+    };
+    give_back();
     http::response_serializer<http::buffer_body> sr{res};
     s.stream.expires_after(s.shared->config.server.write_timeout);
     s.record.status = status;
@@ -757,6 +767,7 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
         body_failed();
         co_return false;
       }
+      give_back();
       if (*got == 0) continue;
       if (tap) tap->feed(chunk.data(), *got);
       res.body().data = chunk.data();
@@ -786,7 +797,7 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
       }
     }
     if (tap) tap->finish();
-    if (parser.keep_alive()) route.pool.put(conn.release_socket());
+    give_back();
     co_return client_keep;
   }
 }

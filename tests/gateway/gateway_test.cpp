@@ -13,10 +13,8 @@
 #include "support/loopback.hpp"
 #include "support/redis_server.hpp"
 
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -46,17 +44,7 @@ class MockLlm : public Listening {
 };
 
 /// A loopback port nothing listens on (bound, then closed).
-int closed_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+int closed_port() { return fairgate::test::free_loopback_port(); }
 
 /// Limiter "chat" (cap 3, long wait) on the OpenAI path; limiter "one" (cap 1,
 /// max wait 300 ms) behind the /one, /none, /named and /seed prefixes.

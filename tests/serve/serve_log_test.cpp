@@ -11,12 +11,11 @@
 //    hold-time, time-to-first-token and upstream-latency histograms.
 #include "serve/harness.hpp"
 #include "support/loopback.hpp"
+#include "support/redis_server.hpp"
 
 #include <boost/json.hpp>
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <regex>
@@ -29,17 +28,7 @@ namespace json = boost::json;
 const auto kStart = kSanitized ? 60s : 20s;
 
 /// A loopback port nothing listens on (bound, then closed).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+int free_port() { return free_loopback_port(); }
 
 /// `fairgate serve` with its stdout (the log) kept for the test to read.
 class LoggedServe {

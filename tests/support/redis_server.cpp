@@ -27,8 +27,6 @@
 
 namespace fairgate::test {
 
-namespace {
-
 std::uint16_t free_loopback_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) throw std::runtime_error("socket() failed");
@@ -45,6 +43,8 @@ std::uint16_t free_loopback_port() {
   ::close(fd);
   return ntohs(addr.sin_port);
 }
+
+namespace {
 
 timeval to_timeval(std::chrono::milliseconds d) {
   const auto ms = std::max<std::int64_t>(d.count(), 1);

@@ -28,6 +28,10 @@
 
 namespace fairgate::test {
 
+/// A loopback TCP port that was free a moment ago (bound to port 0, then
+/// closed): for a server a test starts, or for a port nothing listens on.
+std::uint16_t free_loopback_port();
+
 class RedisServer {
  public:
   /// A TLS-only server: --port 0 --tls-port <free port> with these files
