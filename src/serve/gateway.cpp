@@ -140,14 +140,14 @@ void Gateway::render_metrics(std::string& out) const {
       "...).\n"
       "# TYPE fairgate_gateway_rejected_total counter\n";
   for (const auto& r : routes_) {
-    for (const auto reason :
-         {RejectReason::timeout, RejectReason::queue_full, RejectReason::disabled, RejectReason::unavailable,
-          RejectReason::invalid_argument, RejectReason::shutdown, RejectReason::would_time_out}) {
+    const auto line = [&](RejectReason reason) {
       out += fmt::format(
           "fairgate_gateway_rejected_total{{route=\"{}\",reason=\"{}\"}} {}\n", r->config.path,
           to_string(reason),
           r->stats.rejected_by_reason[static_cast<std::size_t>(reason)].load(std::memory_order_relaxed));
-    }
+    };
+    line(RejectReason::timeout);  // a queue timeout is a rejection of the gateway's request
+    for (const auto reason : kRejectionReasons) line(reason);
   }
   series("fairgate_gateway_rate_limited_total",
          "Requests refused by the route's rate limits (before the queue).", &RouteStats::rate_limited);
@@ -170,20 +170,19 @@ void Gateway::render_metrics(std::string& out) const {
                          r->config.path, cls, v->load(std::memory_order_relaxed));
     }
   }
-  out +=
-      "# HELP fairgate_gateway_time_to_first_token_seconds Streamed answers: request arrival (queue wait "
-      "included) to the first byte of the upstream's answer relayed.\n"
-      "# TYPE fairgate_gateway_time_to_first_token_seconds histogram\n";
-  for (const auto& r : routes_)
-    r->stats.time_to_first_token.render("fairgate_gateway_time_to_first_token_seconds",
-                                        fmt::format("route=\"{}\"", r->config.path), out);
-  out +=
-      "# HELP fairgate_gateway_upstream_seconds Upstream calls: from connecting (or taking a pooled "
-      "connection) to the end of the upstream's answer.\n"
-      "# TYPE fairgate_gateway_upstream_seconds histogram\n";
-  for (const auto& r : routes_)
-    r->stats.upstream_latency.render("fairgate_gateway_upstream_seconds",
-                                     fmt::format("route=\"{}\"", r->config.path), out);
+  const auto histogram = [&](std::string_view name, std::string_view help, Histogram RouteStats::*h) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+    for (const auto& r : routes_)
+      (r->stats.*h).render(name, fmt::format("route=\"{}\"", r->config.path), out);
+  };
+  histogram("fairgate_gateway_time_to_first_token_seconds",
+            "Streamed answers: request arrival (queue wait included) to the first byte of the upstream's "
+            "answer relayed.",
+            &RouteStats::time_to_first_token);
+  histogram("fairgate_gateway_upstream_seconds",
+            "Upstream calls: from connecting (or taking a pooled connection) to the end of the upstream's "
+            "answer.",
+            &RouteStats::upstream_latency);
 }
 
 // --- pure helpers ----------------------------------------------------------------
@@ -626,6 +625,15 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
     http::response_parser<http::buffer_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(kMaxUpstreamHeader));
     parser.body_limit(boost::none);
+    // The upstream connection goes back to the pool as soon as its answer is
+    // read, before the client gets the last bytes: a client that sends its
+    // next request at once then finds it there (not after our last write).
+    bool given_back = false;
+    const auto give_back = [&] {
+      if (given_back || !parser.is_done()) return;
+      given_back = true;
+      if (parser.keep_alive()) route.pool.put(conn.release_socket());
+    };
     boost::system::error_code hec = wec;
     if (!wec) {
       auto [ec, n] = co_await http::async_read_header(conn, buffer, parser, nothrow);
@@ -686,6 +694,7 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
             body_failed();
             co_return false;
           }
+          give_back();
           if (*got == 0) continue;
           if (tap) tap->feed(chunk.data(), *got);
           s.stream.expires_after(s.shared->config.server.write_timeout);
@@ -699,7 +708,7 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
         }
         stats.upstream_latency.observe(since(call_started));
         if (tap) tap->finish();
-        if (parser.keep_alive()) route.pool.put(conn.release_socket());
+        give_back();
         co_return false;  // the event stream ends with the connection
       }
       // An upstream error after our 200: read its body (bounded) and send it as a stream error.
@@ -741,15 +750,6 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
     const bool client_keep = req.keep_alive() && (has_length || no_body || req.version() >= 11);
     res.keep_alive(client_keep);
 
-    // The upstream connection goes back to the pool as soon as its answer is
-    // read, before the client gets the last bytes: a client that sends its
-    // next request at once then finds it there (not after our last write).
-    bool given_back = false;
-    const auto give_back = [&] {
-      if (given_back || !parser.is_done()) return;
-      given_back = true;
-      if (parser.keep_alive()) route.pool.put(conn.release_socket());
-    };
     give_back();
     http::response_serializer<http::buffer_body> sr{res};
     s.stream.expires_after(s.shared->config.server.write_timeout);

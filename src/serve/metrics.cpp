@@ -106,9 +106,7 @@ std::string render_metrics(const Backend& backend, const Metrics& metrics, std::
 
   header(out, "fairgate_rejections_total", "counter", "Requests rejected, by reason.");
   for (const auto& s : snaps) {
-    for (const auto reason :
-         {RejectReason::queue_full, RejectReason::disabled, RejectReason::unavailable,
-          RejectReason::invalid_argument, RejectReason::shutdown, RejectReason::would_time_out}) {
+    for (const auto reason : kRejectionReasons) {
       out += fmt::format("fairgate_rejections_total{{limiter=\"{}\",reason=\"{}\"}} {}\n", s.name,
                          to_string(reason), s.stats.by_reason[static_cast<std::size_t>(reason)]);
     }

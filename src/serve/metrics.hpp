@@ -20,6 +20,12 @@
 
 namespace fairgate::serve {
 
+/// The reasons a request ends without a permit other than a timeout (counted
+/// apart, fairgate_timeouts_total): the `reason` label of the rejection series.
+inline constexpr RejectReason kRejectionReasons[] = {
+    RejectReason::queue_full,       RejectReason::disabled, RejectReason::unavailable,
+    RejectReason::invalid_argument, RejectReason::shutdown, RejectReason::would_time_out};
+
 /// A duration histogram (waits, hold times, latencies), cumulative buckets
 /// as Prometheus wants them. Thread-safe (atomics).
 class Histogram {

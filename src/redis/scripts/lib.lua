@@ -370,10 +370,9 @@ end
 -- Returns 1, or 0 when it was not waiting.
 local function waiter_remove(cfg, member)
   if q_remove(member) == 0 then return 0 end
-  local _, id = split_waiter(member)
+  local _, id, _, _, t = split_waiter(member)
   waiter_gone(id)
   if cfg and cfg.tmode then
-    local _, _, _, _, t = split_waiter(member)
     t_remove(cfg, t, member)
   end
   return 1
