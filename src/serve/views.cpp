@@ -1,4 +1,5 @@
-// serve/views.cpp
+// serve/views.cpp — the JSON shapes of docs/api.md (see views.hpp); the key
+// order is part of the output.
 #include "serve/views.hpp"
 
 #include <boost/json/array.hpp>
@@ -7,6 +8,84 @@
 namespace fairgate::serve {
 
 namespace json = boost::json;
+
+namespace {
+
+/// Redis recovery (docs/design.md): where the settings in force came from, and
+/// whether grants are held back or served by the on_redis_down policy.
+void add_recovery(json::object& o, const Snapshot& s) {
+  o["settings_source"] = s.engine.settings_source;
+  o["on_redis_down"] = to_string(s.settings.on_redis_down);
+  if (s.settings.local_share)
+    o["local_share"] = *s.settings.local_share;
+  else
+    o["local_share"] = nullptr;
+  if (s.engine.degraded && s.settings.on_redis_down == RedisDownPolicy::local)
+    o["local_cap"] = s.engine.local_cap;
+  o["fence_left_ms"] = s.engine.fence_left.count();
+}
+
+/// Shadow mode (docs/shadow.md): what was let through, and what enforcing
+/// would have done with it.
+json::object shadow_json(const ShadowStatus& sh) {
+  json::object o;
+  o["passed"] = sh.passed;
+  o["in_flight"] = sh.in_flight;
+  o["would_grant"] = sh.would_grant;
+  o["would_queue"] = sh.would_queue;
+  o["would_wait"] = sh.waiting;
+  o["would_timeout"] = sh.would_end_by_reason[static_cast<std::size_t>(RejectReason::timeout)];
+  o["would_reject"] =
+      sh.would_end() - sh.would_end_by_reason[static_cast<std::size_t>(RejectReason::timeout)];
+  json::object by_reason;
+  for (std::size_t i = 0; i < sh.would_end_by_reason.size(); ++i) {
+    if (sh.would_end_by_reason[i] == 0) continue;
+    by_reason[std::string(to_string(static_cast<RejectReason>(i)))] = sh.would_end_by_reason[i];
+  }
+  o["would_end_by_reason"] = std::move(by_reason);
+  o["would_wait_ms_mean"] =
+      sh.would_grant ? static_cast<double>(sh.would_wait_ms_sum) / static_cast<double>(sh.would_grant) : 0.0;
+  o["would_wait_ms_max"] = sh.would_wait_max.count();
+  return o;
+}
+
+json::object stats_json(const LimiterStats& st) {
+  json::object stats;
+  stats["acquires"] = st.acquires;
+  stats["grants"] = st.grants;
+  stats["timeouts"] = st.timeouts;
+  stats["cancels"] = st.cancels;
+  stats["rejections"] = st.rejections;
+  stats["releases"] = st.releases;
+  return stats;
+}
+
+/// Who holds the permits, and who waits in what order (detail views).
+void add_holders_and_queue(json::object& o, const Snapshot& s) {
+  json::array holders;
+  for (const auto& h : s.holders) {
+    json::object e;
+    e["permit"] = h.permit;
+    e["tenant"] = h.tenant;
+    e["held_ms"] = h.held.count();
+    e["instance"] = h.instance;
+    holders.push_back(std::move(e));
+  }
+  json::array queue;
+  for (const auto& w : s.waiters) {
+    json::object e;
+    e["ticket"] = w.ticket;
+    e["tenant"] = w.tenant;
+    e["position"] = w.position;
+    e["waited_ms"] = w.waited.count();
+    e["instance"] = w.instance;
+    queue.push_back(std::move(e));
+  }
+  o["holders"] = std::move(holders);
+  o["queue"] = std::move(queue);
+}
+
+}  // namespace
 
 json::object limiter_json(const Snapshot& s, std::string_view backend, bool detail) {
   json::object o;
@@ -33,76 +112,11 @@ json::object limiter_json(const Snapshot& s, std::string_view backend, bool deta
     o["estimated_wait_ms"] = s.estimated_wait->count();
   else
     o["estimated_wait_ms"] = nullptr;
-  if (backend == "redis") {
-    // Recovery (docs/design.md): where the settings in force came from, and
-    // whether grants are held back or served by the on_redis_down policy.
-    o["settings_source"] = s.engine.settings_source;
-    o["on_redis_down"] = to_string(s.settings.on_redis_down);
-    if (s.settings.local_share)
-      o["local_share"] = *s.settings.local_share;
-    else
-      o["local_share"] = nullptr;
-    if (s.engine.degraded && s.settings.on_redis_down == RedisDownPolicy::local)
-      o["local_cap"] = s.engine.local_cap;
-    o["fence_left_ms"] = s.engine.fence_left.count();
-  }
+  if (backend == "redis") add_recovery(o, s);
   o["mode"] = to_string(s.settings.mode);
-  if (s.settings.mode == LimiterMode::shadow || s.shadow.passed > 0) {
-    // Shadow mode (docs/shadow.md): what was let through, and what enforcing
-    // would have done with it.
-    const ShadowStatus& sh = s.shadow;
-    json::object o2;
-    o2["passed"] = sh.passed;
-    o2["in_flight"] = sh.in_flight;
-    o2["would_grant"] = sh.would_grant;
-    o2["would_queue"] = sh.would_queue;
-    o2["would_wait"] = sh.waiting;
-    o2["would_timeout"] = sh.would_end_by_reason[static_cast<std::size_t>(RejectReason::timeout)];
-    o2["would_reject"] =
-        sh.would_end() - sh.would_end_by_reason[static_cast<std::size_t>(RejectReason::timeout)];
-    json::object by_reason;
-    for (std::size_t i = 0; i < sh.would_end_by_reason.size(); ++i) {
-      if (sh.would_end_by_reason[i] == 0) continue;
-      by_reason[std::string(to_string(static_cast<RejectReason>(i)))] = sh.would_end_by_reason[i];
-    }
-    o2["would_end_by_reason"] = std::move(by_reason);
-    o2["would_wait_ms_mean"] =
-        sh.would_grant ? static_cast<double>(sh.would_wait_ms_sum) / static_cast<double>(sh.would_grant)
-                       : 0.0;
-    o2["would_wait_ms_max"] = sh.would_wait_max.count();
-    o["shadow"] = std::move(o2);
-  }
-  json::object stats;
-  stats["acquires"] = s.stats.acquires;
-  stats["grants"] = s.stats.grants;
-  stats["timeouts"] = s.stats.timeouts;
-  stats["cancels"] = s.stats.cancels;
-  stats["rejections"] = s.stats.rejections;
-  stats["releases"] = s.stats.releases;
-  o["stats"] = std::move(stats);
-  if (detail) {
-    json::array holders;
-    for (const auto& h : s.holders) {
-      json::object e;
-      e["permit"] = h.permit;
-      e["tenant"] = h.tenant;
-      e["held_ms"] = h.held.count();
-      e["instance"] = h.instance;
-      holders.push_back(std::move(e));
-    }
-    json::array queue;
-    for (const auto& w : s.waiters) {
-      json::object e;
-      e["ticket"] = w.ticket;
-      e["tenant"] = w.tenant;
-      e["position"] = w.position;
-      e["waited_ms"] = w.waited.count();
-      e["instance"] = w.instance;
-      queue.push_back(std::move(e));
-    }
-    o["holders"] = std::move(holders);
-    o["queue"] = std::move(queue);
-  }
+  if (s.settings.mode == LimiterMode::shadow || s.shadow.passed > 0) o["shadow"] = shadow_json(s.shadow);
+  o["stats"] = stats_json(s.stats);
+  if (detail) add_holders_and_queue(o, s);
   return o;
 }
 
