@@ -17,6 +17,9 @@
 //    requests and a write timeout per write.
 #include "mockllm/mock_llm.hpp"
 
+#include "http/message.hpp"
+#include "http/read.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -58,8 +61,8 @@ constexpr std::size_t kMaxHeaderBytes = 8 * 1024;
 constexpr std::size_t kMaxBodyBytes = 8 * 1024 * 1024;  // above the gateway default (4 MiB)
 constexpr std::int64_t kMaxTokensLimit = 1'000'000;
 
-using Request = http::request<http::string_body>;
-using Response = http::response<http::string_body>;
+using Request = fairgate::http::Request;
+using Response = fairgate::http::Response;
 
 }  // namespace
 
@@ -140,21 +143,8 @@ using Session = detail::ServerState::Session;
 
 // --- answers ------------------------------------------------------------------
 
-Response make_response(http::status status, const Request& req, std::string body) {
-  Response res{status, req.version()};
-  res.set(http::field::server, kServerName);
-  res.set(http::field::content_type, "application/json");
-  res.set(http::field::cache_control, "no-store");
-  res.keep_alive(req.keep_alive());
-  res.body() = std::move(body);
-  res.prepare_payload();
-  return res;
-}
-
 Response json_response(http::status status, const Request& req, const json::value& v) {
-  std::string body = json::serialize(v);
-  body += '\n';
-  return make_response(status, req, std::move(body));
+  return fairgate::http::json_response(status, req, v, kServerName);
 }
 
 /// An OpenAI error body: {"error":{"message","type","param","code"}}.
@@ -591,71 +581,38 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
 
 // --- connections ------------------------------------------------------------------
 
-bool is_http_error(const boost::system::error_code& ec) {
-  return ec.category() == make_error_code(http::error::bad_target).category();
-}
-
-awaitable<boost::system::error_code> read_request(Session& s,
-                                                  http::request_parser<http::string_body>& parser) {
-  auto [ec, n] = co_await http::async_read(s.stream, s.buffer, parser, nothrow);
-  co_return ec;
-}
-
-/// Completes after `timeout`, having cancelled the connection's pending read.
-awaitable<void> request_deadline(Session& s, std::chrono::milliseconds timeout) {
-  net::steady_timer timer(s.stream.get_executor(), timeout);
-  auto [ec] = co_await timer.async_wait(nothrow);
-  if (ec) co_return;  // cancelled: the request arrived first
-  boost::system::error_code ignored;
-  s.stream.socket().cancel(ignored);
-}
-
 /// Reads requests off one connection and answers them, until either side ends it.
 awaitable<void> serve_connection(std::shared_ptr<Session> self) {
   Session& s = *self;
   State& st = *s.state;
+  const fairgate::http::ReadLimits limits{kMaxHeaderBytes, kMaxBodyBytes, st.options.request_timeout};
+  // Not the stream's own timeout: that closes the socket, and the client
+  // would get no 408. The deadline cancels the read and leaves the socket open.
+  const auto cancel = [&s] {
+    boost::system::error_code ignored;
+    s.stream.socket().cancel(ignored);
+  };
   for (;;) {
     if (st.stopping.load()) co_return;
-    if (s.buffer.size() == 0) {
-      // Idle between requests: a connection may sit here for idle_timeout.
-      s.stream.expires_after(st.options.idle_timeout);
-      auto [ec, n] = co_await s.stream.async_read_some(s.buffer.prepare(4096), nothrow);
-      s.stream.expires_never();
-      if (ec) co_return;
-      s.buffer.commit(n);
-    }
+    // Idle between requests: a connection may sit here for idle_timeout.
+    bool idle_timed_out = false;
+    if (!co_await fairgate::http::wait_for_request(s.stream, s.buffer, st.options.idle_timeout, cancel,
+                                                   idle_timed_out))
+      co_return;
     // The request has started: all of it must arrive within request_timeout.
-    http::request_parser<http::string_body> parser;
-    parser.header_limit(static_cast<std::uint32_t>(kMaxHeaderBytes));
-    parser.body_limit(kMaxBodyBytes);
-    // Not the stream's own timeout: that closes the socket, and the client
-    // would get no 408. The deadline cancels the read and leaves the socket open.
-    auto outcome = co_await (read_request(s, parser) || request_deadline(s, st.options.request_timeout));
-    const boost::system::error_code ec =
-        outcome.index() == 0 ? std::get<0>(outcome) : make_error_code(beast::error::timeout);
-    if (ec) {
+    fairgate::http::ReadResult read =
+        co_await fairgate::http::read_request(s.stream, s.buffer, limits, {}, cancel);
+    if (read.error == fairgate::http::ReadError::closed) co_return;
+    if (read.error != fairgate::http::ReadError::none) {
       Request dummy;
       dummy.version(11);
       dummy.keep_alive(false);
-      if (ec == http::error::header_limit) {
-        co_await send_invalid(s, dummy, http::status::request_header_fields_too_large,
-                              fmt::format("request headers exceed {} bytes", kMaxHeaderBytes), {},
-                              "header_too_large");
-      } else if (ec == http::error::body_limit) {
-        co_await send_invalid(s, dummy, http::status::payload_too_large,
-                              fmt::format("request body exceeds {} bytes", kMaxBodyBytes), {},
-                              "body_too_large");
-      } else if (ec == beast::error::timeout) {
-        co_await send_invalid(s, dummy, http::status::request_timeout, "the request did not arrive in time",
-                              {}, "request_timeout");
-      } else if (is_http_error(ec) && ec != http::error::end_of_stream &&
-                 ec != http::error::partial_message) {
-        co_await send_invalid(s, dummy, http::status::bad_request,
-                              fmt::format("malformed HTTP request: {}", ec.message()), {}, "bad_request");
-      }
+      co_await send_invalid(s, dummy, static_cast<http::status>(fairgate::http::error_status(read.error)),
+                            fairgate::http::error_message(read, limits), {},
+                            fairgate::http::error_reason(read.error));
       co_return;
     }
-    const Request req = parser.release();
+    const Request req = std::move(read.request);
     const bool keep = co_await handle(self, req);
     if (!keep || !req.keep_alive()) co_return;
   }
