@@ -17,8 +17,10 @@
 //    requests and a write timeout per write.
 #include "mockllm/mock_llm.hpp"
 
+#include "http/listener.hpp"
 #include "http/message.hpp"
 #include "http/read.hpp"
+#include "http/sse.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -334,10 +336,7 @@ std::string delta_event(const State& st, const Completion& c, json::object delta
   json::object o = chunk_json(st, c);
   o["choices"] = std::move(choices);
   if (c.include_usage) o["usage"] = nullptr;
-  std::string out = "data: ";
-  out += json::serialize(o);
-  out += "\n\n";
-  return out;
+  return fairgate::http::sse_event({}, json::serialize(o));
 }
 
 std::string_view finish_reason(const Completion& c) { return c.length_cut ? "length" : "stop"; }
@@ -389,11 +388,9 @@ awaitable<bool> stream_tokens(Session& s, const Completion& c, std::chrono::stea
     json::object o = chunk_json(st, c);
     o["choices"] = json::array();
     o["usage"] = usage_json(c);
-    tail += "data: ";
-    tail += json::serialize(o);
-    tail += "\n\n";
+    tail += fairgate::http::sse_event({}, json::serialize(o));
   }
-  tail += "data: [DONE]\n\n";
+  tail += fairgate::http::sse_event({}, "[DONE]");
   std::string bytes = framed(c, tail);
   if (c.chunked) bytes += "0\r\n\r\n";
   all_sent = co_await send_raw(s, bytes);
@@ -633,21 +630,9 @@ awaitable<void> run_session(std::shared_ptr<Session> self) {
 }
 
 awaitable<void> accept_loop(std::shared_ptr<State> st) {
-  for (;;) {
-    tcp::socket socket(net::make_strand(st->executor));
-    auto [ec] = co_await st->acceptor.async_accept(socket, nothrow);
-    if (st->stopping.load()) co_return;
-    if (ec) {
-      if (ec == net::error::operation_aborted || ec == net::error::bad_descriptor) co_return;
-      // Out of descriptors and the like: back off a little, then go on.
-      net::steady_timer pause(st->acceptor_strand, std::chrono::milliseconds(50));
-      co_await pause.async_wait(nothrow);
-      continue;
-    }
-    // Tokens are small writes that must leave at once: without this, Nagle
-    // holds each one until the previous is acknowledged (up to a delayed ACK).
-    boost::system::error_code nodelay_ec;
-    socket.set_option(tcp::no_delay(true), nodelay_ec);
+  fairgate::http::ListenerHooks hooks;
+  hooks.stopping = [&st = *st] { return st.stopping.load(); };
+  hooks.accepted = [st](tcp::socket socket) {
     std::shared_ptr<Session> session;
     {
       std::lock_guard lock(st->mu);
@@ -657,7 +642,8 @@ awaitable<void> accept_loop(std::shared_ptr<State> st) {
     }
     const auto executor = session->stream.get_executor();
     net::co_spawn(executor, run_session(std::move(session)), net::detached);
-  }
+  };
+  co_await fairgate::http::accept_loop(st->acceptor, st->executor, std::move(hooks));
 }
 
 void validate(const Options& o) {

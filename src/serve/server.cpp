@@ -19,6 +19,7 @@
 //    cap on waiting requests (S7).
 #include "serve/server.hpp"
 
+#include "http/listener.hpp"
 #include "http/read.hpp"
 
 #include "redis/connection.hpp"
@@ -840,34 +841,19 @@ awaitable<void> run_session(std::shared_ptr<Session> self) {
 }
 
 awaitable<void> accept_loop(std::shared_ptr<Shared> sh) {
-  for (;;) {
-    auto [ec, socket] = co_await sh->acceptor.async_accept(net::make_strand(sh->io), nothrow);
-    if (sh->stopping.load()) co_return;
-    if (ec) {
-      if (ec == net::error::operation_aborted || ec == net::error::bad_descriptor) co_return;
-      // Out of descriptors and the like: back off a little, then go on.
-      net::steady_timer pause(sh->acceptor_strand, 50ms);
-      co_await pause.async_wait(nothrow);
-      continue;
-    }
-    if (sh->metrics.connections_open.load() >= sh->config.server.max_connections) {
-      sh->metrics.connections_refused.fetch_add(1, std::memory_order_relaxed);
-      sh->metrics.count_response(503);
-      static constexpr std::string_view kBusy =
-          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
-          "Content-Length: 81\r\n\r\n"
-          "{\"error\":{\"reason\":\"too_many_connections\",\"message\":\"connection limit reached\"}}\n";
-      boost::system::error_code wec;
-      socket.non_blocking(true, wec);
-      socket.write_some(net::buffer(kBusy), wec);
-      socket.shutdown(tcp::socket::shutdown_both, wec);
-      socket.close(wec);
-      continue;
-    }
+  fairgate::http::ListenerHooks hooks;
+  hooks.stopping = [&sh = *sh] { return sh.stopping.load(); };
+  hooks.full = [&sh = *sh] { return sh.metrics.connections_open.load() >= sh.config.server.max_connections; };
+  hooks.refused = [&sh = *sh] {
+    sh.metrics.connections_refused.fetch_add(1, std::memory_order_relaxed);
+    sh.metrics.count_response(503);
+  };
+  hooks.busy =
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+      "Content-Length: 81\r\n\r\n"
+      "{\"error\":{\"reason\":\"too_many_connections\",\"message\":\"connection limit reached\"}}\n";
+  hooks.accepted = [sh](tcp::socket socket) {
     sh->metrics.connections_open.fetch_add(1, std::memory_order_relaxed);
-    // Events and relayed tokens are small writes: do not let Nagle hold them back.
-    boost::system::error_code nodelay_ec;
-    socket.set_option(tcp::no_delay(true), nodelay_ec);
     const auto& limits = sh->config.server;
     std::shared_ptr<Session> session;
     {
@@ -879,7 +865,8 @@ awaitable<void> accept_loop(std::shared_ptr<Shared> sh) {
     }
     const auto executor = session->stream.get_executor();
     net::co_spawn(executor, run_session(std::move(session)), net::detached);
-  }
+  };
+  co_await fairgate::http::accept_loop(sh->acceptor, sh->io.get_executor(), std::move(hooks));
 }
 
 /// Releases JSON permits whose lease ran out.

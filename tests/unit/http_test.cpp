@@ -1,6 +1,7 @@
 // tests/unit/http_test.cpp — the HTTP layer (src/http) over beast::test::stream:
 // request framing, the header/body limits and what they answer (431, 413,
 // 408, 400), 100-continue, the idle wait, route patterns, SSE both ways.
+#include "http/listener.hpp"
 #include "http/message.hpp"
 #include "http/read.hpp"
 #include "http/router.hpp"
@@ -8,6 +9,8 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/beast/_experimental/test/stream.hpp>
 #include <boost/json.hpp>
 
@@ -191,6 +194,44 @@ TEST(HttpRead, TheIdleWaitEndsOnDataOrAfterItsTime) {
   wait();  // nothing more comes
   EXPECT_EQ(got, false);
   EXPECT_TRUE(timed_out);
+}
+
+TEST(HttpListener, AcceptsUntilFullThenAnswersBusyAndStopsWhenClosed) {
+  // Real loopback sockets: the loop is about the OS's accept.
+  net::io_context io;
+  net::ip::tcp::acceptor acceptor(net::make_strand(io), {net::ip::make_address("127.0.0.1"), 0});
+  std::vector<net::ip::tcp::socket> kept;
+  int refused = 0;
+  bool ended = false;
+  fh::ListenerHooks hooks;
+  hooks.full = [&] { return kept.size() >= 1; };
+  hooks.refused = [&] { ++refused; };
+  hooks.accepted = [&](net::ip::tcp::socket s) { kept.push_back(std::move(s)); };
+  hooks.busy = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  net::co_spawn(acceptor.get_executor(), fh::accept_loop(acceptor, io.get_executor(), hooks),
+                [&](std::exception_ptr) { ended = true; });
+  const auto endpoint = acceptor.local_endpoint();
+  net::ip::tcp::socket first(io), second(io);
+  first.connect(endpoint);
+  io.run_for(200ms);
+  ASSERT_EQ(kept.size(), 1u);
+  net::ip::tcp::no_delay nodelay;
+  kept[0].get_option(nodelay);
+  EXPECT_TRUE(nodelay.value());
+  second.connect(endpoint);
+  io.restart();
+  io.run_for(200ms);
+  std::string answer(128, '\0');
+  boost::system::error_code ec;
+  const std::size_t n = net::read(second, net::buffer(answer), ec);  // until the server closes
+  answer.resize(n);
+  EXPECT_EQ(answer, hooks.busy);
+  EXPECT_EQ(refused, 1);
+  EXPECT_EQ(kept.size(), 1u);
+  net::post(acceptor.get_executor(), [&] { acceptor.close(); });
+  io.restart();
+  io.run_for(1s);
+  EXPECT_TRUE(ended);
 }
 
 TEST(HttpRouter, PatternsMatchWholeSegmentsAndCollectParams) {
