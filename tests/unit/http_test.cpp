@@ -1,6 +1,7 @@
 // tests/unit/http_test.cpp — the HTTP layer (src/http) over beast::test::stream:
 // request framing, the header/body limits and what they answer (431, 413,
 // 408, 400), 100-continue, the idle wait, route patterns, SSE both ways.
+#include "http/client.hpp"
 #include "http/listener.hpp"
 #include "http/message.hpp"
 #include "http/read.hpp"
@@ -8,9 +9,11 @@
 #include "http/sse.hpp"
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/_experimental/test/stream.hpp>
 #include <boost/json.hpp>
 
@@ -232,6 +235,87 @@ TEST(HttpListener, AcceptsUntilFullThenAnswersBusyAndStopsWhenClosed) {
   io.restart();
   io.run_for(1s);
   EXPECT_TRUE(ended);
+}
+
+/// A one-connection server on loopback: answers one request with `answer`, written in two parts.
+net::awaitable<void> answer_once(net::ip::tcp::acceptor& acceptor, std::string first, std::string second) {
+  auto socket = co_await acceptor.async_accept(net::use_awaitable);
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  auto read = co_await fh::read_request(stream, buffer, fh::ReadLimits{}, {}, [] {});
+  if (read.error != fh::ReadError::none) co_return;
+  co_await net::async_write(stream, net::buffer(first), net::use_awaitable);
+  net::steady_timer pause(stream.get_executor(), 20ms);
+  co_await pause.async_wait(net::use_awaitable);
+  co_await net::async_write(stream, net::buffer(second), net::use_awaitable);
+  stream.socket().shutdown(net::ip::tcp::socket::shutdown_send);
+}
+
+TEST(HttpClient, FetchAWholeAnswerAndStreamAnEventStream) {
+  net::io_context io;
+  net::ip::tcp::acceptor acceptor(io, {net::ip::make_address("127.0.0.1"), 0});
+  const std::string port = std::to_string(acceptor.local_endpoint().port());
+  std::string failed = "not run";
+  std::vector<fh::SseEvent> events;
+  fh::Fetched whole;
+  const auto client = [&]() -> net::awaitable<void> {
+    {
+      beast::tcp_stream stream(io);
+      failed = co_await fh::connect(stream, "127.0.0.1", port, 2s, "the test server");
+      if (!failed.empty()) co_return;
+      whole = co_await fh::fetch(stream, fh::Request{fh::verb::get, "/x", 11}, 1024, 2s);
+    }
+    beast::tcp_stream stream(io);
+    failed = co_await fh::connect(stream, acceptor.local_endpoint(), 2s);
+    if (!failed.empty()) co_return;
+    fh::StreamedResponse res;
+    if (auto ec = co_await res.start(stream, fh::Request{fh::verb::get, "/events", 11}, 2s)) {
+      failed = ec.message();
+      co_return;
+    }
+    EXPECT_EQ(res.status(), 200u);
+    EXPECT_TRUE(res.event_stream());
+    fh::SseReader reader;
+    while (!res.done()) {
+      std::string_view piece;
+      if (auto ec = co_await res.next(stream, 2s, piece)) {
+        failed = ec.message();
+        co_return;
+      }
+      reader.feed(piece, [&](const fh::SseEvent& e) { events.push_back(e); });
+    }
+  };
+  net::co_spawn(
+      io,
+      [&]() -> net::awaitable<void> {
+        co_await answer_once(acceptor, "HTTP/1.1 201 Created\r\nContent-Length: 5\r\n\r\nhe", "llo");
+        co_await answer_once(acceptor,
+                             "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\nevent: a\ndata: 1\n",
+                             "\nevent: b\ndata: 2\n\n");
+      },
+      net::detached);
+  net::co_spawn(io, client(), net::detached);
+  io.run_for(5s);
+  EXPECT_EQ(failed, "");
+  EXPECT_EQ(whole.status, 201u);
+  EXPECT_EQ(whole.body, "hello");
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].name, "a");
+  EXPECT_EQ(events[1].data, "2");
+
+  // Nobody listens there now: the error names what the caller called it.
+  acceptor.close();
+  std::string refused;
+  net::co_spawn(
+      io,
+      [&]() -> net::awaitable<void> {
+        beast::tcp_stream stream(io);
+        refused = co_await fh::connect(stream, "127.0.0.1", port, 2s, "http://127.0.0.1:" + port);
+      },
+      net::detached);
+  io.restart();
+  io.run_for(5s);
+  EXPECT_EQ(refused, "cannot reach http://127.0.0.1:" + port + ": Connection refused");
 }
 
 TEST(HttpRouter, PatternsMatchWholeSegmentsAndCollectParams) {
