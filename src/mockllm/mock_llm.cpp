@@ -17,6 +17,7 @@
 //    requests and a write timeout per write.
 #include "mockllm/mock_llm.hpp"
 
+#include "http/connections.hpp"
 #include "http/listener.hpp"
 #include "http/message.hpp"
 #include "http/read.hpp"
@@ -90,10 +91,9 @@ struct detail::ServerState {
   std::atomic<std::uint64_t> next_id{1};
   std::int64_t created_at = static_cast<std::int64_t>(std::time(nullptr));
 
-  mutable std::mutex mu;  // guards stats and sessions
+  mutable std::mutex mu;  // guards stats
   Stats stats;
-  std::unordered_map<std::uint64_t, std::weak_ptr<Session>> sessions;
-  std::uint64_t next_session = 1;
+  fairgate::http::Connections<Session> sessions;
 
   /// Takes a generation place, or counts a 429 and returns false.
   bool admit() {
@@ -616,30 +616,16 @@ awaitable<void> serve_connection(std::shared_ptr<Session> self) {
 }
 
 awaitable<void> run_session(std::shared_ptr<Session> self) {
-  State& st = *self->state;
-  try {
-    co_await serve_connection(self);
-  } catch (const std::exception&) {
-    // A bug if it happens, but it must only cost this connection.
-  }
-  boost::system::error_code ec;
-  self->stream.socket().shutdown(tcp::socket::shutdown_send, ec);
-  self->stream.close();
-  std::lock_guard lock(st.mu);
-  st.sessions.erase(self->id);
+  co_await fairgate::http::run_connection(self->stream, serve_connection(self));
+  self->state->sessions.remove(self->id);
 }
 
 awaitable<void> accept_loop(std::shared_ptr<State> st) {
   fairgate::http::ListenerHooks hooks;
   hooks.stopping = [&st = *st] { return st.stopping.load(); };
   hooks.accepted = [st](tcp::socket socket) {
-    std::shared_ptr<Session> session;
-    {
-      std::lock_guard lock(st->mu);
-      const std::uint64_t id = st->next_session++;
-      session = std::make_shared<Session>(std::move(socket), st, id);
-      st->sessions.emplace(id, session);
-    }
+    auto session = st->sessions.add(
+        [&](std::uint64_t id) { return std::make_shared<Session>(std::move(socket), st, id); });
     const auto executor = session->stream.get_executor();
     net::co_spawn(executor, run_session(std::move(session)), net::detached);
   };
@@ -696,13 +682,7 @@ void Server::stop() {
     boost::system::error_code ignored;
     st->acceptor.close(ignored);
   });
-  std::vector<std::shared_ptr<Session>> open;
-  {
-    std::lock_guard lock(st->mu);
-    for (auto& [id, weak] : st->sessions)
-      if (auto s = weak.lock()) open.push_back(std::move(s));
-  }
-  for (auto& s : open) net::post(s->stream.get_executor(), [s] { s->close(); });
+  for (auto& s : st->sessions.all()) net::post(s->stream.get_executor(), [s] { s->close(); });
 }
 
 Stats Server::stats() const { return state_->stats_snapshot(); }

@@ -825,18 +825,8 @@ awaitable<void> serve_connection(std::shared_ptr<Session> self) {
 
 awaitable<void> run_session(std::shared_ptr<Session> self) {
   Shared& sh = *self->shared;
-  try {
-    co_await serve_connection(self);
-  } catch (const std::exception&) {
-    // An exception here is a bug, but it must only cost this connection.
-  }
-  boost::system::error_code ec;
-  self->stream.socket().shutdown(tcp::socket::shutdown_send, ec);
-  self->stream.close();
-  {
-    std::lock_guard lock(sh.mu);
-    sh.sessions.erase(self->id);
-  }
+  co_await fairgate::http::run_connection(self->stream, serve_connection(self));
+  sh.sessions.remove(self->id);
   sh.metrics.connections_open.fetch_sub(1, std::memory_order_relaxed);
 }
 
@@ -855,14 +845,10 @@ awaitable<void> accept_loop(std::shared_ptr<Shared> sh) {
   hooks.accepted = [sh](tcp::socket socket) {
     sh->metrics.connections_open.fetch_add(1, std::memory_order_relaxed);
     const auto& limits = sh->config.server;
-    std::shared_ptr<Session> session;
-    {
-      std::lock_guard lock(sh->mu);
-      const std::uint64_t id = sh->next_session++;
-      session = std::make_shared<Session>(std::move(socket), sh, id,
-                                          limits.max_header_bytes + limits.max_body_bytes + 8192);
-      sh->sessions.emplace(id, session);
-    }
+    auto session = sh->sessions.add([&](std::uint64_t id) {
+      return std::make_shared<Session>(std::move(socket), sh, id,
+                                       limits.max_header_bytes + limits.max_body_bytes + 8192);
+    });
     const auto executor = session->stream.get_executor();
     net::co_spawn(executor, run_session(std::move(session)), net::detached);
   };

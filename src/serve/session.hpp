@@ -6,6 +6,7 @@
 // members are thread-safe (atomics, the mutex, or read-only after start).
 #pragma once
 
+#include "http/connections.hpp"
 #include "serve/config.hpp"
 #include "serve/leases.hpp"
 #include "serve/metrics.hpp"
@@ -122,25 +123,16 @@ struct Shared {
   std::atomic<bool> force_stop{false};
   std::atomic<std::uint64_t> next_ticket{1};
 
-  std::mutex mu;
-  std::unordered_map<std::uint64_t, std::weak_ptr<Session>> sessions;
+  /// Open connections (a stop reaches each through it).
+  fairgate::http::Connections<Session> sessions;
+  std::mutex mu;  ///< guards waiting_by_client
   std::unordered_map<std::string, std::size_t> waiting_by_client;
-  std::uint64_t next_session = 1;
 
-  std::size_t session_count() {
-    std::lock_guard lock(mu);
-    return sessions.size();
-  }
+  std::size_t session_count() const { return sessions.size(); }
   /// Posts close() to every session's strand; unless `force`, sessions in
   /// the middle of a gateway request are left to finish it.
   void close_sessions(bool force) {
-    std::vector<std::shared_ptr<Session>> all;
-    {
-      std::lock_guard lock(mu);
-      for (auto& [id, weak] : sessions)
-        if (auto s = weak.lock()) all.push_back(std::move(s));
-    }
-    for (auto& s : all)
+    for (auto& s : sessions.all())
       net::post(s->stream.get_executor(), [s, force] {
         if (force || !s->in_gateway) s->close();
       });
