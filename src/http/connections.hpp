@@ -6,6 +6,8 @@
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
 
 #include <cstdint>
 #include <exception>
@@ -15,6 +17,24 @@
 #include <vector>
 
 namespace fairgate::http {
+
+/// One client connection: its stream, its read buffer (bounded) and its id
+/// in Connections. A server's session type derives from it.
+struct Connection {
+  Connection(boost::asio::ip::tcp::socket socket, std::uint64_t connection_id, std::size_t buffer_limit)
+      : stream(std::move(socket)), buffer(buffer_limit), id(connection_id) {}
+
+  /// On the connection's strand: closes the socket; every pending operation ends.
+  void close() {
+    boost::system::error_code ec;
+    stream.socket().shutdown(boost::asio::ip::tcp::socket::shutdown_both, ec);
+    stream.close();
+  }
+
+  boost::beast::tcp_stream stream;
+  boost::beast::flat_buffer buffer;
+  std::uint64_t id;
+};
 
 /// The open sessions of a server, by id (weakly: a session lives as long as its coroutine).
 template <class Session>

@@ -118,24 +118,12 @@ struct detail::ServerState {
 };
 
 /// One client connection.
-struct detail::ServerState::Session {
+struct detail::ServerState::Session : fairgate::http::Connection {
   Session(tcp::socket socket, std::shared_ptr<ServerState> s, std::uint64_t session_id)
-      : stream(std::move(socket)),
-        buffer(kMaxHeaderBytes + kMaxBodyBytes + 8192),
-        state(std::move(s)),
-        id(session_id) {}
+      : Connection(std::move(socket), session_id, kMaxHeaderBytes + kMaxBodyBytes + 8192),
+        state(std::move(s)) {}
 
-  /// On the strand: closes the socket; every pending operation ends.
-  void close() {
-    boost::system::error_code ec;
-    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream.close();
-  }
-
-  beast::tcp_stream stream;
-  beast::flat_buffer buffer;
   std::shared_ptr<ServerState> state;
-  std::uint64_t id;
 };
 
 namespace {

@@ -54,9 +54,9 @@ using Response = http::response<http::string_body>;
 struct Shared;
 
 /// One client connection.
-struct Session {
+struct Session : fairgate::http::Connection {
   Session(tcp::socket socket, std::shared_ptr<Shared> s, std::uint64_t session_id, std::size_t buffer_limit)
-      : stream(std::move(socket)), buffer(buffer_limit), shared(std::move(s)), id(session_id) {
+      : Connection(std::move(socket), session_id, buffer_limit), shared(std::move(s)) {
     boost::system::error_code ec;
     const auto ep = stream.socket().remote_endpoint(ec);
     client = ec ? std::string("unknown") : ep.address().to_string();
@@ -65,15 +65,10 @@ struct Session {
   /// On the strand: closes the socket; every pending operation ends.
   void close() {
     closing = true;
-    boost::system::error_code ec;
-    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream.close();
+    Connection::close();
   }
 
-  beast::tcp_stream stream;
-  beast::flat_buffer buffer;
   std::shared_ptr<Shared> shared;
-  std::uint64_t id;
   std::string client;
   bool closing = false;
   /// A gateway request is being served (waiting, or relaying the upstream's
