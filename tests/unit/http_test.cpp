@@ -4,6 +4,7 @@
 #include "http/client.hpp"
 #include "http/listener.hpp"
 #include "http/message.hpp"
+#include "http/pool.hpp"
 #include "http/read.hpp"
 #include "http/router.hpp"
 #include "http/sse.hpp"
@@ -316,6 +317,50 @@ TEST(HttpClient, FetchAWholeAnswerAndStreamAnEventStream) {
   io.restart();
   io.run_for(5s);
   EXPECT_EQ(refused, "cannot reach http://127.0.0.1:" + port + ": Connection refused");
+}
+
+TEST(HttpPool, KeepsLiveConnectionsUpToItsCapacityAndDropsClosedOnes) {
+  net::io_context io;
+  net::ip::tcp::acceptor acceptor(io, {net::ip::make_address("127.0.0.1"), 0});
+  // Pairs of connected sockets: the pool holds the client ends.
+  const auto pair = [&] {
+    net::ip::tcp::socket client(io);
+    client.connect(acceptor.local_endpoint());
+    net::ip::tcp::socket server = acceptor.accept();
+    return std::make_pair(std::move(client), std::move(server));
+  };
+  fh::ConnectionPool pool(2);
+  auto [c1, s1] = pair();
+  auto [c2, s2] = pair();
+  auto [c3, s3] = pair();
+  const auto port_of = [](const net::ip::tcp::socket& c) { return c.local_endpoint().port(); };
+  const auto p2 = port_of(c2), p3 = port_of(c3);
+  pool.put(std::move(c1));
+  pool.put(std::move(c2));
+  pool.put(std::move(c3));  // over capacity: the oldest (c1) is closed
+  EXPECT_EQ(pool.idle(), 2u);
+  s3.close();  // the server closed c3's connection meanwhile
+  io.run_for(50ms);
+  auto taken = pool.take(io.get_executor());  // c3 (most recent) is dead: dropped, c2 comes back
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(port_of(*taken), p2);
+  EXPECT_NE(port_of(*taken), p3);
+  EXPECT_EQ(pool.idle(), 0u);
+  EXPECT_FALSE(pool.take(io.get_executor()).has_value());
+  // The one given back still talks to its server.
+  net::write(*taken, net::buffer(std::string("ping")));
+  std::array<char, 4> got{};
+  net::read(s2, net::buffer(got));
+  EXPECT_EQ(std::string(got.data(), 4), "ping");
+  // c1 was closed by the pool: its server sees the end.
+  boost::system::error_code ec;
+  s1.read_some(net::buffer(got), ec);
+  EXPECT_EQ(ec, net::error::eof);
+
+  fh::ConnectionPool none(0);
+  auto [c4, s4] = pair();
+  none.put(std::move(c4));
+  EXPECT_EQ(none.idle(), 0u);
 }
 
 TEST(HttpRouter, PatternsMatchWholeSegmentsAndCollectParams) {
