@@ -240,11 +240,12 @@ void Demo::tear_down() {
 
 void Demo::arm_watchdog() {
   // Each user ends within max_wait of asking, plus one answer if served;
-  // asking waits for the previous user's first event (a few ms of real time).
+  // asking waits for the previous user's first event (a few ms of real time;
+  // tens under sanitizers on a loaded machine: 100 ms each is the allowance).
   const double last_arrival = planned_.empty() ? 0.0 : planned_.back()->arrive_offset;
   watchdog_story_s_ =
       last_arrival + static_cast<double>(config_.max_wait.count()) / 1000.0 + max_answer_seconds() + 2.0;
-  const auto asking = milliseconds(20) * users_.size();
+  const auto asking = milliseconds(100) * users_.size();
   watchdog_.expires_at(scale_.start + scale_.real_duration(watchdog_story_s_) + asking +
                        std::chrono::seconds(5));
   watchdog_.async_wait([this](boost::system::error_code ec) {
