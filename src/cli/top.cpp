@@ -8,6 +8,7 @@
 #include "cli/command.hpp"
 #include "cli/sse.hpp"
 #include "cli/top_view.hpp"
+#include "http/client.hpp"
 #include "serve/config.hpp"
 
 #include <fmt/format.h>
@@ -85,25 +86,15 @@ Target parse_target(std::string_view url) {
   return Target{parsed.upstream_host, std::to_string(parsed.upstream_port), "http://" + authority};
 }
 
-struct HttpResult {
-  unsigned status = 0;
-  std::string body;
-  std::string error;  ///< set when there is no answer
-};
+using HttpResult = fairgate::http::Fetched;
 
 /// Connects to the target within kRequestTimeout.
 asio::awaitable<std::string> connect(beast::tcp_stream& stream, const Target& t) {
-  tcp::resolver resolver(stream.get_executor());
-  auto [rec, endpoints] = co_await resolver.async_resolve(t.host, t.port, kTuple);
-  if (rec) co_return fmt::format("cannot resolve {}: {}", t.host, rec.message());
-  stream.expires_after(kRequestTimeout);
-  auto [cec, ep] = co_await stream.async_connect(endpoints, kTuple);
-  if (cec) co_return fmt::format("cannot reach {}: {}", t.url, cec.message());
-  co_return std::string();
+  return fairgate::http::connect(stream, t.host, t.port, kRequestTimeout, t.url);
 }
 
-http::request<http::empty_body> get_request(const Target& t, std::string target, bool events) {
-  http::request<http::empty_body> req{http::verb::get, std::move(target), 11};
+fairgate::http::Request get_request(const Target& t, std::string target, bool events) {
+  fairgate::http::Request req{http::verb::get, std::move(target), 11};
   req.set(http::field::host, t.host);
   req.set(http::field::user_agent, "fairgate-top");
   req.set(http::field::accept, events ? "text/event-stream" : "application/json");
@@ -112,29 +103,12 @@ http::request<http::empty_body> get_request(const Target& t, std::string target,
 
 /// One GET on a new connection.
 asio::awaitable<HttpResult> http_get(const Target& t, std::string target) {
-  HttpResult out;
   beast::tcp_stream stream(co_await asio::this_coro::executor);
-  out.error = co_await connect(stream, t);
-  if (!out.error.empty()) co_return out;
+  if (auto error = co_await connect(stream, t); !error.empty()) co_return HttpResult{0, {}, std::move(error)};
   auto req = get_request(t, std::move(target), false);
   req.keep_alive(false);
-  stream.expires_after(kRequestTimeout);
-  auto [wec, w] = co_await http::async_write(stream, req, kTuple);
-  if (wec) {
-    out.error = fmt::format("{}: {}", t.url, wec.message());
-    co_return out;
-  }
-  beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(kBodyLimit);
-  stream.expires_after(kRequestTimeout);
-  auto [rec, r] = co_await http::async_read(stream, buffer, parser, kTuple);
-  if (rec) {
-    out.error = fmt::format("{}: {}", t.url, rec.message());
-    co_return out;
-  }
-  out.status = parser.get().result_int();
-  out.body = std::move(parser.get().body());
+  HttpResult out = co_await fairgate::http::fetch(stream, req, kBodyLimit, kRequestTimeout);
+  if (!out.error.empty()) out.error = fmt::format("{}: {}", t.url, out.error);
   co_return out;
 }
 
@@ -387,26 +361,16 @@ class Live {
   asio::awaitable<std::string> read_events() {
     beast::tcp_stream stream(io_);
     if (auto error = co_await connect(stream, target_); !error.empty()) co_return error;
-    stream.expires_after(kRequestTimeout);
-    auto [wec, w] = co_await http::async_write(stream, get_request(target_, "/v1/events", true), kTuple);
-    if (wec) co_return wec.message();
-    beast::flat_buffer buffer;
-    http::response_parser<http::buffer_body> parser;
-    parser.body_limit(boost::none);
-    auto [hec, hn] = co_await http::async_read_header(stream, buffer, parser, kTuple);
-    if (hec) co_return hec.message();
-    if (parser.get().result() != http::status::ok)
-      co_return fmt::format("/v1/events answered {}", parser.get().result_int());
+    fairgate::http::StreamedResponse res;
+    if (auto ec = co_await res.start(stream, get_request(target_, "/v1/events", true), kRequestTimeout))
+      co_return ec.message();
+    if (res.status() != 200) co_return fmt::format("/v1/events answered {}", res.status());
     SseReader reader;
-    std::array<char, 8192> chunk{};
-    while (!parser.is_done() && !stopped_) {
-      parser.get().body().data = chunk.data();
-      parser.get().body().size = chunk.size();
-      stream.expires_after(kEventSilence);
-      auto [ec, n] = co_await http::async_read_some(stream, buffer, parser, kTuple);
-      const std::size_t got = chunk.size() - parser.get().body().size;
+    while (!res.done() && !stopped_) {
+      std::string_view piece;
+      const auto ec = co_await res.next(stream, kEventSilence, piece);
       std::string bad;
-      reader.feed(std::string_view(chunk.data(), got), [&](const SseEvent& e) {
+      reader.feed(piece, [&](const SseEvent& e) {
         if (e.name != "snapshot") return;
         std::string error;
         if (auto rows = top::parse_limiters(e.data, error))
@@ -416,7 +380,6 @@ class Live {
       });
       if (!bad.empty()) co_return "a snapshot was " + bad;
       if (reader.overflowed()) co_return "an event was too large";
-      if (ec == http::error::need_buffer) continue;
       if (ec) co_return ec == beast::error::timeout ? std::string("no event for 15 s") : ec.message();
     }
     co_return std::string("the server ended the stream");

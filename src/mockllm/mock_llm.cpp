@@ -17,6 +17,12 @@
 //    requests and a write timeout per write.
 #include "mockllm/mock_llm.hpp"
 
+#include "http/connections.hpp"
+#include "http/listener.hpp"
+#include "http/message.hpp"
+#include "http/read.hpp"
+#include "http/sse.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -58,8 +64,8 @@ constexpr std::size_t kMaxHeaderBytes = 8 * 1024;
 constexpr std::size_t kMaxBodyBytes = 8 * 1024 * 1024;  // above the gateway default (4 MiB)
 constexpr std::int64_t kMaxTokensLimit = 1'000'000;
 
-using Request = http::request<http::string_body>;
-using Response = http::response<http::string_body>;
+using Request = fairgate::http::Request;
+using Response = fairgate::http::Response;
 
 }  // namespace
 
@@ -85,10 +91,9 @@ struct detail::ServerState {
   std::atomic<std::uint64_t> next_id{1};
   std::int64_t created_at = static_cast<std::int64_t>(std::time(nullptr));
 
-  mutable std::mutex mu;  // guards stats and sessions
+  mutable std::mutex mu;  // guards stats
   Stats stats;
-  std::unordered_map<std::uint64_t, std::weak_ptr<Session>> sessions;
-  std::uint64_t next_session = 1;
+  fairgate::http::Connections<Session> sessions;
 
   /// Takes a generation place, or counts a 429 and returns false.
   bool admit() {
@@ -113,24 +118,12 @@ struct detail::ServerState {
 };
 
 /// One client connection.
-struct detail::ServerState::Session {
+struct detail::ServerState::Session : fairgate::http::Connection {
   Session(tcp::socket socket, std::shared_ptr<ServerState> s, std::uint64_t session_id)
-      : stream(std::move(socket)),
-        buffer(kMaxHeaderBytes + kMaxBodyBytes + 8192),
-        state(std::move(s)),
-        id(session_id) {}
+      : Connection(std::move(socket), session_id, kMaxHeaderBytes + kMaxBodyBytes + 8192),
+        state(std::move(s)) {}
 
-  /// On the strand: closes the socket; every pending operation ends.
-  void close() {
-    boost::system::error_code ec;
-    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream.close();
-  }
-
-  beast::tcp_stream stream;
-  beast::flat_buffer buffer;
   std::shared_ptr<ServerState> state;
-  std::uint64_t id;
 };
 
 namespace {
@@ -140,21 +133,8 @@ using Session = detail::ServerState::Session;
 
 // --- answers ------------------------------------------------------------------
 
-Response make_response(http::status status, const Request& req, std::string body) {
-  Response res{status, req.version()};
-  res.set(http::field::server, kServerName);
-  res.set(http::field::content_type, "application/json");
-  res.set(http::field::cache_control, "no-store");
-  res.keep_alive(req.keep_alive());
-  res.body() = std::move(body);
-  res.prepare_payload();
-  return res;
-}
-
 Response json_response(http::status status, const Request& req, const json::value& v) {
-  std::string body = json::serialize(v);
-  body += '\n';
-  return make_response(status, req, std::move(body));
+  return fairgate::http::json_response(status, req, v, kServerName);
 }
 
 /// An OpenAI error body: {"error":{"message","type","param","code"}}.
@@ -344,10 +324,7 @@ std::string delta_event(const State& st, const Completion& c, json::object delta
   json::object o = chunk_json(st, c);
   o["choices"] = std::move(choices);
   if (c.include_usage) o["usage"] = nullptr;
-  std::string out = "data: ";
-  out += json::serialize(o);
-  out += "\n\n";
-  return out;
+  return fairgate::http::sse_event({}, json::serialize(o));
 }
 
 std::string_view finish_reason(const Completion& c) { return c.length_cut ? "length" : "stop"; }
@@ -399,11 +376,9 @@ awaitable<bool> stream_tokens(Session& s, const Completion& c, std::chrono::stea
     json::object o = chunk_json(st, c);
     o["choices"] = json::array();
     o["usage"] = usage_json(c);
-    tail += "data: ";
-    tail += json::serialize(o);
-    tail += "\n\n";
+    tail += fairgate::http::sse_event({}, json::serialize(o));
   }
-  tail += "data: [DONE]\n\n";
+  tail += fairgate::http::sse_event({}, "[DONE]");
   std::string bytes = framed(c, tail);
   if (c.chunked) bytes += "0\r\n\r\n";
   all_sent = co_await send_raw(s, bytes);
@@ -591,116 +566,58 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
 
 // --- connections ------------------------------------------------------------------
 
-bool is_http_error(const boost::system::error_code& ec) {
-  return ec.category() == make_error_code(http::error::bad_target).category();
-}
-
-awaitable<boost::system::error_code> read_request(Session& s,
-                                                  http::request_parser<http::string_body>& parser) {
-  auto [ec, n] = co_await http::async_read(s.stream, s.buffer, parser, nothrow);
-  co_return ec;
-}
-
-/// Completes after `timeout`, having cancelled the connection's pending read.
-awaitable<void> request_deadline(Session& s, std::chrono::milliseconds timeout) {
-  net::steady_timer timer(s.stream.get_executor(), timeout);
-  auto [ec] = co_await timer.async_wait(nothrow);
-  if (ec) co_return;  // cancelled: the request arrived first
-  boost::system::error_code ignored;
-  s.stream.socket().cancel(ignored);
-}
-
 /// Reads requests off one connection and answers them, until either side ends it.
 awaitable<void> serve_connection(std::shared_ptr<Session> self) {
   Session& s = *self;
   State& st = *s.state;
+  const fairgate::http::ReadLimits limits{kMaxHeaderBytes, kMaxBodyBytes, st.options.request_timeout};
+  // Not the stream's own timeout: that closes the socket, and the client
+  // would get no 408. The deadline cancels the read and leaves the socket open.
+  const auto cancel = [&s] {
+    boost::system::error_code ignored;
+    s.stream.socket().cancel(ignored);
+  };
   for (;;) {
     if (st.stopping.load()) co_return;
-    if (s.buffer.size() == 0) {
-      // Idle between requests: a connection may sit here for idle_timeout.
-      s.stream.expires_after(st.options.idle_timeout);
-      auto [ec, n] = co_await s.stream.async_read_some(s.buffer.prepare(4096), nothrow);
-      s.stream.expires_never();
-      if (ec) co_return;
-      s.buffer.commit(n);
-    }
+    // Idle between requests: a connection may sit here for idle_timeout.
+    bool idle_timed_out = false;
+    if (!co_await fairgate::http::wait_for_request(s.stream, s.buffer, st.options.idle_timeout, cancel,
+                                                   idle_timed_out))
+      co_return;
     // The request has started: all of it must arrive within request_timeout.
-    http::request_parser<http::string_body> parser;
-    parser.header_limit(static_cast<std::uint32_t>(kMaxHeaderBytes));
-    parser.body_limit(kMaxBodyBytes);
-    // Not the stream's own timeout: that closes the socket, and the client
-    // would get no 408. The deadline cancels the read and leaves the socket open.
-    auto outcome = co_await (read_request(s, parser) || request_deadline(s, st.options.request_timeout));
-    const boost::system::error_code ec =
-        outcome.index() == 0 ? std::get<0>(outcome) : make_error_code(beast::error::timeout);
-    if (ec) {
+    fairgate::http::ReadResult read =
+        co_await fairgate::http::read_request(s.stream, s.buffer, limits, {}, cancel);
+    if (read.error == fairgate::http::ReadError::closed) co_return;
+    if (read.error != fairgate::http::ReadError::none) {
       Request dummy;
       dummy.version(11);
       dummy.keep_alive(false);
-      if (ec == http::error::header_limit) {
-        co_await send_invalid(s, dummy, http::status::request_header_fields_too_large,
-                              fmt::format("request headers exceed {} bytes", kMaxHeaderBytes), {},
-                              "header_too_large");
-      } else if (ec == http::error::body_limit) {
-        co_await send_invalid(s, dummy, http::status::payload_too_large,
-                              fmt::format("request body exceeds {} bytes", kMaxBodyBytes), {},
-                              "body_too_large");
-      } else if (ec == beast::error::timeout) {
-        co_await send_invalid(s, dummy, http::status::request_timeout, "the request did not arrive in time",
-                              {}, "request_timeout");
-      } else if (is_http_error(ec) && ec != http::error::end_of_stream &&
-                 ec != http::error::partial_message) {
-        co_await send_invalid(s, dummy, http::status::bad_request,
-                              fmt::format("malformed HTTP request: {}", ec.message()), {}, "bad_request");
-      }
+      co_await send_invalid(s, dummy, static_cast<http::status>(fairgate::http::error_status(read.error)),
+                            fairgate::http::error_message(read, limits), {},
+                            fairgate::http::error_reason(read.error));
       co_return;
     }
-    const Request req = parser.release();
+    const Request req = std::move(read.request);
     const bool keep = co_await handle(self, req);
     if (!keep || !req.keep_alive()) co_return;
   }
 }
 
 awaitable<void> run_session(std::shared_ptr<Session> self) {
-  State& st = *self->state;
-  try {
-    co_await serve_connection(self);
-  } catch (const std::exception&) {
-    // A bug if it happens, but it must only cost this connection.
-  }
-  boost::system::error_code ec;
-  self->stream.socket().shutdown(tcp::socket::shutdown_send, ec);
-  self->stream.close();
-  std::lock_guard lock(st.mu);
-  st.sessions.erase(self->id);
+  co_await fairgate::http::run_connection(self->stream, serve_connection(self));
+  self->state->sessions.remove(self->id);
 }
 
 awaitable<void> accept_loop(std::shared_ptr<State> st) {
-  for (;;) {
-    tcp::socket socket(net::make_strand(st->executor));
-    auto [ec] = co_await st->acceptor.async_accept(socket, nothrow);
-    if (st->stopping.load()) co_return;
-    if (ec) {
-      if (ec == net::error::operation_aborted || ec == net::error::bad_descriptor) co_return;
-      // Out of descriptors and the like: back off a little, then go on.
-      net::steady_timer pause(st->acceptor_strand, std::chrono::milliseconds(50));
-      co_await pause.async_wait(nothrow);
-      continue;
-    }
-    // Tokens are small writes that must leave at once: without this, Nagle
-    // holds each one until the previous is acknowledged (up to a delayed ACK).
-    boost::system::error_code nodelay_ec;
-    socket.set_option(tcp::no_delay(true), nodelay_ec);
-    std::shared_ptr<Session> session;
-    {
-      std::lock_guard lock(st->mu);
-      const std::uint64_t id = st->next_session++;
-      session = std::make_shared<Session>(std::move(socket), st, id);
-      st->sessions.emplace(id, session);
-    }
+  fairgate::http::ListenerHooks hooks;
+  hooks.stopping = [&st = *st] { return st.stopping.load(); };
+  hooks.accepted = [st](tcp::socket socket) {
+    auto session = st->sessions.add(
+        [&](std::uint64_t id) { return std::make_shared<Session>(std::move(socket), st, id); });
     const auto executor = session->stream.get_executor();
     net::co_spawn(executor, run_session(std::move(session)), net::detached);
-  }
+  };
+  co_await fairgate::http::accept_loop(st->acceptor, st->executor, std::move(hooks));
 }
 
 void validate(const Options& o) {
@@ -753,13 +670,7 @@ void Server::stop() {
     boost::system::error_code ignored;
     st->acceptor.close(ignored);
   });
-  std::vector<std::shared_ptr<Session>> open;
-  {
-    std::lock_guard lock(st->mu);
-    for (auto& [id, weak] : st->sessions)
-      if (auto s = weak.lock()) open.push_back(std::move(s));
-  }
-  for (auto& s : open) net::post(s->stream.get_executor(), [s] { s->close(); });
+  for (auto& s : st->sessions.all()) net::post(s->stream.get_executor(), [s] { s->close(); });
 }
 
 Stats Server::stats() const { return state_->stats_snapshot(); }

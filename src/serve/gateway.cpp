@@ -46,66 +46,6 @@ using namespace net::experimental::awaitable_operators;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// --- UpstreamPool ------------------------------------------------------------
-
-UpstreamPool::~UpstreamPool() {
-  for (const auto& item : idle_) ::close(item.fd);
-}
-
-std::optional<tcp::socket> UpstreamPool::take(const net::any_io_executor& executor) {
-  for (;;) {
-    Idle item{};
-    {
-      std::lock_guard lock(mu_);
-      if (idle_.empty()) return std::nullopt;
-      item = idle_.back();  // the most recently used: the least likely to be closed by the upstream
-      idle_.pop_back();
-    }
-    if (Clock::now() - item.since > kMaxIdle) {
-      ::close(item.fd);
-      continue;
-    }
-    // Still open, with nothing unread? (EOF, an error or stray bytes: drop it.)
-    char probe = 0;
-    const auto n = ::recv(item.fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
-      ::close(item.fd);
-      continue;
-    }
-    tcp::socket socket(executor);
-    boost::system::error_code ec;
-    socket.assign(item.v6 ? tcp::v6() : tcp::v4(), item.fd, ec);
-    if (ec) {
-      ::close(item.fd);
-      continue;
-    }
-    return socket;
-  }
-}
-
-void UpstreamPool::put(tcp::socket socket) {
-  boost::system::error_code ec;
-  const auto local = socket.local_endpoint(ec);
-  if (ec) return;  // closed with the socket
-  const int fd = socket.release(ec);
-  if (ec) return;
-  std::lock_guard lock(mu_);
-  if (capacity_ == 0) {
-    ::close(fd);
-    return;
-  }
-  if (idle_.size() >= capacity_) {
-    ::close(idle_.front().fd);
-    idle_.pop_front();
-  }
-  idle_.push_back(Idle{fd, local.address().is_v6(), Clock::now()});
-}
-
-std::size_t UpstreamPool::idle() const {
-  std::lock_guard lock(mu_);
-  return idle_.size();
-}
-
 // --- Gateway -------------------------------------------------------------------
 
 Gateway::Gateway(const std::vector<RouteConfig>& routes) {

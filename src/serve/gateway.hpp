@@ -10,6 +10,7 @@
 // and aborts the upstream call.
 #pragma once
 
+#include "http/pool.hpp"
 #include "serve/config.hpp"
 #include "serve/session.hpp"
 
@@ -27,38 +28,8 @@
 
 namespace fairgate::serve {
 
-/// Idle keep-alive connections to one upstream, shared by every strand.
-///
-/// Connections are kept as bare file descriptors and re-wrapped on the
-/// caller's strand, so a connection never carries the executor of the
-/// session that opened it. Thread-safe.
-class UpstreamPool {
- public:
-  using Clock = std::chrono::steady_clock;
-  explicit UpstreamPool(std::size_t capacity) : capacity_(capacity) {}
-  ~UpstreamPool();
-  UpstreamPool(const UpstreamPool&) = delete;
-  UpstreamPool& operator=(const UpstreamPool&) = delete;
-
-  /// A live idle connection re-made on `executor`, or nullopt. Connections the
-  /// upstream closed meanwhile, or idle longer than kMaxIdle, are dropped.
-  std::optional<tcp::socket> take(const net::any_io_executor& executor);
-  /// Keeps `socket` for reuse (closes it when the pool is full).
-  void put(tcp::socket socket);
-  std::size_t idle() const;
-
-  static constexpr std::chrono::seconds kMaxIdle{30};
-
- private:
-  struct Idle {
-    int fd;
-    bool v6;
-    Clock::time_point since;
-  };
-  mutable std::mutex mu_;
-  std::deque<Idle> idle_;
-  std::size_t capacity_;
-};
+/// Idle keep-alive connections to one upstream (src/http/pool.hpp).
+using UpstreamPool = fairgate::http::ConnectionPool;
 
 /// Counters of one route (Prometheus: fairgate_gateway_*{route="…"}).
 struct RouteStats {

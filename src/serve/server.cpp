@@ -19,6 +19,9 @@
 //    cap on waiting requests (S7).
 #include "serve/server.hpp"
 
+#include "http/listener.hpp"
+#include "http/read.hpp"
+
 #include "redis/connection.hpp"
 #include "serve/cors.hpp"
 #include "serve/dashboard.hpp"
@@ -753,53 +756,15 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
 
 // --- connections ------------------------------------------------------------
 
-bool is_http_error(const boost::system::error_code& ec) {
-  return ec.category() == make_error_code(http::error::bad_target).category();
-}
-
-/// The body limit that applies to one request, and whether it is a gateway route's.
-struct BodyLimit {
-  std::size_t bytes = 0;
-  bool gateway = false;
-};
-
-/// Reads one request: the header, then the body with the limit of its route.
-/// (A named coroutine, not a lambda: g++ 12 may keep a lambda coroutine's
-/// closure in a stack slot that does not outlive the co_await.)
-awaitable<boost::system::error_code> read_request(Session& s, http::request_parser<http::string_body>& parser,
-                                                  BodyLimit& limit) {
-  // Beast checks Content-Length against the body limit while it parses the
-  // header, before the route is known: let the header through with the
-  // largest limit of any route, then apply the request's own.
-  std::size_t widest = s.shared->config.server.max_body_bytes;
-  if (s.shared->gateway)
-    for (const auto& r : s.shared->gateway->routes()) widest = std::max(widest, r->config.max_body_bytes);
-  parser.body_limit(widest);
-  auto [hec, hn] = co_await http::async_read_header(s.stream, s.buffer, parser, nothrow);
-  // (A body over even the largest limit fails the header read, the header parsed.)
-  // A gateway route takes bigger bodies (prompts with documents) than the admission API.
-  if (s.shared->gateway) {
-    const auto& target = parser.get().target();
-    if (const auto* route =
-            s.shared->gateway->match(target_path(std::string_view(target.data(), target.size())))) {
-      limit.bytes = route->config.max_body_bytes;
-      limit.gateway = true;
-    }
+/// The body limit of a request from its header: a gateway route takes bigger
+/// bodies (prompts with documents) than the admission API.
+std::size_t body_limit_of(const Shared& sh, const Request& header) {
+  if (sh.gateway) {
+    const auto& target = header.target();
+    if (const auto* route = sh.gateway->match(target_path(std::string_view(target.data(), target.size()))))
+      return route->config.max_body_bytes;
   }
-  if (hec) co_return hec;
-  if (const auto length = parser.content_length(); length && *length > limit.bytes)
-    co_return http::error::body_limit;
-  if (parser.is_done()) co_return hec;
-  parser.body_limit(limit.bytes);
-  // A client that waits for permission to send its body (curl does, for big ones) gets it at once.
-  const auto expect = parser.get()[http::field::expect];
-  if (parser.get().version() >= 11 && beast::iequals(expect, "100-continue")) {
-    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    auto [cec, cn] = co_await net::async_write(s.stream, net::buffer(kContinue), nothrow);
-    if (cec) co_return cec;
-  }
-  auto [bec, bn] = co_await http::async_read(s.stream, s.buffer, parser, nothrow);
-  co_return bec;
+  return sh.config.server.max_body_bytes;
 }
 
 /// After a request: counts its response by code and writes its access log line.
@@ -824,69 +789,72 @@ void finish_request(Session& s, beast::string_view method, beast::string_view ta
   s.record = {};
 }
 
+/// Answers a request that could not be read (431, 413, 408, 400; nothing when
+/// the client left). A gateway route answers in OpenAI's error shape, as for
+/// every other error there.
+awaitable<void> answer_read_error(Session& s, const fairgate::http::ReadResult& r,
+                                  const fairgate::http::ReadLimits& limits) {
+  using fairgate::http::ReadError;
+  if (r.error == ReadError::closed) co_return;
+  Request dummy;
+  dummy.version(11);
+  dummy.keep_alive(false);
+  const auto status = static_cast<http::status>(fairgate::http::error_status(r.error));
+  const std::string message = fairgate::http::error_message(r, limits);
+  if (r.error == ReadError::timeout) {
+    s.shared->metrics.connections_timed_out.fetch_add(1);
+    co_await send(s, error_response(status, dummy, fairgate::http::error_reason(r.error), message));
+  } else if (r.error == ReadError::body_too_large && s.shared->gateway &&
+             s.shared->gateway->match(
+                 target_path(std::string_view(r.request.target().data(), r.request.target().size())))) {
+    co_await send(s, make_response(status, dummy,
+                                   openai_error(message + " (this route's max_body_bytes)",
+                                                "invalid_request_error", "body_too_large"),
+                                   "application/json"));
+  } else {
+    co_await send_error(s, dummy, status, fairgate::http::error_reason(r.error), message);
+  }
+}
+
 /// Reads requests off one connection and answers them, until either side ends it.
 awaitable<void> serve_connection(std::shared_ptr<Session> self) {
   Session& s = *self;
   Shared& sh = *s.shared;
-  const ServerLimits& limits = sh.config.server;
+  const ServerLimits& server = sh.config.server;
+  // Beast checks Content-Length while it parses the header, before the route
+  // is known: the header goes through with the widest limit of any route.
+  fairgate::http::ReadLimits limits{server.max_header_bytes, server.max_body_bytes, server.header_timeout};
+  if (sh.gateway)
+    for (const auto& r : sh.gateway->routes())
+      limits.max_body_bytes = std::max(limits.max_body_bytes, r->config.max_body_bytes);
+  const auto body_limit = [&sh](const Request& header) { return body_limit_of(sh, header); };
+  // A deadline cancels the read (instead of the stream's timeout, which would
+  // close the socket) so a slow client still gets its 408.
+  const auto cancel = [&s] {
+    boost::system::error_code ignored;
+    s.stream.socket().cancel(ignored);
+  };
   for (;;) {
     if (s.closing || sh.stopping.load()) co_return;
-    if (s.buffer.size() == 0) {
-      // Idle between requests: a connection may sit here for idle_timeout.
-      s.stream.expires_after(limits.idle_timeout);
-      auto [ec, n] = co_await s.stream.async_read_some(s.buffer.prepare(4096), nothrow);
-      if (ec) {
-        if (ec == beast::error::timeout) sh.metrics.connections_timed_out.fetch_add(1);
-        co_return;
-      }
-      s.buffer.commit(n);
+    // Idle between requests: a connection may sit here for idle_timeout.
+    bool idle_timed_out = false;
+    if (!co_await fairgate::http::wait_for_request(s.stream, s.buffer, server.idle_timeout, cancel,
+                                                   idle_timed_out)) {
+      if (idle_timed_out) sh.metrics.connections_timed_out.fetch_add(1);
+      co_return;
     }
     const auto started = std::chrono::steady_clock::now();
     // The request has started: all of it must arrive within header_timeout (slowloris).
-    http::request_parser<http::string_body> parser;
-    parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
-    BodyLimit body_limit{limits.max_body_bytes, false};
-    // A deadline that cancels the read (instead of the stream's timeout,
-    // which would close the socket) so a slow client still gets its 408.
-    net::steady_timer deadline(s.stream.get_executor());
-    deadline.expires_after(limits.header_timeout);
-    auto raced = co_await (read_request(s, parser, body_limit) || deadline.async_wait(nothrow));
-    const boost::system::error_code ec =
-        raced.index() == 0 ? std::get<0>(raced) : boost::system::error_code(beast::error::timeout);
-    if (ec) {
-      Request dummy;
-      dummy.version(11);
-      dummy.keep_alive(false);
-      if (ec == http::error::header_limit) {
-        co_await send_error(s, dummy, http::status::request_header_fields_too_large, "header_too_large",
-                            fmt::format("request headers exceed {} bytes", limits.max_header_bytes));
-      } else if (ec == http::error::body_limit && body_limit.gateway) {
-        // A gateway route answers in OpenAI's error shape, as for every other error there.
-        co_await send(s, make_response(http::status::payload_too_large, dummy,
-                                       openai_error(fmt::format("request body exceeds {} bytes (this "
-                                                                "route's max_body_bytes)",
-                                                                body_limit.bytes),
-                                                    "invalid_request_error", "body_too_large"),
-                                       "application/json"));
-      } else if (ec == http::error::body_limit) {
-        co_await send_error(s, dummy, http::status::payload_too_large, "body_too_large",
-                            fmt::format("request body exceeds {} bytes", body_limit.bytes));
-      } else if (ec == beast::error::timeout) {
-        sh.metrics.connections_timed_out.fetch_add(1);
-        Response res = error_response(http::status::request_timeout, dummy, "request_timeout",
-                                      "the request did not arrive in time");
-        co_await send(s, std::move(res));
-      } else if (is_http_error(ec) && ec != http::error::end_of_stream &&
-                 ec != http::error::partial_message) {
-        co_await send_error(s, dummy, http::status::bad_request, "bad_request",
-                            fmt::format("malformed HTTP request: {}", ec.message()));
-      }
+    fairgate::http::ReadResult read =
+        co_await fairgate::http::read_request(s.stream, s.buffer, limits, body_limit, cancel);
+    if (read.error != fairgate::http::ReadError::none) {
+      co_await answer_read_error(s, read, limits);
       if (s.record.status != 0)
-        finish_request(s, parser.get().method_string(), parser.get().target(), started);
+        finish_request(s, read.request.method_string(), read.request.target(), started);
       co_return;
     }
     sh.metrics.http_requests.fetch_add(1, std::memory_order_relaxed);
-    const Request req = parser.release();
+    const Request req = std::move(read.request);
     // Most connections then wait (SSE, long poll) with nothing buffered: give
     // the read buffer back, it is much of a waiting connection's memory.
     if (s.buffer.size() == 0) s.buffer.shrink_to_fit();
@@ -898,62 +866,34 @@ awaitable<void> serve_connection(std::shared_ptr<Session> self) {
 
 awaitable<void> run_session(std::shared_ptr<Session> self) {
   Shared& sh = *self->shared;
-  try {
-    co_await serve_connection(self);
-  } catch (const std::exception&) {
-    // An exception here is a bug, but it must only cost this connection.
-  }
-  boost::system::error_code ec;
-  self->stream.socket().shutdown(tcp::socket::shutdown_send, ec);
-  self->stream.close();
-  {
-    std::lock_guard lock(sh.mu);
-    sh.sessions.erase(self->id);
-  }
+  co_await fairgate::http::run_connection(self->stream, serve_connection(self));
+  sh.sessions.remove(self->id);
   sh.metrics.connections_open.fetch_sub(1, std::memory_order_relaxed);
 }
 
 awaitable<void> accept_loop(std::shared_ptr<Shared> sh) {
-  for (;;) {
-    auto [ec, socket] = co_await sh->acceptor.async_accept(net::make_strand(sh->io), nothrow);
-    if (sh->stopping.load()) co_return;
-    if (ec) {
-      if (ec == net::error::operation_aborted || ec == net::error::bad_descriptor) co_return;
-      // Out of descriptors and the like: back off a little, then go on.
-      net::steady_timer pause(sh->acceptor_strand, 50ms);
-      co_await pause.async_wait(nothrow);
-      continue;
-    }
-    if (sh->metrics.connections_open.load() >= sh->config.server.max_connections) {
-      sh->metrics.connections_refused.fetch_add(1, std::memory_order_relaxed);
-      sh->metrics.count_response(503);
-      static constexpr std::string_view kBusy =
-          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
-          "Content-Length: 81\r\n\r\n"
-          "{\"error\":{\"reason\":\"too_many_connections\",\"message\":\"connection limit reached\"}}\n";
-      boost::system::error_code wec;
-      socket.non_blocking(true, wec);
-      socket.write_some(net::buffer(kBusy), wec);
-      socket.shutdown(tcp::socket::shutdown_both, wec);
-      socket.close(wec);
-      continue;
-    }
+  fairgate::http::ListenerHooks hooks;
+  hooks.stopping = [&sh = *sh] { return sh.stopping.load(); };
+  hooks.full = [&sh = *sh] { return sh.metrics.connections_open.load() >= sh.config.server.max_connections; };
+  hooks.refused = [&sh = *sh] {
+    sh.metrics.connections_refused.fetch_add(1, std::memory_order_relaxed);
+    sh.metrics.count_response(503);
+  };
+  hooks.busy =
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+      "Content-Length: 81\r\n\r\n"
+      "{\"error\":{\"reason\":\"too_many_connections\",\"message\":\"connection limit reached\"}}\n";
+  hooks.accepted = [sh](tcp::socket socket) {
     sh->metrics.connections_open.fetch_add(1, std::memory_order_relaxed);
-    // Events and relayed tokens are small writes: do not let Nagle hold them back.
-    boost::system::error_code nodelay_ec;
-    socket.set_option(tcp::no_delay(true), nodelay_ec);
     const auto& limits = sh->config.server;
-    std::shared_ptr<Session> session;
-    {
-      std::lock_guard lock(sh->mu);
-      const std::uint64_t id = sh->next_session++;
-      session = std::make_shared<Session>(std::move(socket), sh, id,
-                                          limits.max_header_bytes + limits.max_body_bytes + 8192);
-      sh->sessions.emplace(id, session);
-    }
+    auto session = sh->sessions.add([&](std::uint64_t id) {
+      return std::make_shared<Session>(std::move(socket), sh, id,
+                                       limits.max_header_bytes + limits.max_body_bytes + 8192);
+    });
     const auto executor = session->stream.get_executor();
     net::co_spawn(executor, run_session(std::move(session)), net::detached);
-  }
+  };
+  co_await fairgate::http::accept_loop(sh->acceptor, sh->io.get_executor(), std::move(hooks));
 }
 
 /// Releases JSON permits whose lease ran out.

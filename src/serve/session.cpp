@@ -3,6 +3,9 @@
 
 #include "serve/views.hpp"
 
+#include "http/message.hpp"
+#include "http/sse.hpp"
+
 #include <boost/asio/write.hpp>
 #include <boost/json/serialize.hpp>
 
@@ -15,18 +18,11 @@ namespace json = boost::json;
 using net::awaitable;
 
 Response make_response(http::status status, const Request& req, std::string body, std::string_view type) {
-  Response res{status, req.version()};
-  res.set(http::field::server, kServerName);
-  res.set(http::field::content_type, type);
-  res.set(http::field::cache_control, "no-store");
-  res.keep_alive(req.keep_alive());
-  res.body() = std::move(body);
-  res.prepare_payload();
-  return res;
+  return fairgate::http::make_response(status, req, std::move(body), type, kServerName);
 }
 
 Response json_response(http::status status, const Request& req, const json::value& v) {
-  return make_response(status, req, json::serialize(v) + "\n", "application/json");
+  return fairgate::http::json_response(status, req, v, kServerName);
 }
 
 Response error_response(http::status status, const Request& req, std::string_view reason,
@@ -71,13 +67,8 @@ awaitable<bool> send_raw(Session& s, const std::string& bytes) {
 }
 
 awaitable<bool> send_sse_header(Session& s, const Request& req) {
-  http::response<http::empty_body> res{http::status::ok, req.version()};
-  res.set(http::field::server, kServerName);
-  res.set(http::field::content_type, "text/event-stream");
-  res.set(http::field::cache_control, "no-store");
-  res.set("X-Accel-Buffering", "no");
+  auto res = fairgate::http::sse_header(req, kServerName);
   add_cors_headers(s, res);
-  res.keep_alive(false);
   s.record.status = res.result_int();
   http::response_serializer<http::empty_body> sr{res};
   s.stream.expires_after(s.shared->config.server.write_timeout);

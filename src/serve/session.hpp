@@ -6,6 +6,7 @@
 // members are thread-safe (atomics, the mutex, or read-only after start).
 #pragma once
 
+#include "http/connections.hpp"
 #include "serve/config.hpp"
 #include "serve/leases.hpp"
 #include "serve/metrics.hpp"
@@ -53,9 +54,9 @@ using Response = http::response<http::string_body>;
 struct Shared;
 
 /// One client connection.
-struct Session {
+struct Session : fairgate::http::Connection {
   Session(tcp::socket socket, std::shared_ptr<Shared> s, std::uint64_t session_id, std::size_t buffer_limit)
-      : stream(std::move(socket)), buffer(buffer_limit), shared(std::move(s)), id(session_id) {
+      : Connection(std::move(socket), session_id, buffer_limit), shared(std::move(s)) {
     boost::system::error_code ec;
     const auto ep = stream.socket().remote_endpoint(ec);
     client = ec ? std::string("unknown") : ep.address().to_string();
@@ -64,15 +65,10 @@ struct Session {
   /// On the strand: closes the socket; every pending operation ends.
   void close() {
     closing = true;
-    boost::system::error_code ec;
-    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream.close();
+    Connection::close();
   }
 
-  beast::tcp_stream stream;
-  beast::flat_buffer buffer;
   std::shared_ptr<Shared> shared;
-  std::uint64_t id;
   std::string client;
   bool closing = false;
   /// A gateway request is being served (waiting, or relaying the upstream's
@@ -122,25 +118,16 @@ struct Shared {
   std::atomic<bool> force_stop{false};
   std::atomic<std::uint64_t> next_ticket{1};
 
-  std::mutex mu;
-  std::unordered_map<std::uint64_t, std::weak_ptr<Session>> sessions;
+  /// Open connections (a stop reaches each through it).
+  fairgate::http::Connections<Session> sessions;
+  std::mutex mu;  ///< guards waiting_by_client
   std::unordered_map<std::string, std::size_t> waiting_by_client;
-  std::uint64_t next_session = 1;
 
-  std::size_t session_count() {
-    std::lock_guard lock(mu);
-    return sessions.size();
-  }
+  std::size_t session_count() const { return sessions.size(); }
   /// Posts close() to every session's strand; unless `force`, sessions in
   /// the middle of a gateway request are left to finish it.
   void close_sessions(bool force) {
-    std::vector<std::shared_ptr<Session>> all;
-    {
-      std::lock_guard lock(mu);
-      for (auto& [id, weak] : sessions)
-        if (auto s = weak.lock()) all.push_back(std::move(s));
-    }
-    for (auto& s : all)
+    for (auto& s : sessions.all())
       net::post(s->stream.get_executor(), [s, force] {
         if (force || !s->in_gateway) s->close();
       });

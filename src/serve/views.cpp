@@ -2,6 +2,8 @@
 // order is part of the output.
 #include "serve/views.hpp"
 
+#include "http/sse.hpp"
+
 #include <boost/json/array.hpp>
 #include <boost/json/serialize.hpp>
 
@@ -148,12 +150,7 @@ json::value error_json(std::string_view reason, std::string_view message) {
 }
 
 std::string sse_event(std::string_view name, const json::value& data) {
-  std::string out = "event: ";
-  out += name;
-  out += "\ndata: ";
-  out += json::serialize(data);
-  out += "\n\n";
-  return out;
+  return fairgate::http::sse_event(name, json::serialize(data));
 }
 
 }  // namespace fairgate::serve

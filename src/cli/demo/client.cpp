@@ -1,6 +1,8 @@
 // cli/demo/client.cpp — the users' HTTP clients and what their SSE streams say (see client.hpp).
 #include "cli/demo/client.hpp"
 
+#include "http/client.hpp"
+
 #include "cli/duration.hpp"
 
 #include <fmt/format.h>
@@ -56,55 +58,37 @@ asio::awaitable<void> Client::ask(User& u) {
   u.stream.emplace(io_);
   beast::tcp_stream& stream = *u.stream;
   const tcp::endpoint endpoint = gw.endpoint;
-  stream.expires_after(options_.io_bound);
-  auto [connect_ec] = co_await stream.async_connect(endpoint, kTuple);
-  if (connect_ec) {
-    end_other(u, fmt::format("cannot connect to gateway {}: {}", gw.label, connect_ec.message()));
+  if (auto error = co_await fairgate::http::connect(stream, endpoint, options_.io_bound); !error.empty()) {
+    end_other(u,
+              fmt::format("cannot connect to gateway {}: {}", gw.label, error.substr(error.find(": ") + 2)));
     co_return;
   }
-  http::request<http::string_body> req{http::verb::post, std::string(kRoutePath), 11};
+  fairgate::http::Request req{http::verb::post, std::string(kRoutePath), 11};
   req.set(http::field::host, gw.url.substr(gw.url.find("//") + 2));
   req.set(http::field::content_type, "application/json");
   req.set(http::field::accept, "text/event-stream");
   req.set(kTenantHeader, u.name);
   req.body() = request_body(u);
   req.prepare_payload();
-  stream.expires_after(options_.io_bound);
-  auto [write_ec, written] = co_await http::async_write(stream, req, kTuple);
-  if (write_ec) {
-    end_other(u, fmt::format("gateway {}: {}", gw.label, write_ec.message()));
+  fairgate::http::StreamedResponse res;
+  if (auto ec = co_await res.start(stream, req, options_.io_bound)) {
+    end_other(u, fmt::format("gateway {}: {}", gw.label, ec.message()));
     co_return;
   }
-
-  beast::flat_buffer buffer;
-  http::response_parser<http::buffer_body> parser;
-  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-  stream.expires_after(options_.io_bound);
-  auto [header_ec, header_bytes] = co_await http::async_read_header(stream, buffer, parser, kTuple);
-  if (header_ec) {
-    end_other(u, fmt::format("gateway {}: {}", gw.label, header_ec.message()));
-    co_return;
-  }
-  const auto status = parser.get().result();
-  const auto type = parser.get()[http::field::content_type];
-  const bool sse = std::string_view(type.data(), type.size()).starts_with("text/event-stream");
+  const auto status = static_cast<http::status>(res.status());
+  const bool sse = res.event_stream();
 
   SseReader reader;
   std::string body;  // a plain answer (an early 429, an error)
-  std::array<char, 4096> chunk{};
   boost::system::error_code read_ec;
-  while (!parser.is_done() && !stopping_) {
-    parser.get().body().data = chunk.data();
-    parser.get().body().size = chunk.size();
-    stream.expires_after(options_.io_bound);
-    auto [ec, n] = co_await http::async_read_some(stream, buffer, parser, kTuple);
-    const std::size_t got = chunk.size() - parser.get().body().size;
+  while (!res.done() && !stopping_) {
+    std::string_view piece;
+    const auto ec = co_await res.next(stream, options_.io_bound, piece);
     if (sse) {
-      reader.feed(std::string_view(chunk.data(), got), [&](const SseEvent& e) { on_event(u, e); });
+      reader.feed(piece, [&](const SseEvent& e) { on_event(u, e); });
     } else if (body.size() < 64 * 1024) {
-      body.append(chunk.data(), got);
+      body.append(piece);
     }
-    if (ec == http::error::need_buffer) ec = {};
     if (ec) {
       read_ec = ec;
       break;

@@ -1,6 +1,8 @@
 // cli/demo/story.cpp — the run of `fairgate demo` (see story.hpp).
 #include "cli/demo/story.hpp"
 
+#include "http/client.hpp"
+
 #include "cli/command.hpp"
 
 #include <fmt/format.h>
@@ -202,23 +204,16 @@ asio::awaitable<void> Demo::wrap_up() {
 /// GET /v1/limiters/chat from one gateway.
 asio::awaitable<std::optional<json::object>> Demo::get_limiter(const Gateway& gw) {
   beast::tcp_stream stream(io_);
-  stream.expires_after(std::chrono::seconds(2));
-  const tcp::endpoint endpoint = gw.endpoint;
-  auto [connect_ec] = co_await stream.async_connect(endpoint, kTuple);
-  if (connect_ec) co_return std::nullopt;
-  const std::string target = fmt::format("/v1/limiters/{}", kLimiterName);
-  http::request<http::empty_body> req{http::verb::get, target, 11};
+  constexpr auto kTimeout = std::chrono::seconds(2);
+  if (!(co_await fairgate::http::connect(stream, gw.endpoint, kTimeout)).empty()) co_return std::nullopt;
+  fairgate::http::Request req{http::verb::get, fmt::format("/v1/limiters/{}", kLimiterName), 11};
   req.set(http::field::host, gw.url.substr(gw.url.find("//") + 2));
-  auto [write_ec, written] = co_await http::async_write(stream, req, kTuple);
-  if (write_ec) co_return std::nullopt;
-  beast::flat_buffer buffer;
-  http::response<http::string_body> res;
-  auto [read_ec, read] = co_await http::async_read(stream, buffer, res, kTuple);
+  const fairgate::http::Fetched res = co_await fairgate::http::fetch(stream, req, 16 * 1024 * 1024, kTimeout);
   beast::error_code ignored;
   stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-  if (read_ec || res.result() != http::status::ok) co_return std::nullopt;
+  if (res.status != 200) co_return std::nullopt;
   boost::system::error_code ec;
-  json::value v = json::parse(res.body(), ec);
+  json::value v = json::parse(res.body, ec);
   if (ec || !v.is_object()) co_return std::nullopt;
   json::object out = std::move(v.as_object());
   co_return out;

@@ -1,0 +1,36 @@
+// http/message.cpp — building answers (http/message.hpp).
+#include "http/message.hpp"
+
+#include <boost/json/serialize.hpp>
+
+namespace fairgate::http {
+
+Response make_response(status s, const Request& req, std::string body, std::string_view type,
+                       std::string_view server) {
+  Response res{s, req.version()};
+  res.set(field::server, server);
+  res.set(field::content_type, type);
+  res.set(field::cache_control, "no-store");
+  res.keep_alive(req.keep_alive());
+  res.body() = std::move(body);
+  res.prepare_payload();
+  return res;
+}
+
+Response json_response(status s, const Request& req, const boost::json::value& v, std::string_view server) {
+  return make_response(s, req, boost::json::serialize(v) + "\n", "application/json", server);
+}
+
+bool method_listed(std::string_view methods, std::string_view method) noexcept {
+  std::string_view rest = methods;
+  while (!rest.empty()) {
+    const auto comma = rest.find(',');
+    std::string_view m = rest.substr(0, comma);
+    while (!m.empty() && m.front() == ' ') m.remove_prefix(1);
+    if (m == method) return true;
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+  }
+  return false;
+}
+
+}  // namespace fairgate::http

@@ -1,0 +1,69 @@
+// http/read.cpp — what a failed read answers (http/read.hpp).
+#include "http/read.hpp"
+
+#include <fmt/format.h>
+
+namespace fairgate::http {
+
+namespace bh = boost::beast::http;
+
+unsigned error_status(ReadError e) noexcept {
+  switch (e) {
+    case ReadError::timeout: return 408;
+    case ReadError::header_too_large: return 431;
+    case ReadError::body_too_large: return 413;
+    case ReadError::malformed: return 400;
+    case ReadError::none:
+    case ReadError::closed: return 0;
+  }
+  return 0;
+}
+
+std::string_view error_reason(ReadError e) noexcept {
+  switch (e) {
+    case ReadError::timeout: return "request_timeout";
+    case ReadError::header_too_large: return "header_too_large";
+    case ReadError::body_too_large: return "body_too_large";
+    case ReadError::malformed: return "bad_request";
+    case ReadError::none:
+    case ReadError::closed: return "";
+  }
+  return "";
+}
+
+std::string error_message(const ReadResult& r, const ReadLimits& limits) {
+  switch (r.error) {
+    case ReadError::timeout: return "the request did not arrive in time";
+    case ReadError::header_too_large:
+      return fmt::format("request headers exceed {} bytes", limits.max_header_bytes);
+    case ReadError::body_too_large: return fmt::format("request body exceeds {} bytes", r.body_limit);
+    case ReadError::malformed: return fmt::format("malformed HTTP request: {}", r.ec.message());
+    case ReadError::none:
+    case ReadError::closed: return "";
+  }
+  return "";
+}
+
+ReadError classify(const boost::system::error_code& ec) noexcept {
+  if (!ec) return ReadError::none;
+  if (ec == bh::error::header_limit) return ReadError::header_too_large;
+  if (ec == bh::error::body_limit) return ReadError::body_too_large;
+  if (ec == boost::beast::error::timeout) return ReadError::timeout;
+  // The client left before a whole request (or between two): nothing to answer.
+  if (ec == bh::error::end_of_stream || ec == bh::error::partial_message) return ReadError::closed;
+  if (ec.category() == make_error_code(bh::error::bad_target).category()) return ReadError::malformed;
+  return ReadError::closed;
+}
+
+namespace detail {
+
+boost::asio::awaitable<bool> deadline(std::chrono::milliseconds after, std::function<void()> cancel) {
+  boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor, after);
+  auto [ec] = co_await timer.async_wait(nothrow);
+  if (ec) co_return false;  // cancelled: the other side of the race finished first
+  if (cancel) cancel();
+  co_return true;
+}
+
+}  // namespace detail
+}  // namespace fairgate::http
