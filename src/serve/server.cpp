@@ -538,10 +538,180 @@ awaitable<bool> send_openapi(Session& s, const Request& req, std::string_view te
   co_return co_await send(s, std::move(res)) && req.keep_alive();
 }
 
+awaitable<bool> route_healthz(Session& s, const Request& req) {
+  Shared& sh = *s.shared;
+  json::object o;
+  const BackendHealth health = sh.backend->health();
+  const bool redis_down = health.remote && (!health.connected || health.degraded_limiters > 0);
+  // 503 only when this instance can admit nothing: shutting down, or every
+  // limiter degraded with on_redis_down = closed (docs/serve.md).
+  bool can_admit = true;
+  if (health.degraded_limiters > 0) {
+    can_admit = false;
+    for (const auto& l : sh.backend->limiters()) {
+      const Snapshot snap = l.snapshot();
+      if (!snap.engine.degraded || snap.settings.on_redis_down != RedisDownPolicy::closed) can_admit = true;
+    }
+  }
+  const bool stopping = sh.stopping.load();
+  o["status"] = stopping ? "stopping" : redis_down ? "degraded" : "ok";
+  o["redis"] = !health.remote ? "none" : redis_down ? "down" : "up";
+  o["backend"] = sh.backend->kind();
+  if (health.remote) o["degraded_limiters"] = health.degraded_limiters;
+  // The rate limiter's own Redis connection (docs/ratelimit.md): degraded
+  // while its last call failed; the rules then follow on_redis_down.
+  if (!sh.rates.rules().empty()) {
+    const bool rl_down = sh.rates.degraded();
+    o["ratelimit"] = rl_down ? "degraded" : "ok";
+    if (rl_down && !stopping) o["status"] = "degraded";
+  }
+  Response res =
+      json_response(stopping || !can_admit ? http::status::service_unavailable : http::status::ok, req, o);
+  co_return co_await send(s, std::move(res)) && req.keep_alive();
+}
+
+awaitable<bool> route_metrics(Session& s, const Request& req) {
+  Shared& sh = *s.shared;
+  std::string page = render_metrics(*sh.backend, sh.metrics, sh.leases.size());
+  if (sh.gateway) sh.gateway->render_metrics(page);
+  render_rate_metrics(sh.rates, page);
+  Response res =
+      make_response(http::status::ok, req, std::move(page), "text/plain; version=0.0.4; charset=utf-8");
+  co_return co_await send(s, std::move(res)) && req.keep_alive();
+}
+
+awaitable<bool> route_dashboard(Session& s, const Request& req) {
+  // Same-origin only: the page reads this server's API with relative URLs; it may not be framed.
+  Response res =
+      make_response(http::status::ok, req, std::string(dashboard::kHtml), "text/html; charset=utf-8");
+  res.set(http::field::cache_control, "no-store");
+  res.set("Content-Security-Policy",
+          "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; frame-ancestors "
+          "'none'");
+  res.set("X-Content-Type-Options", "nosniff");
+  co_return co_await send(s, std::move(res)) && req.keep_alive();
+}
+
+awaitable<bool> route_limiters(Session& s, const Request& req) {
+  Response res = json_response(http::status::ok, req, limiters_json(*s.shared->backend));
+  co_return co_await send(s, std::move(res)) && req.keep_alive();
+}
+
+awaitable<bool> route_limiter_status(Session& s, const Request& req, const std::string& name,
+                                     const Target& target) {
+  Shared& sh = *s.shared;
+  auto limiter = sh.backend->find(name);
+  if (!limiter)
+    co_return co_await send_error(s, req, http::status::not_found, "unknown_limiter",
+                                  fmt::format("no limiter named \"{}\"", name));
+  BadRequest bad;
+  const auto query = parse_status_query(target, bad);
+  if (!query) co_return co_await send_error(s, req, http::status::bad_request, "bad_request", bad.message);
+  // Every instance's holders and queue (on Redis: one script call); 503
+  // with the reason when Redis cannot answer.
+  const StatusQuery page = *query;
+  const StatusResult status = co_await limiter->async_status(page, use_awaitable);
+  if (status.error) {
+    Response res = error_response(http::status::service_unavailable, req, "unavailable", status.message);
+    res.set(http::field::retry_after, "1");
+    co_return co_await send(s, std::move(res)) && req.keep_alive();
+  }
+  Response res = json_response(http::status::ok, req, limiter_status_json(status, sh.backend->kind()));
+  co_return co_await send(s, std::move(res)) && req.keep_alive();
+}
+
+awaitable<bool> route_limiter(std::shared_ptr<Session> self, const Request& req, const std::string& name,
+                              const Target& target) {
+  if (req.method() == http::verb::put) co_return co_await route_put_limiter(self, req, name);
+  co_return co_await route_limiter_status(*self, req, name, target);
+}
+
+awaitable<bool> route_release_permit(Session& s, const Request& req, const std::string& id) {
+  if (!s.shared->leases.release(id))
+    co_return co_await send_error(s, req, http::status::not_found, "unknown_permit",
+                                  "no such permit (released, expired or never granted here)");
+  Response res{http::status::no_content, req.version()};
+  res.set(http::field::server, kServerName);
+  res.keep_alive(req.keep_alive());
+  co_return co_await send(s, std::move(res)) && req.keep_alive();
+}
+
+awaitable<bool> route_renew(Session& s, const Request& req, const std::string& id) {
+  const auto lease = s.shared->leases.renew(id);
+  if (!lease)
+    co_return co_await send_error(s, req, http::status::not_found, "unknown_permit",
+                                  "no such permit (released, expired or never granted here)");
+  json::object o;
+  o["lease_ms"] = lease->count();
+  Response res = json_response(http::status::ok, req, o);
+  co_return co_await send(s, std::move(res)) && req.keep_alive();
+}
+
+awaitable<bool> route_rate_rules(Session& s, const Request& req) {
+  Response res = json_response(http::status::ok, req, rate_rules_json(s.shared->rates));
+  co_return co_await send(s, std::move(res)) && req.keep_alive();
+}
+
+awaitable<bool> route_rate_rule(std::shared_ptr<Session> self, const Request& req, const std::string& name) {
+  Session& s = *self;
+  const auto method = req.method();
+  if (method == http::verb::post) co_return co_await route_rate_check(self, req, name);
+  if (method == http::verb::put) co_return co_await route_put_rate_rule(self, req, name);
+  for (const auto& r : s.shared->rates.rules()) {
+    if (r.name != name) continue;
+    Response res = json_response(http::status::ok, req, rate_rule_json(r.name, r.rule, &r.stats));
+    co_return co_await send(s, std::move(res)) && req.keep_alive();
+  }
+  co_return co_await send_unknown_rule(s, req, name);
+}
+
+/// No API route: a gateway route (docs/gateway.md) when one matches, else 404.
+awaitable<bool> route_gateway_or_not_found(std::shared_ptr<Session> self, const Request& req) {
+  Session& s = *self;
+  Shared& sh = *s.shared;
+  if (sh.gateway) {
+    if (auto* gw =
+            sh.gateway->match(target_path(std::string_view(req.target().data(), req.target().size())))) {
+      // Marked for the drain (docs/serve.md, "Shutdown"): it lets this request finish.
+      s.in_gateway = true;
+      struct Unmark {
+        Session& s;
+        ~Unmark() { s.in_gateway = false; }
+      } unmark{s};
+      co_return co_await proxy(self, req, *gw);
+    }
+  }
+  co_return co_await send_error(
+      s, req, http::status::not_found, "not_found",
+      fmt::format("no route {} {}", req.method_string(),
+                  std::string_view(req.target().data(), std::min<std::size_t>(req.target().size(), 128))));
+}
+
+/// Browser access (docs/serve.md, "Browsers and CORS"): a listed Origin gets
+/// the CORS headers on every answer (send() adds them); any other Origin may
+/// not take a permit, and its preflights fail.
+struct OriginCheck {
+  OriginVerdict verdict = OriginVerdict::none;
+  std::string refusal;  ///< the 403 message when verdict is refused
+  bool refused() const { return verdict == OriginVerdict::refused; }
+};
+
+OriginCheck check_origin(Session& s, const Request& req) {
+  const auto origin = req[http::field::origin];
+  OriginCheck check;
+  check.verdict =
+      judge_origin(std::string_view(origin.data(), origin.size()), s.shared->config.server.cors_origins);
+  if (check.verdict == OriginVerdict::allowed) s.cors_origin = std::string(origin.data(), origin.size());
+  if (check.refused())
+    check.refusal =
+        fmt::format("web pages from {} may not use this server (it is not in server.cors_origins)",
+                    std::string_view(origin.data(), std::min<std::size_t>(origin.size(), 100)));
+  return check;
+}
+
 /// Serves one request; returns whether the connection may carry another.
 awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
   Session& s = *self;
-  Shared& sh = *s.shared;
   s.cors_origin.clear();
   BadRequest bad;
   const auto target = parse_target(std::string_view(req.target().data(), req.target().size()), bad);
@@ -551,163 +721,34 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
 
   std::vector<std::string> params;
   const RouteSpec* route = match_route(target->segments, params);
-  if (route == nullptr) {
-    if (sh.gateway) {
-      if (auto* gw =
-              sh.gateway->match(target_path(std::string_view(req.target().data(), req.target().size())))) {
-        // Marked for the drain (docs/serve.md, "Shutdown"): it lets this request finish.
-        s.in_gateway = true;
-        struct Unmark {
-          Session& s;
-          ~Unmark() { s.in_gateway = false; }
-        } unmark{s};
-        co_return co_await proxy(self, req, *gw);
-      }
-    }
-    co_return co_await send_error(
-        s, req, http::status::not_found, "not_found",
-        fmt::format("no route {} {}", req.method_string(),
-                    std::string_view(req.target().data(), std::min<std::size_t>(req.target().size(), 128))));
-  }
+  if (route == nullptr) co_return co_await route_gateway_or_not_found(self, req);
 
-  // Browser access (docs/serve.md, "Browsers and CORS"): a listed Origin gets
-  // the CORS headers on every answer (send() adds them); any other Origin may
-  // not take a permit, and its preflights fail.
-  const auto origin = req[http::field::origin];
-  const OriginVerdict verdict =
-      judge_origin(std::string_view(origin.data(), origin.size()), sh.config.server.cors_origins);
-  if (verdict == OriginVerdict::allowed) s.cors_origin = std::string(origin.data(), origin.size());
-  const bool refused = verdict == OriginVerdict::refused;
-  std::string refusal;
-  if (refused)
-    refusal = fmt::format("web pages from {} may not use this server (it is not in server.cors_origins)",
-                          std::string_view(origin.data(), std::min<std::size_t>(origin.size(), 100)));
-  if (method == http::verb::options && verdict != OriginVerdict::none) {
-    if (refused)
-      co_return co_await send_error(s, req, http::status::forbidden, "origin_not_allowed", refusal);
+  const OriginCheck origin = check_origin(s, req);
+  if (method == http::verb::options && origin.verdict != OriginVerdict::none) {
+    if (origin.refused())
+      co_return co_await send_error(s, req, http::status::forbidden, "origin_not_allowed", origin.refusal);
     co_return co_await preflight(s, req, *route);
   }
   if (!route_allows(*route, method_name)) co_return co_await method_not_allowed(s, req, route->methods);
 
   switch (route->id) {
-    case RouteId::healthz: {
-      json::object o;
-      const BackendHealth health = sh.backend->health();
-      const bool redis_down = health.remote && (!health.connected || health.degraded_limiters > 0);
-      // 503 only when this instance can admit nothing: shutting down, or every
-      // limiter degraded with on_redis_down = closed (docs/serve.md).
-      bool can_admit = true;
-      if (health.degraded_limiters > 0) {
-        can_admit = false;
-        for (const auto& l : sh.backend->limiters()) {
-          const Snapshot snap = l.snapshot();
-          if (!snap.engine.degraded || snap.settings.on_redis_down != RedisDownPolicy::closed)
-            can_admit = true;
-        }
-      }
-      const bool stopping = sh.stopping.load();
-      o["status"] = stopping ? "stopping" : redis_down ? "degraded" : "ok";
-      o["redis"] = !health.remote ? "none" : redis_down ? "down" : "up";
-      o["backend"] = sh.backend->kind();
-      if (health.remote) o["degraded_limiters"] = health.degraded_limiters;
-      // The rate limiter's own Redis connection (docs/ratelimit.md): degraded
-      // while its last call failed; the rules then follow on_redis_down.
-      if (!sh.rates.rules().empty()) {
-        const bool rl_down = sh.rates.degraded();
-        o["ratelimit"] = rl_down ? "degraded" : "ok";
-        if (rl_down && !stopping) o["status"] = "degraded";
-      }
-      Response res = json_response(
-          stopping || !can_admit ? http::status::service_unavailable : http::status::ok, req, o);
-      co_return co_await send(s, std::move(res)) && req.keep_alive();
-    }
-    case RouteId::metrics: {
-      std::string page = render_metrics(*sh.backend, sh.metrics, sh.leases.size());
-      if (sh.gateway) sh.gateway->render_metrics(page);
-      render_rate_metrics(sh.rates, page);
-      Response res =
-          make_response(http::status::ok, req, std::move(page), "text/plain; version=0.0.4; charset=utf-8");
-      co_return co_await send(s, std::move(res)) && req.keep_alive();
-    }
+    case RouteId::healthz: co_return co_await route_healthz(s, req);
+    case RouteId::metrics: co_return co_await route_metrics(s, req);
     case RouteId::openapi_yaml: co_return co_await send_openapi(s, req, openapi::kYaml, "application/yaml");
     case RouteId::openapi_json: co_return co_await send_openapi(s, req, openapi::kJson, "application/json");
-    case RouteId::dashboard: {
-      // Same-origin only: the page reads this server's API with relative URLs; it may not be framed.
-      Response res =
-          make_response(http::status::ok, req, std::string(dashboard::kHtml), "text/html; charset=utf-8");
-      res.set(http::field::cache_control, "no-store");
-      res.set("Content-Security-Policy",
-              "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; frame-ancestors "
-              "'none'");
-      res.set("X-Content-Type-Options", "nosniff");
-      co_return co_await send(s, std::move(res)) && req.keep_alive();
-    }
-    case RouteId::limiters: {
-      Response res = json_response(http::status::ok, req, limiters_json(*sh.backend));
-      co_return co_await send(s, std::move(res)) && req.keep_alive();
-    }
-    case RouteId::limiter: {
-      const std::string& name = params[0];
-      if (method == http::verb::put) co_return co_await route_put_limiter(self, req, name);
-      auto limiter = sh.backend->find(name);
-      if (!limiter)
-        co_return co_await send_error(s, req, http::status::not_found, "unknown_limiter",
-                                      fmt::format("no limiter named \"{}\"", name));
-      const auto query = parse_status_query(*target, bad);
-      if (!query)
-        co_return co_await send_error(s, req, http::status::bad_request, "bad_request", bad.message);
-      // Every instance's holders and queue (on Redis: one script call); 503
-      // with the reason when Redis cannot answer.
-      const StatusQuery page = *query;
-      const StatusResult status = co_await limiter->async_status(page, use_awaitable);
-      if (status.error) {
-        Response res = error_response(http::status::service_unavailable, req, "unavailable", status.message);
-        res.set(http::field::retry_after, "1");
-        co_return co_await send(s, std::move(res)) && req.keep_alive();
-      }
-      Response res = json_response(http::status::ok, req, limiter_status_json(status, sh.backend->kind()));
-      co_return co_await send(s, std::move(res)) && req.keep_alive();
-    }
+    case RouteId::dashboard: co_return co_await route_dashboard(s, req);
+    case RouteId::limiters: co_return co_await route_limiters(s, req);
+    case RouteId::limiter: co_return co_await route_limiter(self, req, params[0], *target);
     case RouteId::acquire:
       // A foreign page must not make its visitors wait in, or hold, the queue.
-      if (refused)
-        co_return co_await send_error(s, req, http::status::forbidden, "origin_not_allowed", refusal);
+      if (origin.refused())
+        co_return co_await send_error(s, req, http::status::forbidden, "origin_not_allowed", origin.refusal);
       co_return co_await route_acquire(self, req, params[0], *target);
-    case RouteId::permit: {
-      if (!sh.leases.release(params[0]))
-        co_return co_await send_error(s, req, http::status::not_found, "unknown_permit",
-                                      "no such permit (released, expired or never granted here)");
-      Response res{http::status::no_content, req.version()};
-      res.set(http::field::server, kServerName);
-      res.keep_alive(req.keep_alive());
-      co_return co_await send(s, std::move(res)) && req.keep_alive();
-    }
-    case RouteId::renew: {
-      const auto lease = sh.leases.renew(params[0]);
-      if (!lease)
-        co_return co_await send_error(s, req, http::status::not_found, "unknown_permit",
-                                      "no such permit (released, expired or never granted here)");
-      json::object o;
-      o["lease_ms"] = lease->count();
-      Response res = json_response(http::status::ok, req, o);
-      co_return co_await send(s, std::move(res)) && req.keep_alive();
-    }
+    case RouteId::permit: co_return co_await route_release_permit(s, req, params[0]);
+    case RouteId::renew: co_return co_await route_renew(s, req, params[0]);
     case RouteId::events: co_return co_await route_events(self, req);
-    case RouteId::ratelimits: {
-      Response res = json_response(http::status::ok, req, rate_rules_json(sh.rates));
-      co_return co_await send(s, std::move(res)) && req.keep_alive();
-    }
-    case RouteId::ratelimit_rule: {
-      const std::string& name = params[0];
-      if (method == http::verb::post) co_return co_await route_rate_check(self, req, name);
-      if (method == http::verb::put) co_return co_await route_put_rate_rule(self, req, name);
-      for (const auto& r : sh.rates.rules()) {
-        if (r.name != name) continue;
-        Response res = json_response(http::status::ok, req, rate_rule_json(r.name, r.rule, &r.stats));
-        co_return co_await send(s, std::move(res)) && req.keep_alive();
-      }
-      co_return co_await send_unknown_rule(s, req, name);
-    }
+    case RouteId::ratelimits: co_return co_await route_rate_rules(s, req);
+    case RouteId::ratelimit_rule: co_return co_await route_rate_rule(self, req, params[0]);
     case RouteId::ratelimit_refund: co_return co_await route_rate_refund(self, req, params[0]);
   }
   co_return false;  // unreachable: every RouteId is handled above
