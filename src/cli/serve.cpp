@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fairgate::cli {
@@ -119,7 +120,14 @@ serve::ServeFlags to_flags(const ServeArgs& a) {
   if (a.log_level_opt->count() > 0) f.log_level = a.log_level;
   if (a.log_format_opt->count() > 0) f.log_format = a.log_format;
   if (a.access_log_opt->count() > 0) f.access_log = a.access_log;
-  for (const auto& spec : a.limiters) f.limiters.push_back(parse_limiter_spec(spec));
+  for (const auto& spec : a.limiters) {
+    serve::LimiterConfig l = parse_limiter_spec(spec);
+    for (const auto& earlier : f.limiters)
+      if (earlier.name == l.name)
+        throw UsageError(fmt::format("--limiter {}: limiter \"{}\" is given twice (once per name)",
+                                     cli::quoted(spec), l.name));
+    f.limiters.push_back(std::move(l));
+  }
   return f;
 }
 
