@@ -135,9 +135,11 @@ Command add_bench_command(CLI::App& root) {
                   "redis+cluster://host:port[,...] "
                   "(the limiter's master), redis+sentinel://host:port[,...]/master, rediss... for TLS")
       ->type_name("URL");
-  app->add_option("--system", flags->system,
-                  "fairgate, or a peer run through the same workloads: seed, bottleneck, semaphore, bullmq "
-                  "(Node; bench/run.sh installs their packages)")
+  app->add_option(
+         "--system", flags->system,
+         "fairgate, or a peer run through the same workloads: seed (the design fairgate replaces: a "
+         "Redis sorted-set queue polled in front of a Redisson-style semaphore), bottleneck, semaphore, "
+         "bullmq (Node; bench/run.sh installs their packages)")
       ->type_name("NAME")
       ->default_str("fairgate");
   app->add_option("--peers", flags->peers, "Directory of the peer workers (worker.js)")

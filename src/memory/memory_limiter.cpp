@@ -59,6 +59,7 @@ void MemoryLimiter::start_acquire(AcquireOptions options, std::unique_ptr<detail
     return;
   }
   const milliseconds max_wait = *checked;
+  request->max_wait = max_wait;
   request->id = next_id_++;
   const core::Admission admission =
       state_.admit(request->id, t, t + max_wait, std::move(options.tenant), options.weight);
@@ -144,6 +145,7 @@ void MemoryLimiter::deliver_granted(Request& request, core::Time t) {
 }
 
 void MemoryLimiter::deliver_ended(Request& request, RejectReason reason, core::Time t, std::string message) {
+  if (reason == RejectReason::timeout && message.empty()) message = core::timeout_message(request.max_wait);
   request.completion->complete(
       detail::end_request(stats_, reason, since(request.arrived, t), std::move(message), state_.settings()));
 }

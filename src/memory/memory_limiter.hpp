@@ -62,7 +62,8 @@ class MemoryLimiter final : public detail::LimiterImpl, private core::DispatchSi
     std::unique_ptr<detail::Completion> completion;  // used once, by the ticket's winner
     std::function<void(const QueueStatus&)> on_queued;
     core::Time arrived{};
-    std::size_t told_position = 0;  // last position given to on_queued (positions pass only)
+    std::chrono::milliseconds max_wait{};  // the one it got (named by the timeout message)
+    std::size_t told_position = 0;         // last position given to on_queued (positions pass only)
   };
   using RequestPtr = std::shared_ptr<Request>;
 

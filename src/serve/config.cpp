@@ -21,7 +21,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <limits>
 
 namespace fairgate::serve {
@@ -521,16 +525,32 @@ void check_routes(const ServeConfig& cfg) {
   }
 }
 
+/// Opens `path` first, so a missing or unreadable file is named with the OS's
+/// reason (toml++ says only "File could not be opened for reading").
+void check_readable(const std::string& path, std::string_view field) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail(field, "is a directory, not a file");
+  errno = 0;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    const int err = errno;
+    if (err == ENOENT) fail(field, "no such file");
+    fail(field, fmt::format("cannot read it: {}", err != 0 ? std::strerror(err) : "cannot be opened"));
+  }
+  std::fclose(f);
+}
+
 void read_file(const std::string& path, ServeConfig& cfg) {
+  const std::string field = fmt::format("config file {}", path);
+  check_readable(path, field);
   toml::table root;
   try {
     root = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
     const auto& where = e.source().begin;
-    fail(fmt::format("--config {}", path),
-         fmt::format("line {}, column {}: {}", where.line, where.column, e.description()));
+    fail(field, fmt::format("line {}, column {}: {}", where.line, where.column, e.description()));
   } catch (const std::exception& e) {
-    fail(fmt::format("--config {}", path), e.what());
+    fail(field, e.what());
   }
   for (auto&& [key, node] : root) {
     const std::string k(key.str());

@@ -162,7 +162,8 @@ TEST_F(MemoryBackendTest, MaxWaitEndsAsTimedOutAtTheDeadline) {
   EXPECT_EQ(w.result->error(), RejectReason::timeout);
   EXPECT_GE(w.result->waited(), 150ms);
   EXPECT_FALSE(w.result->permit().held());
-  EXPECT_NE(w.result->message().find("ms"), std::string::npos) << w.result->message();
+  // The max wait asked, not the time measured (150 ms waits a little longer).
+  EXPECT_EQ(w.result->message(), "no permit became free within 150 ms");
   auto s = lim.snapshot();
   EXPECT_EQ(s.queued, 0u);
   EXPECT_EQ(s.stats.timeouts, 1u);

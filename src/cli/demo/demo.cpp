@@ -98,7 +98,7 @@ DemoConfig make_config(const DemoFlags& flags) {
 }
 
 constexpr std::string_view kDescription =
-    "Show the seeds' story live: users ask a chatbot at the same moment, but only --seats answers\n"
+    "An LLM chat service, live: users ask a chatbot at the same moment, but only --seats answers\n"
     "may stream at once. The others wait in one fair FIFO queue and see their position; whoever\n"
     "still waits after --max-wait is told \"The system is busy, please try again later\".\n"
     "Everything is real: a mock model (at most --seats answers at once) behind two gateways,\n"
@@ -114,7 +114,8 @@ constexpr std::string_view kDescription =
 Command add_demo_command(CLI::App& root) {
   auto flags = std::make_shared<DemoFlags>();
   CLI::App* app = root.add_subcommand(
-      "demo", "The seeds' \"10 users, 3 seats, 2 instances\" story, live, through two gateways");
+      "demo",
+      "Live: 10 users at once on an LLM chat service whose model streams 3 answers at once, two gateways");
   app->footer(std::string(kDescription));
   app->add_option("--users", flags->users, "Users asking at once, 1..1000")
       ->type_name("N")
