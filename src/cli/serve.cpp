@@ -7,19 +7,13 @@
 #include "cli/duration.hpp"
 #include "cli/parse.hpp"
 
-#include "redis/connection.hpp"
-#include "redis/url.hpp"
 #include "serve/config.hpp"
 #include "serve/server.hpp"
 
 #include <fmt/format.h>
-#include <boost/asio/io_context.hpp>
-
-#include <chrono>
 
 #include <cstdlib>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -137,38 +131,6 @@ serve::ServeFlags to_flags(const ServeArgs& a) {
   return f;
 }
 
-/// redis://HOST:PORT/DB: a database the server does not have (/99 on a server
-/// with 16) is an error at start, with the server's reason; the connection
-/// would otherwise retry it for ever. One plain server only (TLS, Cluster and
-/// Sentinel URLs are not probed). An unreachable server is no error here: serve
-/// starts degraded, as ever (docs/serve.md).
-void check_redis_database(const serve::ServeConfig& config) {
-  if (!config.redis) return;
-  auto parsed = redis::parse_target(config.redis->url);
-  const auto* target = std::get_if<redis::Target>(&parsed);
-  if (target == nullptr || target->kind != redis::Target::Kind::standalone || target->nodes.empty()) return;
-  const redis::Endpoint& ep = target->nodes.front();
-  if (ep.db == 0 || ep.tls.enabled) return;
-  boost::asio::io_context io(1);
-  std::string problem;
-  redis::ConnectionOptions o;
-  o.endpoint = ep;
-  o.command_timeout = std::chrono::seconds(2);
-  o.connect_timeout = std::chrono::seconds(2);
-  o.log = [&problem, &io](const std::string& line) {
-    if (problem.empty() && line.find("cannot be selected") != std::string::npos) {
-      problem = line;
-      io.stop();
-    }
-  };
-  auto connection = redis::Connection::create(io.get_executor(), o);
-  connection->start();
-  connection->exec({"PING"}, [connection](boost::system::error_code, redis::Reply) { connection->close(); });
-  io.run_for(std::chrono::seconds(3));
-  connection->close();
-  if (!problem.empty()) throw std::runtime_error(problem);
-}
-
 }  // namespace
 
 Command add_serve_command(CLI::App& root) {
@@ -224,7 +186,6 @@ Command add_serve_command(CLI::App& root) {
                    } catch (const serve::ConfigError& e) {
                      throw UsageError(e.what());
                    }
-                   check_redis_database(config);
                    try {
                      return serve::run_server(config, stdout);
                    } catch (const serve::ConfigError& e) {

@@ -244,8 +244,7 @@ void Connection::write_queued() {
 }
 
 void Connection::flush() {
-  // Connecting: only the handshake ahead of SELECT's answer is in out_.
-  if (write_in_progress_ || out_.empty() || (state_ != State::ready && state_ != State::connecting)) return;
+  if (write_in_progress_ || out_.empty() || state_ != State::ready) return;
   write_in_progress_ = true;
   writing_.swap(out_);
   out_.clear();
@@ -344,26 +343,7 @@ void Connection::on_connected() {
             }),
             options_.command_timeout);
   }
-  if (ep.db != 0) {
-    // Nothing else goes out before SELECT is answered (the connection stays
-    // "connecting" until then): on a database the server does not have (/99
-    // on a server with 16) Redis would run it in database 0. On an error, say
-    // so with the server's reason, and connect again.
-    do_exec({"SELECT", std::to_string(ep.db)},
-            Callback([self = shared_from_this(), gen = generation_, ep](error_code ec, Reply r) {
-              if (gen != self->generation_) return;
-              if (ec) return self->reset("SELECT unanswered");
-              if (r.is_error()) {
-                self->report("Redis at " + ep.host + ":" + std::to_string(ep.port) + ": database " +
-                             std::to_string(ep.db) + " cannot be selected: " + r.str);
-                return self->reset("SELECT rejected");
-              }
-              self->state_ = State::ready;
-              self->write_queued();
-            }),
-            options_.command_timeout);
-    state_ = State::connecting;
-  }
+  if (ep.db != 0) do_exec({"SELECT", std::to_string(ep.db)}, ignore(), options_.command_timeout);
   if (!options_.client_name.empty()) {
     do_exec({"CLIENT", "SETNAME", options_.client_name}, ignore(), options_.command_timeout);
   }
@@ -371,7 +351,7 @@ void Connection::on_connected() {
   // with an empty script cache).
   for (const auto& command : preload_) do_exec(command, ignore(), options_.command_timeout);
   for (auto& p : waiting) queued_.push_back(std::move(p));
-  if (state_ == State::ready) write_queued();  // else once SELECT is answered
+  write_queued();
   if (connect_handler_) connect_handler_();
 }
 

@@ -7,10 +7,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <future>
-#include <mutex>
-#include <string>
 #include <thread>
-#include <vector>
 
 namespace {
 
@@ -210,30 +207,6 @@ TEST_F(RedisConnectionTest, AuthSelectsDatabaseAndRejectsWrongPassword) {
   auto w = connect(wrong);
   auto r = exec(*w, {"GET", "k"}, 500ms);
   EXPECT_TRUE(r.ec || r.reply.is_error()) << "a wrong password never reads data: " << r.reply.debug_string();
-}
-
-// /99 on a server with 16 databases: SELECT fails, and nothing runs in
-// database 0 instead; the log line names the database and the server's reason.
-TEST_F(RedisConnectionTest, ADatabaseTheServerLacksIsNeverDatabaseZero) {
-  RedisServer server({"--databases", "16"});
-  std::mutex mu;
-  std::vector<std::string> lines;
-  ConnectionOptions o;
-  o.endpoint.port = server.port();
-  o.endpoint.db = 99;
-  o.reconnect_min = 20ms;
-  o.log = [&](const std::string& line) {
-    std::lock_guard lock(mu);
-    lines.push_back(line);
-  };
-  auto c = connect(o);
-  auto r = exec(*c, {"SET", "select:k", "in-db-0"}, 300ms);
-  EXPECT_TRUE(r.ec) << "answered: " << r.reply.debug_string();
-  EXPECT_EQ(server.command({"EXISTS", "select:k"}), "0") << "the SET ran in database 0";
-  std::lock_guard lock(mu);
-  ASSERT_FALSE(lines.empty());
-  EXPECT_EQ(lines.front(), "Redis at 127.0.0.1:" + std::to_string(server.port()) +
-                               ": database 99 cannot be selected: ERR DB index is out of range");
 }
 
 // A command that could not be sent before its timeout: not_sent (it never
