@@ -118,14 +118,14 @@ void start_configure(LimiterImpl& impl, const SettingsUpdate& update,
 boost::asio::any_io_executor executor_of(const LimiterImpl& impl) { return impl.get_executor(); }
 
 AcquireResult end_request(LimiterStats& stats, RejectReason reason, std::chrono::milliseconds waited,
-                          std::string message, const Settings& settings) {
+                          std::chrono::milliseconds max_wait, std::string message, const Settings& settings) {
   switch (reason) {
     case RejectReason::timeout: ++stats.timeouts; break;
     case RejectReason::cancelled: ++stats.cancels; break;
     default: ++stats.rejections; break;
   }
   ++stats.by_reason[static_cast<std::size_t>(reason)];
-  if (message.empty()) message = core::ended_message(reason, waited, settings);
+  if (message.empty()) message = core::ended_message(reason, waited, max_wait, settings);
   return AcquireResult::ended(reason, std::move(message), waited);
 }
 

@@ -12,13 +12,11 @@ std::optional<std::chrono::milliseconds> effective_max_wait(
   return max_wait;
 }
 
-std::string timeout_message(std::chrono::milliseconds max_wait) {
-  return "no permit became free within " + std::to_string(max_wait.count()) + " ms";
-}
-
-std::string ended_message(RejectReason reason, std::chrono::milliseconds waited, const Settings& settings) {
+std::string ended_message(RejectReason reason, std::chrono::milliseconds waited,
+                          std::chrono::milliseconds max_wait, const Settings& settings) {
   switch (reason) {
-    case RejectReason::timeout: return timeout_message(waited);
+    case RejectReason::timeout:
+      return "no permit became free within " + std::to_string(max_wait.count()) + " ms";
     case RejectReason::cancelled: return "cancelled after waiting " + std::to_string(waited.count()) + " ms";
     case RejectReason::queue_full:
       return settings.max_queue ? "queue is full (" + std::to_string(*settings.max_queue) + " waiting)"

@@ -21,11 +21,10 @@ std::optional<std::chrono::milliseconds> effective_max_wait(
     const std::optional<std::chrono::milliseconds>& requested, const Settings& settings,
     std::string_view tenant, std::uint32_t weight = 1);
 
-/// The message of a request that waited its whole max wait: it names the max
-/// wait that was asked, not the time measured (which runs a little over).
-std::string timeout_message(std::chrono::milliseconds max_wait);
-
-/// The one-line message of a request that ended without a permit.
-std::string ended_message(RejectReason reason, std::chrono::milliseconds waited, const Settings& settings);
+/// The one-line message of a request that ended without a permit after
+/// `waited`; a timeout names `max_wait`, the one it was given (the time
+/// measured runs a little over).
+std::string ended_message(RejectReason reason, std::chrono::milliseconds waited,
+                          std::chrono::milliseconds max_wait, const Settings& settings);
 
 }  // namespace fairgate::core

@@ -145,9 +145,8 @@ void MemoryLimiter::deliver_granted(Request& request, core::Time t) {
 }
 
 void MemoryLimiter::deliver_ended(Request& request, RejectReason reason, core::Time t, std::string message) {
-  if (reason == RejectReason::timeout && message.empty()) message = core::timeout_message(request.max_wait);
-  request.completion->complete(
-      detail::end_request(stats_, reason, since(request.arrived, t), std::move(message), state_.settings()));
+  request.completion->complete(detail::end_request(stats_, reason, since(request.arrived, t),
+                                                   request.max_wait, std::move(message), state_.settings()));
 }
 
 void MemoryLimiter::cancel(const RequestPtr& request) {

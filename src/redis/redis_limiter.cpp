@@ -653,11 +653,10 @@ void RedisLimiter::deliver_granted(Request& request, Clock::time_point t) {
 
 void RedisLimiter::deliver_ended(Request& request, RejectReason reason, Clock::time_point t,
                                  std::string message) {
-  if (reason == RejectReason::timeout && message.empty())
-    message = core::timeout_message(
-        std::chrono::duration_cast<std::chrono::milliseconds>(request.deadline - request.arrived));
-  request.completion->complete(
-      detail::end_request(stats_, reason, since(request.arrived, t), std::move(message), settings_));
+  const auto max_wait =
+      std::chrono::duration_cast<std::chrono::milliseconds>(request.deadline - request.arrived);
+  request.completion->complete(detail::end_request(stats_, reason, since(request.arrived, t), max_wait,
+                                                   std::move(message), settings_));
 }
 
 void RedisLimiter::post_position(const RequestPtr& request, QueueStatus status) {

@@ -1,5 +1,6 @@
 // core::Ticket — the request state machine: the whole transition table, and
 // the promise that racing events produce exactly one outcome (F4).
+#include "core/acquire_rules.hpp"
 #include "core/ticket.hpp"
 
 #include <gtest/gtest.h>
@@ -254,6 +255,18 @@ TEST(Ticket, RacingEventsHaveExactlyOneWinner) {
   }
   RecordProperty("winner_switches_within_blocks", static_cast<int>(switches));
   std::printf("winner switches within blocks: %zu of %zu\n", switches, kTickets);
+}
+
+// The measured wait of a timed-out request runs a little over its max wait:
+// the message names the max wait it was given ("within 150 ms", not 151).
+TEST(AcquireRules, ATimeoutNamesTheMaxWaitGivenNotTheTimeMeasured) {
+  using namespace std::chrono_literals;
+  EXPECT_EQ(
+      fairgate::core::ended_message(fairgate::RejectReason::timeout, 151ms, 150ms, fairgate::Settings{}),
+      "no permit became free within 150 ms");
+  EXPECT_EQ(
+      fairgate::core::ended_message(fairgate::RejectReason::cancelled, 151ms, 150ms, fairgate::Settings{}),
+      "cancelled after waiting 151 ms");
 }
 
 }  // namespace
