@@ -7,13 +7,17 @@
 #include "cli/duration.hpp"
 #include "cli/parse.hpp"
 
+#include "redis/database_check.hpp"
+#include "redis/url.hpp"
 #include "serve/config.hpp"
 #include "serve/server.hpp"
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -131,6 +135,20 @@ serve::ServeFlags to_flags(const ServeArgs& a) {
   return f;
 }
 
+/// redis://HOST:PORT/DB: a database the server does not have (/99 on a server
+/// with 16) is an error at start, with the server's reason; the connection
+/// would otherwise retry it for ever. One plain server only (TLS, Cluster and
+/// Sentinel URLs are not asked). An unreachable server is no error here: serve
+/// starts degraded, as ever (docs/serve.md).
+void check_redis_database(const serve::ServeConfig& config) {
+  if (!config.redis) return;
+  const auto parsed = redis::parse_target(config.redis->url);
+  const auto* target = std::get_if<redis::Target>(&parsed);
+  if (target == nullptr || target->kind != redis::Target::Kind::standalone || target->nodes.empty()) return;
+  if (auto problem = redis::database_problem(target->nodes.front(), std::chrono::seconds(2)))
+    throw std::runtime_error(*problem);
+}
+
 }  // namespace
 
 Command add_serve_command(CLI::App& root) {
@@ -186,6 +204,7 @@ Command add_serve_command(CLI::App& root) {
                    } catch (const serve::ConfigError& e) {
                      throw UsageError(e.what());
                    }
+                   check_redis_database(config);
                    try {
                      return serve::run_server(config, stdout);
                    } catch (const serve::ConfigError& e) {

@@ -1,5 +1,6 @@
 #include "redis/connection.hpp"
 
+#include "redis/database_check.hpp"
 #include "redis/tls.hpp"
 
 #include <hiredis/hiredis.h>
@@ -180,7 +181,8 @@ void Connection::close() {
 
 void Connection::drop(const char* why) {
   asio::dispatch(strand_, [self = shared_from_this(), why] {
-    if (self->state_ == State::ready || self->state_ == State::connecting) self->reset(why);
+    if (self->state_ == State::ready || self->state_ == State::connecting || self->state_ == State::selecting)
+      self->reset(why);
   });
 }
 
@@ -244,7 +246,8 @@ void Connection::write_queued() {
 }
 
 void Connection::flush() {
-  if (write_in_progress_ || out_.empty() || state_ != State::ready) return;
+  // Selecting: only the handshake (AUTH, SELECT) is in out_.
+  if (write_in_progress_ || out_.empty() || (state_ != State::ready && state_ != State::selecting)) return;
   write_in_progress_ = true;
   writing_.swap(out_);
   out_.clear();
@@ -323,27 +326,57 @@ void Connection::on_connected() {
   if (reader_) redisReaderFree(reader_);
   reader_ = redisReaderCreate();
   received_ = false;
-  state_ = State::ready;
-  backoff_ = std::chrono::milliseconds(0);
-  connects_.fetch_add(1, std::memory_order_relaxed);
-  connected_.store(true, std::memory_order_release);
   read();
 
-  // The handshake goes first, ahead of whatever waited for the connection.
+  // AUTH and SELECT go first, alone: whatever waited stays queued until the
+  // database is selected (on a database the server does not have, /99 on a
+  // server with 16, Redis would run it in database 0).
+  state_ = State::selecting;
   std::deque<Pending> waiting;
   waiting.swap(queued_);
   const Endpoint ep = endpoint();
-  auto ignore = [] { return Callback([](error_code, Reply) {}); };
   if (!ep.password.empty()) {
     std::vector<std::string> auth{"AUTH"};
     if (!ep.user.empty()) auth.push_back(ep.user);
     auth.push_back(ep.password);
-    do_exec(std::move(auth), Callback([self = shared_from_this()](error_code ec, Reply r) {
+    // The callback holds the connection weakly: a pending command must not
+    // keep its own connection alive (a cycle through in_flight_).
+    do_exec(std::move(auth), Callback([weak = weak_from_this(), gen = generation_](error_code ec, Reply r) {
+              auto self = weak.lock();
+              if (!self || gen != self->generation_) return;
               if (!ec && r.is_error()) self->reset("AUTH rejected");
             }),
             options_.command_timeout);
   }
-  if (ep.db != 0) do_exec({"SELECT", std::to_string(ep.db)}, ignore(), options_.command_timeout);
+  if (ep.db != 0) {
+    do_exec({"SELECT", std::to_string(ep.db)},
+            Callback([weak = weak_from_this(), gen = generation_, ep](error_code ec, Reply r) {
+              auto self = weak.lock();
+              if (!self || gen != self->generation_) return;  // dropped or closed meanwhile
+              if (ec) return self->reset("SELECT unanswered");
+              if (r.is_error()) {
+                self->report(database_refused(ep, r.str));
+                return self->reset("SELECT rejected");
+              }
+              self->on_selected();
+            }),
+            options_.command_timeout);
+  }
+  write_queued();  // the handshake only: queued_ holds nothing else yet
+  for (auto& p : waiting) queued_.push_back(std::move(p));
+  if (ep.db == 0) on_selected();
+}
+
+void Connection::on_selected() {
+  // What came while SELECT was on its way waits behind what waited before.
+  std::deque<Pending> waiting;
+  waiting.swap(queued_);
+  state_ = State::ready;
+  backoff_ = std::chrono::milliseconds(0);
+  if (received_) last_problem_.clear();  // it works: report the next problem again
+  connects_.fetch_add(1, std::memory_order_relaxed);
+  connected_.store(true, std::memory_order_release);
+  auto ignore = [] { return Callback([](error_code, Reply) {}); };
   if (!options_.client_name.empty()) {
     do_exec({"CLIENT", "SETNAME", options_.client_name}, ignore(), options_.command_timeout);
   }
@@ -385,7 +418,8 @@ void Connection::read() {
       }
       if (n > 0 && !self->received_) {
         self->received_ = true;
-        self->last_problem_.clear();  // it works: report the next problem again
+        // It works (once the database is selected): report the next problem again.
+        if (self->state_ == State::ready) self->last_problem_.clear();
       }
       self->on_read(n);
     });

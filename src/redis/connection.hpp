@@ -17,10 +17,15 @@
 //  * Commands sent while disconnected wait (up to their timeout) and are
 //    written after the reconnect; in-flight commands fail on a disconnect
 //    (their outcome is unknown to us; the caller decides).
-//  * After each (re)connect: AUTH, SELECT and CLIENT SETNAME as configured,
-//    then the preload commands (SCRIPT LOAD of every script), then whatever
-//    waited, then the connect handler (re-SUBSCRIBE there): nothing sent on a
-//    connection can run before its scripts are loaded.
+//  * After each (re)connect: AUTH and SELECT as configured, alone; once SELECT
+//    is answered (at once for database 0) CLIENT SETNAME, then the preload
+//    commands (SCRIPT LOAD of every script), then whatever waited, then the
+//    connect handler (re-SUBSCRIBE there): nothing sent on a connection can
+//    run in another database or before its scripts are loaded. A refused
+//    SELECT (/99 on a server with 16 databases) goes to options.log
+//    ("Redis at HOST:PORT: database 99 cannot be selected: <reason>") and is
+//    a failed connect (backoff, retry); connected() is false until SELECT is
+//    answered.
 //  * Reconnects back off (reconnect_min doubling up to reconnect_max), but
 //    never longer than one command timeout while a command waits, and a new
 //    command while disconnected brings the next attempt forward at once.
@@ -72,7 +77,8 @@ struct ConnectionOptions {
   std::string client_name;  ///< CLIENT SETNAME when not empty
   bool subscriber = false;  ///< route pub/sub messages to the push handler
   /// Why a connection cannot come up (TLS handshake or verification failed,
-  /// bad CA file, plain text to a TLS port), one line per new problem.
+  /// bad CA file, plain text to a TLS port, a database the server does not
+  /// have), one line per new problem.
   /// Empty: not reported.
   std::function<void(const std::string&)> log;
 };
@@ -138,6 +144,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void connect();
   void start_tls(const Endpoint& ep);
   void on_connected();
+  /// The database is selected (or is 0): the connection is up.
+  void on_selected();
   /// Logs `line` unless it is the problem logged last (cleared once a connection works).
   void report(const std::string& line);
   template <typename F>
@@ -164,7 +172,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   boost::asio::steady_timer deadline_timer_;
   Clock::time_point deadline_armed_{Clock::time_point::max()};
 
-  enum class State { idle, connecting, ready, backoff, closed };
+  // selecting: connected, AUTH and SELECT sent, nothing else until SELECT is answered.
+  enum class State { idle, connecting, selecting, ready, backoff, closed };
   State state_ = State::idle;
   std::uint64_t generation_ = 0;  // bumped on every reset: stale handlers see a mismatch
   std::chrono::milliseconds backoff_{0};

@@ -1,5 +1,6 @@
 // The Redis client against a real redis-server started on a free loopback port.
 #include "redis/connection.hpp"
+#include "redis/database_check.hpp"
 #include "support/redis_server.hpp"
 
 #include <gtest/gtest.h>
@@ -7,7 +8,10 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <future>
+#include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -207,6 +211,115 @@ TEST_F(RedisConnectionTest, AuthSelectsDatabaseAndRejectsWrongPassword) {
   auto w = connect(wrong);
   auto r = exec(*w, {"GET", "k"}, 500ms);
   EXPECT_TRUE(r.ec || r.reply.is_error()) << "a wrong password never reads data: " << r.reply.debug_string();
+}
+
+// What a connection logs. Shared with the log callback, so that it outlives
+// the test's locals: the connection may log until it is closed.
+struct LogLines {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  std::vector<std::string> get() {
+    std::lock_guard lock(mu);
+    return lines;
+  }
+};
+
+// /99 on a server with 16 databases: SELECT is refused, and nothing runs in
+// database 0 instead (neither what waited nor the preload, which follow SELECT
+// on a connection); the connection connects again and again, the log line
+// (the database, the server's reason) comes once.
+TEST_F(RedisConnectionTest, ADatabaseTheServerLacksIsNeverDatabaseZero) {
+  RedisServer server({"--databases", "16"});
+  auto log = std::make_shared<LogLines>();
+  ConnectionOptions o;
+  o.endpoint.port = server.port();
+  o.endpoint.db = 99;
+  o.client_name = "select-test";
+  o.reconnect_min = 20ms;
+  o.reconnect_max = 40ms;
+  o.log = [log](const std::string& line) {
+    std::lock_guard lock(log->mu);
+    log->lines.push_back(line);
+  };
+  auto c = Connection::create(io_.get_executor(), o);
+  connections_.push_back(c);
+  c->set_preload({{"SET", "select:preload", "in-db-0"}});
+  c->start();
+  auto r = exec(*c, {"SET", "select:k", "in-db-0"}, 300ms);
+  EXPECT_EQ(r.ec, Error::not_sent) << r.ec.message() << " " << r.reply.debug_string();
+  EXPECT_FALSE(c->connected());
+  EXPECT_EQ(c->connects(), 0u);
+  EXPECT_GE(c->commands_sent(), 2u) << "SELECT once per attempt: it connects again";
+  c->close();
+  EXPECT_EQ(server.command({"EXISTS", "select:k"}), "0") << "the SET ran in database 0";
+  EXPECT_EQ(server.command({"EXISTS", "select:preload"}), "0") << "the preload ran in database 0";
+  const auto lines = log->get();
+  ASSERT_EQ(lines.size(), 1u) << "logged once until the connection works";
+  EXPECT_EQ(lines.front(), "Redis at 127.0.0.1:" + std::to_string(server.port()) +
+                               ": database 99 cannot be selected: ERR DB index is out of range");
+}
+
+// A database the server has: what waited for the connection runs there, after SELECT.
+TEST_F(RedisConnectionTest, WhatWaitedRunsInTheSelectedDatabase) {
+  RedisServer server({"--databases", "16"});
+  ConnectionOptions o;
+  o.endpoint.port = server.port();
+  o.endpoint.db = 15;
+  auto c = Connection::create(io_.get_executor(), o);
+  connections_.push_back(c);
+  c->set_preload({{"SET", "select:preload", "in-db-15"}});
+  std::promise<Result> done;
+  c->exec(
+      {"SET", "select:k", "in-db-15"},
+      [&done](boost::system::error_code ec, Reply r) {
+        done.set_value({ec, std::move(r)});
+      },
+      5s);
+  c->start();  // the SET waited for the connection
+  const auto r = done.get_future().get();
+  ASSERT_FALSE(r.ec) << r.ec.message();
+  EXPECT_TRUE(c->connected());
+  EXPECT_EQ(c->connects(), 1u);
+  EXPECT_EQ(exec(*c, {"GET", "select:k"}, 5s).reply.str, "in-db-15");
+  EXPECT_EQ(exec(*c, {"GET", "select:preload"}, 5s).reply.str, "in-db-15");
+  const auto info = exec(*c, {"CLIENT", "INFO"}, 5s);
+  EXPECT_NE(info.reply.str.find(" db=15 "), std::string::npos) << info.reply.str;
+  c->close();
+  EXPECT_EQ(server.command({"EXISTS", "select:k"}), "0");
+  EXPECT_EQ(server.command({"EXISTS", "select:preload"}), "0");
+  EXPECT_EQ(server.command({"DBSIZE"}), "0");
+}
+
+// The start-up check of `fairgate serve` (redis/database_check.hpp).
+TEST(RedisDatabaseCheck, ARefusedDatabaseIsTheProblemWithTheServersReason) {
+  RedisServer server({"--databases", "16"});
+  fairgate::redis::Endpoint ep;
+  ep.port = server.port();
+  ep.db = 99;
+  EXPECT_EQ(fairgate::redis::database_problem(ep, 2s),
+            "Redis at 127.0.0.1:" + std::to_string(server.port()) +
+                ": database 99 cannot be selected: ERR DB index is out of range");
+  ep.db = 15;
+  EXPECT_EQ(fairgate::redis::database_problem(ep, 2s), std::nullopt);
+  ep.db = 0;
+  EXPECT_EQ(fairgate::redis::database_problem(ep, 2s), std::nullopt);
+}
+
+TEST(RedisDatabaseCheck, AuthComesFirstAndWhatItCannotTellIsNoProblem) {
+  RedisServer server({"--databases", "16", "--requirepass", "s3cret"});
+  fairgate::redis::Endpoint ep;
+  ep.port = server.port();
+  ep.db = 99;
+  ep.password = "s3cret";
+  EXPECT_EQ(fairgate::redis::database_problem(ep, 2s),
+            "Redis at 127.0.0.1:" + std::to_string(server.port()) +
+                ": database 99 cannot be selected: ERR DB index is out of range");
+  ep.password = "wrong";  // the connection reports that itself
+  EXPECT_EQ(fairgate::redis::database_problem(ep, 2s), std::nullopt);
+  ep.password.clear();  // NOAUTH: not the database's fault
+  EXPECT_EQ(fairgate::redis::database_problem(ep, 2s), std::nullopt);
+  ep.port = fairgate::test::free_loopback_port();  // nothing there: serve starts degraded
+  EXPECT_EQ(fairgate::redis::database_problem(ep, 2s), std::nullopt);
 }
 
 // A command that could not be sent before its timeout: not_sent (it never
