@@ -41,10 +41,12 @@ bool LeaseTable::release(const std::string& token) {
   return true;
 }
 
-std::optional<std::chrono::milliseconds> LeaseTable::renew(const std::string& token) {
+std::optional<std::chrono::milliseconds> LeaseTable::renew(const std::string& token,
+                                                           std::optional<std::chrono::milliseconds> lease) {
   std::lock_guard lock(mu_);
   const auto it = entries_.find(token);
   if (it == entries_.end()) return std::nullopt;
+  if (lease) it->second.lease = *lease;
   it->second.expires = Clock::now() + it->second.lease;
   return it->second.lease;
 }

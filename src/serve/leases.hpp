@@ -36,8 +36,11 @@ class LeaseTable {
   std::string add(Permit permit, std::string limiter, std::chrono::milliseconds lease);
   /// Releases the permit of `token`; false if there is none.
   bool release(const std::string& token);
-  /// Extends the lease of `token` by its lease length from now; nullopt if unknown.
-  std::optional<std::chrono::milliseconds> renew(const std::string& token);
+  /// Extends the lease of `token` from now by `lease`, which becomes its lease
+  /// length, or (nullopt) by its current lease length; returns the lease
+  /// applied, nullopt if the token is unknown.
+  std::optional<std::chrono::milliseconds> renew(
+      const std::string& token, std::optional<std::chrono::milliseconds> lease = std::nullopt);
   /// Releases every lease that ran out before `now`; returns how many.
   std::size_t expire(Clock::time_point now);
   /// Releases everything (shutdown).

@@ -76,6 +76,15 @@ std::optional<json::object> parse_object(std::string_view body, BadRequest& erro
   return std::move(v.as_object());
 }
 
+/// lease_ms of a JSON permit (acquire and renew alike): 100..max_lease.
+bool check_lease(std::int64_t v, std::chrono::milliseconds max_lease, BadRequest& error) {
+  if (v < 100 || v > max_lease.count()) {
+    error.message = fmt::format("lease_ms: {} not in 100..{}", v, max_lease.count());
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::optional<Target> parse_target(std::string_view target, BadRequest& error) {
@@ -151,10 +160,7 @@ std::optional<AcquireParams> parse_acquire_params(const Target& target, std::str
       }
       p.weight = static_cast<std::uint32_t>(v);
     } else {  // lease_ms
-      if (v < 100 || v > max_lease.count()) {
-        error.message = fmt::format("lease_ms: {} not in 100..{}", v, max_lease.count());
-        return false;
-      }
+      if (!check_lease(v, max_lease, error)) return false;
       p.lease = std::chrono::milliseconds(v);
     }
     return true;
@@ -198,6 +204,41 @@ std::optional<AcquireParams> parse_acquire_params(const Target& target, std::str
         return bad(fmt::format("unknown parameter \"{}\" (use max_wait_ms, tenant, weight, lease_ms)",
                                key.substr(0, 32)));
       }
+    }
+  }
+  return p;
+}
+
+std::optional<RenewParams> parse_renew_params(const Target& target, std::string_view body,
+                                              std::chrono::milliseconds max_lease, BadRequest& error) {
+  RenewParams p;
+  const auto bad = [&](std::string message) {
+    error.message = std::move(message);
+    return std::nullopt;
+  };
+  const auto set_lease = [&](std::int64_t v) {
+    if (!check_lease(v, max_lease, error)) return false;
+    p.lease = std::chrono::milliseconds(v);
+    return true;
+  };
+  for (const auto& [key, value] : target.query) {
+    if (key != "lease_ms")
+      return bad(fmt::format("unknown parameter \"{}\" (use lease_ms)", key.substr(0, 32)));
+    const auto v = parse_int(value);
+    if (!v) return bad(fmt::format("lease_ms: \"{}\" is not a whole number", value.substr(0, 32)));
+    if (!set_lease(*v)) return std::nullopt;
+  }
+  if (!body.empty()) {
+    auto obj = parse_object(body, error);
+    if (!obj) return std::nullopt;
+    for (const auto& [k, v] : *obj) {
+      const std::string_view key(k.data(), k.size());
+      if (key != "lease_ms")
+        return bad(fmt::format("unknown parameter \"{}\" (use lease_ms)", key.substr(0, 32)));
+      if (v.is_null()) continue;
+      const auto i = json_int(v);
+      if (!i) return bad("lease_ms: must be a whole number");
+      if (!set_lease(*i)) return std::nullopt;
     }
   }
   return p;

@@ -45,6 +45,17 @@ struct AcquireParams {
 std::optional<AcquireParams> parse_acquire_params(const Target& target, std::string_view body,
                                                   std::chrono::milliseconds max_lease, BadRequest& error);
 
+/// Parameters of POST /v1/permits/{permit}/renew.
+struct RenewParams {
+  std::optional<std::chrono::milliseconds> lease;  ///< absent: the permit's current lease length
+};
+
+/// Reads lease_ms (100..max_lease, checked as acquire checks it) from the
+/// query string and (when `body` is not empty) a JSON object body; the body
+/// wins where both give it. Any other parameter is an error.
+std::optional<RenewParams> parse_renew_params(const Target& target, std::string_view body,
+                                              std::chrono::milliseconds max_lease, BadRequest& error);
+
 /// Reads the page of GET /v1/limiters/{name}: `offset` (default 0) and `limit`
 /// (default kDefaultStatusLimit, 0..kMaxStatusLimit) from the query string.
 /// Unknown parameters and bad numbers are errors.

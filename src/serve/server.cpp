@@ -636,8 +636,11 @@ awaitable<bool> route_release_permit(Session& s, const Request& req, const std::
   co_return co_await send(s, std::move(res)) && req.keep_alive();
 }
 
-awaitable<bool> route_renew(Session& s, const Request& req, const std::string& id) {
-  const auto lease = s.shared->leases.renew(id);
+awaitable<bool> route_renew(Session& s, const Request& req, const std::string& id, const Target& target) {
+  BadRequest bad;
+  const auto params = parse_renew_params(target, req.body(), s.shared->config.server.max_lease, bad);
+  if (!params) co_return co_await send_error(s, req, http::status::bad_request, "bad_request", bad.message);
+  const auto lease = s.shared->leases.renew(id, params->lease);
   if (!lease)
     co_return co_await send_error(s, req, http::status::not_found, "unknown_permit",
                                   "no such permit (released, expired or never granted here)");
@@ -745,7 +748,7 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
         co_return co_await send_error(s, req, http::status::forbidden, "origin_not_allowed", origin.refusal);
       co_return co_await route_acquire(self, req, params[0], *target);
     case RouteId::permit: co_return co_await route_release_permit(s, req, params[0]);
-    case RouteId::renew: co_return co_await route_renew(s, req, params[0]);
+    case RouteId::renew: co_return co_await route_renew(s, req, params[0], *target);
     case RouteId::events: co_return co_await route_events(self, req);
     case RouteId::ratelimits: co_return co_await route_rate_rules(s, req);
     case RouteId::ratelimit_rule: co_return co_await route_rate_rule(self, req, params[0]);

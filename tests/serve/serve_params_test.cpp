@@ -114,6 +114,47 @@ TEST(ServeParams, AcquireParamsRejectWhatTheyDoNotUnderstand) {
   EXPECT_FALSE(acquire("/a", std::string(100, '['), &e));
 }
 
+std::optional<RenewParams> renew(std::string_view t, std::string_view body, std::string* error = nullptr) {
+  BadRequest bad;
+  auto r = parse_renew_params(target(t), body, milliseconds(600'000), bad);
+  if (error) *error = bad.message;
+  return r;
+}
+
+// lease_ms of a renew is read as acquire reads it (the same bounds and words).
+TEST(ServeParams, RenewParamsAreLeaseMsReadLikeAcquire) {
+  auto p = renew("/r", "");
+  ASSERT_TRUE(p);
+  EXPECT_FALSE(p->lease) << "absent: the permit's current lease length";
+  p = renew("/r?lease_ms=5000", "");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->lease, milliseconds(5000));
+  p = renew("/r?lease_ms=5000", R"({"lease_ms":700})");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->lease, milliseconds(700)) << "the body wins";
+  p = renew("/r", R"({"lease_ms":null})");
+  ASSERT_TRUE(p);
+  EXPECT_FALSE(p->lease);
+  std::string e;
+  EXPECT_FALSE(renew("/r?lease_ms=abc", "", &e));
+  EXPECT_EQ(e, "lease_ms: \"abc\" is not a whole number");
+  EXPECT_FALSE(renew("/r?lease_ms=99", "", &e));
+  EXPECT_EQ(e, "lease_ms: 99 not in 100..600000");
+  EXPECT_FALSE(renew("/r", R"({"lease_ms":600001})", &e));
+  EXPECT_EQ(e, "lease_ms: 600001 not in 100..600000");
+  BadRequest bad;
+  EXPECT_FALSE(parse_acquire_params(target("/a?lease_ms=99"), "", milliseconds(600'000), bad));
+  EXPECT_EQ(bad.message, "lease_ms: 99 not in 100..600000") << "the same words as acquire";
+  EXPECT_FALSE(renew("/r", R"({"lease_ms":"5000"})", &e));
+  EXPECT_EQ(e, "lease_ms: must be a whole number");
+  EXPECT_FALSE(renew("/r?max_wait_ms=5", "", &e));
+  EXPECT_EQ(e, "unknown parameter \"max_wait_ms\" (use lease_ms)");
+  EXPECT_FALSE(renew("/r", R"({"tenant":"x"})", &e));
+  EXPECT_EQ(e, "unknown parameter \"tenant\" (use lease_ms)");
+  EXPECT_FALSE(renew("/r", "{", &e));
+  EXPECT_FALSE(renew("/r", "[]", &e));
+}
+
 TEST(ServeParams, SettingsUpdateIsPartialAndStrict) {
   BadRequest bad;
   auto u = parse_settings_update(R"({"max_concurrent":5,"max_queue":null,"enabled":false})", bad);

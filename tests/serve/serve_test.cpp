@@ -481,6 +481,60 @@ TEST(ServeMemory, SseAndLongPollIdsAreTheIdsTheStatusListsAndNoHistoryMeansNoEst
   EXPECT_EQ(s->terminate(), 0);
 }
 
+/// Issue 12 item 9: renew reads lease_ms as acquire does (a whole number in
+/// 100..server.max_lease_ms, else 400 with the reason) and honours it: the
+/// lease runs from now for that long, and it is the permit's lease length from
+/// then on (a renew without lease_ms keeps the current length).
+TEST(ServeMemory, RenewChecksAndHonoursLeaseMs) {
+  auto s = memory_server("renew=1", "max_lease_ms = 600000\n");
+  const auto post = [&](const std::string& target, const std::string& body = "") {
+    return http_exchange(s->url(), "POST " + target + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" +
+                                       (body.empty() ? "" : "Content-Type: application/json\r\n") +
+                                       "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  };
+  const auto lp = post("/v1/limiters/renew/acquire?lease_ms=600000");
+  ASSERT_EQ(lp.rfind("HTTP/1.1 200", 0), 0u) << lp;
+  const std::string token = capture(lp, R"re("permit":"(lp-[0-9a-f]+)")re");
+  ASSERT_FALSE(token.empty()) << lp;
+  const std::string renew = "/v1/permits/" + token + "/renew";
+
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {renew + "?lease_ms=abc", R"("lease_ms: \"abc\" is not a whole number")"},
+      {renew + "?lease_ms=99", R"("lease_ms: 99 not in 100..600000")"},
+      {renew + "?lease_ms=600001", R"("lease_ms: 600001 not in 100..600000")"},
+      {renew + "?max_wait_ms=5", R"x("unknown parameter \"max_wait_ms\" (use lease_ms)")x"},
+  };
+  for (const auto& [target, message] : refused) {
+    const auto r = post(target);
+    EXPECT_EQ(r.rfind("HTTP/1.1 400", 0), 0u) << target << ": " << r;
+    EXPECT_NE(r.find(message), std::string::npos) << target << ": " << r;
+  }
+  auto r = post(renew, R"({"lease_ms":"abc"})");
+  EXPECT_EQ(r.rfind("HTTP/1.1 400", 0), 0u) << r;
+  EXPECT_NE(r.find(R"("lease_ms: must be a whole number")"), std::string::npos) << r;
+  r = post(renew, "{oops");
+  EXPECT_EQ(r.rfind("HTTP/1.1 400", 0), 0u) << r;
+
+  r = post(renew);
+  EXPECT_EQ(r.rfind("HTTP/1.1 200", 0), 0u) << r;
+  EXPECT_NE(r.find(R"({"lease_ms":600000})"), std::string::npos) << "the lease asked at acquire: " << r;
+  r = post(renew, R"({"lease_ms":20000})");
+  EXPECT_NE(r.find(R"({"lease_ms":20000})"), std::string::npos) << r;
+  r = post(renew);
+  EXPECT_NE(r.find(R"({"lease_ms":20000})"), std::string::npos) << "the length renewed last: " << r;
+
+  // A short lease from now: the permit is released when it runs out (the
+  // sweep runs every 100 ms), and the next acquire gets it.
+  r = post(renew + "?lease_ms=300");
+  EXPECT_NE(r.find(R"({"lease_ms":300})"), std::string::npos) << r;
+  const auto t0 = Clock::now();
+  const auto next = post("/v1/limiters/renew/acquire?max_wait_ms=10000&lease_ms=600000");
+  EXPECT_EQ(next.rfind("HTTP/1.1 200", 0), 0u) << "the 300 ms lease ran out: " << next;
+  EXPECT_LT(Clock::now() - t0, 5s);
+  EXPECT_EQ(post(renew).rfind("HTTP/1.1 404", 0), 0u) << "expired";
+  EXPECT_EQ(s->terminate(), 0);
+}
+
 /// S3: thousands of queued SSE clients on one instance and two I/O threads.
 /// Reports RSS and threads while they wait (5,000; 1,000 under sanitizers).
 TEST(ServeMemory, ThousandsOfQueuedSseClientsOnOneInstance) {
