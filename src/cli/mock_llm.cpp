@@ -7,8 +7,8 @@
 #include "cli/duration.hpp"
 #include "cli/parse.hpp"
 
+#include "http/address.hpp"
 #include "mockllm/mock_llm.hpp"
-#include "serve/config.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -34,14 +34,11 @@ struct MockLlmArgs {
 
 mockllm::Options to_options(const MockLlmArgs& a) {
   mockllm::Options o;
-  try {
-    serve::ServeConfig listen;
-    serve::parse_listen(a.listen, "--listen", listen);
-    o.host = listen.listen_host;
-    o.port = listen.listen_port;
-  } catch (const serve::ConfigError& e) {
-    throw UsageError(e.what());
-  }
+  std::string error;
+  auto listen = http::parse_listen(a.listen, error);
+  if (!listen) throw UsageError("--listen: " + error);
+  o.host = std::move(listen->host);
+  o.port = listen->port;
   o.tokens_per_second = checked("--tokens-per-second", parse_number(a.tokens_per_second, 0.01, 1'000'000));
   o.tokens = static_cast<std::uint32_t>(checked("--tokens", parse_count(a.tokens, 1, 1'000'000)));
   o.max_concurrent =

@@ -11,6 +11,8 @@
 //    so the messages match the library's and the admin API's.
 #include "serve/config.hpp"
 
+#include "http/address.hpp"
+
 #include "serve/cors.hpp"
 
 #include <toml++/toml.h>
@@ -699,24 +701,11 @@ bool is_trusted_proxy(const boost::asio::ip::address& client, const std::vector<
 }
 
 void parse_listen(std::string_view text, std::string_view field, ServeConfig& out) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string_view::npos)
-    fail(field, fmt::format("\"{}\" is not HOST:PORT (e.g. 127.0.0.1:8080)", text));
-  std::string host(text.substr(0, colon));
-  const std::string_view port_text = text.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  if (host.empty() || host == "*") host = "0.0.0.0";
-  if (host == "localhost") host = "127.0.0.1";
-  boost::system::error_code ec;
-  boost::asio::ip::make_address(host, ec);
-  if (ec) fail(field, fmt::format("\"{}\" is not an IP address (or localhost)", host));
-  if (port_text.empty() || port_text.size() > 5 ||
-      !std::all_of(port_text.begin(), port_text.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    fail(field, fmt::format("port \"{}\" is not a number in 0..65535", port_text));
-  const long port = std::strtol(std::string(port_text).c_str(), nullptr, 10);
-  if (port > 65535) fail(field, fmt::format("port {} not in 0..65535", port));
-  out.listen_host = host;
-  out.listen_port = static_cast<std::uint16_t>(port);
+  std::string error;
+  auto address = fairgate::http::parse_listen(text, error);
+  if (!address) fail(field, error);
+  out.listen_host = std::move(address->host);
+  out.listen_port = address->port;
 }
 
 ServeConfig load_config(const ServeFlags& flags, const EnvLookup& env) {

@@ -180,8 +180,8 @@ void parse_upstream(std::string_view url, std::string_view field, RouteConfig& r
 /// Whether `client` is inside one of `proxies`.
 bool is_trusted_proxy(const boost::asio::ip::address& client, const std::vector<TrustedProxy>& proxies);
 
-/// Reads "HOST:PORT" ("[::1]:8080", "localhost:0", ":8080" = all interfaces).
-/// Throws ConfigError naming `field`.
+/// Reads "HOST:PORT" as http::parse_listen does ("[::1]:8080", "localhost:0",
+/// ":8080" = loopback, "*:8080" = every interface). Throws ConfigError naming `field`.
 void parse_listen(std::string_view text, std::string_view field, ServeConfig& out);
 
 }  // namespace fairgate::serve

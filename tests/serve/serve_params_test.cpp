@@ -244,8 +244,12 @@ TEST(ServeConfig, ListenForms) {
   parse_listen("[::1]:80", "x", c);
   EXPECT_EQ(c.listen_host, "::1");
   parse_listen(":8081", "x", c);
-  EXPECT_EQ(c.listen_host, "0.0.0.0");
+  EXPECT_EQ(c.listen_host, "127.0.0.1") << "a bare port is loopback";
   EXPECT_EQ(c.listen_port, 8081);
+  parse_listen("*:8082", "x", c);
+  EXPECT_EQ(c.listen_host, "0.0.0.0") << "every interface when asked";
+  parse_listen("0.0.0.0:8083", "x", c);
+  EXPECT_EQ(c.listen_host, "0.0.0.0");
   parse_listen("localhost:0", "x", c);
   EXPECT_EQ(c.listen_host, "127.0.0.1");
   EXPECT_THROW(parse_listen("example.com:80", "x", c), ConfigError);

@@ -1,6 +1,7 @@
 // tests/unit/http_test.cpp — the HTTP layer (src/http) over beast::test::stream:
 // request framing, the header/body limits and what they answer (431, 413,
 // 408, 400), 100-continue, the idle wait, route patterns, SSE both ways.
+#include "http/address.hpp"
 #include "http/client.hpp"
 #include "http/listener.hpp"
 #include "http/message.hpp"
@@ -58,6 +59,25 @@ struct Pipe {
 fh::ReadLimits limits(std::size_t header = 1024, std::size_t body = 1024,
                       std::chrono::milliseconds timeout = 2000ms) {
   return fh::ReadLimits{header, body, timeout};
+}
+
+// --listen HOST:PORT, for fairgate serve and fairgate mock-llm alike.
+TEST(HttpListen, ABarePortIsLoopbackAndEveryInterfaceIsAskedFor) {
+  std::string error;
+  const auto host = [&](std::string_view text) {
+    const auto a = fairgate::http::parse_listen(text, error);
+    return a ? a->host + " " + std::to_string(a->port) : "error: " + error;
+  };
+  EXPECT_EQ(host(":9000"), "127.0.0.1 9000");
+  EXPECT_EQ(host("localhost:0"), "127.0.0.1 0");
+  EXPECT_EQ(host("*:9000"), "0.0.0.0 9000");
+  EXPECT_EQ(host("0.0.0.0:9000"), "0.0.0.0 9000");
+  EXPECT_EQ(host("[::1]:80"), "::1 80");
+  EXPECT_EQ(host("10.1.2.3:65535"), "10.1.2.3 65535");
+  EXPECT_EQ(host("nowhere"), "error: \"nowhere\" is not HOST:PORT (e.g. 127.0.0.1:8080)");
+  EXPECT_EQ(host("example.com:80"), "error: \"example.com\" is not an IP address (or localhost)");
+  EXPECT_EQ(host("127.0.0.1:"), "error: port \"\" is not a number in 0..65535");
+  EXPECT_EQ(host("127.0.0.1:70000"), "error: port 70000 not in 0..65535");
 }
 
 TEST(HttpRead, ARequestWithItsBodyAndAPipelinedOneAfterIt) {
