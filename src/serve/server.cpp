@@ -22,7 +22,7 @@
 #include "http/listener.hpp"
 #include "http/read.hpp"
 
-#include "redis/connection.hpp"
+#include "redis/url.hpp"
 #include "serve/cors.hpp"
 #include "serve/dashboard.hpp"
 #include "serve/gateway.hpp"
