@@ -47,6 +47,7 @@ inline constexpr auto nothrow = net::as_tuple(net::use_awaitable);
 inline constexpr std::string_view kServerName = "fairgate";
 
 class Gateway;
+class EventHub;
 
 using Request = http::request<http::string_body>;
 using Response = http::response<http::string_body>;
@@ -109,6 +110,8 @@ struct Shared {
   std::unordered_map<std::string, RateRuleConfig> rate_configs;
   /// The [[route]]s (gateway mode); null when there are none.
   std::shared_ptr<Gateway> gateway;
+  /// The snapshots of GET /v1/events, one per tick for every subscriber.
+  std::shared_ptr<EventHub> events;
   Metrics metrics;
   LeaseTable leases;
   net::strand<net::io_context::executor_type> acceptor_strand;
