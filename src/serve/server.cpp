@@ -176,8 +176,13 @@ awaitable<bool> acquire_sse(std::shared_ptr<Session> self, Limiter limiter, Acqu
     st->ticket = q.ticket;
     st->stream.push(queued_event(q));
   };
-  handlers.done = [st, shared = s.shared, name, keepalive = sh.config.server.keepalive_interval](
-                      AcquireResult r) { sse_completed(*st, *shared, name, std::move(r), keepalive); };
+  handlers.done = [st, &s, name, keepalive = sh.config.server.keepalive_interval](AcquireResult r) {
+    const bool granted = r.granted();
+    sse_completed(*st, *s.shared, name, std::move(r), keepalive);
+    // A holder hears of a shutdown (Shared::say_farewell). (No handler runs once
+    // this coroutine has ended: it cancels the waiter first.)
+    if (granted) s.farewell = std::shared_ptr<fairgate::http::SseStream>(st, &st->stream);
+  };
   auto waiter = Waiter::start(limiter, std::move(options), strand, std::move(slot), std::move(handlers));
 
   bool saw_data = false;
@@ -319,6 +324,7 @@ awaitable<bool> route_events(std::shared_ptr<Session> self, const Request& req) 
   auto stream = std::make_shared<fairgate::http::SseStream>(s.stream.get_executor(), kEventsQueueBytes,
                                                             [&s] { s.close(); });
   s.shared->events->subscribe(s.stream.get_executor(), stream);
+  s.farewell = stream;
   bool saw_data = false;
   co_await (stream->run([&s](const std::string& bytes) { return send_raw(s, bytes); }) ||
             watch_disconnect(s, saw_data));
@@ -905,9 +911,13 @@ awaitable<void> drain(std::shared_ptr<Shared> sh) {
     sh->acceptor.close(ignored);
   });
   sh->leases.clear();
+  json::object bye;
+  bye["reason"] = "shutdown";
+  bye["message"] = "the server is shutting down";
+  sh->say_farewell(std::make_shared<const std::string>(sse_event("closing", bye)));
   net::steady_timer timer(co_await net::this_coro::executor);
-  // Waiters that were just ended (reason shutdown) let their streams say so
-  // before the connections close.
+  // Waiters that were just ended (reason shutdown), holders and watchers told
+  // `closing` let their streams say so before the connections close.
   timer.expires_after(100ms);
   co_await timer.async_wait(nothrow);
   const auto deadline = std::chrono::steady_clock::now() + sh->config.server.shutdown_grace;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "http/connections.hpp"
+#include "http/sse_stream.hpp"
 #include "serve/config.hpp"
 #include "serve/leases.hpp"
 #include "serve/metrics.hpp"
@@ -78,6 +79,9 @@ struct Session : fairgate::http::Connection {
   /// The current request's Origin when it is allowed (server.cors_origins):
   /// every answer to it carries the CORS headers. Empty: none.
   std::string cors_origin;
+  /// The event stream of a granted SSE acquire or a /v1/events watcher: told
+  /// of a shutdown with a final `closing` event (on the strand).
+  std::weak_ptr<fairgate::http::SseStream> farewell;
 
   /// What the access log and /metrics learn of the request being served
   /// (reset for each request).
@@ -127,6 +131,17 @@ struct Shared {
   std::unordered_map<std::string, std::size_t> waiting_by_client;
 
   std::size_t session_count() const { return sessions.size(); }
+  /// Posts to every session's strand: a final `closing` event to a granted
+  /// SSE acquire or an events watcher, whose stream then ends.
+  void say_farewell(const std::shared_ptr<const std::string>& event) {
+    for (auto& s : sessions.all())
+      net::post(s->stream.get_executor(), [s, event] {
+        if (auto stream = s->farewell.lock()) {
+          stream->push(event);
+          stream->finish();
+        }
+      });
+  }
   /// Posts close() to every session's strand; unless `force`, sessions in
   /// the middle of a gateway request are left to finish it.
   void close_sessions(bool force) {
