@@ -1,6 +1,7 @@
 // gateway/gateway.hpp — gateway mode of `fairgate serve` (docs/api.md "HTTP —
 // gateway"): `[[route]]`s send a path prefix to an upstream (an
-// OpenAI-compatible model server) through a limiter.
+// OpenAI-compatible model server) through a limiter — or, on a route without
+// one, at once, without a permit.
 //
 // A request on a route waits for a permit (with queue feedback that standard
 // clients ignore), then is proxied to the upstream with the response body
