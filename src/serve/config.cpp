@@ -423,7 +423,7 @@ void check_header_name(const std::string& name, const std::string& field) {
 
 RouteConfig read_route(const toml::table& t, const std::string& prefix) {
   RouteConfig r;
-  bool has_path = false, has_upstream = false, has_limiter = false;
+  bool has_path = false, has_upstream = false, has_limiter = false, has_wait_keys = false;
   for (auto&& [key, node] : t) {
     const std::string k(key.str());
     const std::string field = prefix + "." + k;
@@ -443,6 +443,7 @@ RouteConfig read_route(const toml::table& t, const std::string& prefix) {
       r.tenant_header = get_string(node, field);
       check_header_name(r.tenant_header, field);
     } else if (k == "queue_events") {
+      has_wait_keys = true;
       const auto mode = get_string(node, field);
       if (mode == "comment")
         r.queue_events = QueueEvents::comment;
@@ -455,6 +456,7 @@ RouteConfig read_route(const toml::table& t, const std::string& prefix) {
       else
         fail(field, fmt::format("\"{}\" is not one of comment, named, seed, none", mode));
     } else if (k == "max_wait_ms") {
+      has_wait_keys = true;
       r.max_wait = get_ms(node, field, 0, kMaxWaitLimit.count());
     } else if (k == "connect_timeout_ms") {
       r.connect_timeout = get_ms(node, field, 10, 600'000);
@@ -484,7 +486,10 @@ RouteConfig read_route(const toml::table& t, const std::string& prefix) {
   }
   if (!has_path) fail(prefix + ".path", "missing (the path prefix to route, e.g. \"/v1/chat/completions\")");
   if (!has_upstream) fail(prefix + ".upstream", "missing (e.g. \"http://127.0.0.1:9000\")");
-  if (!has_limiter) fail(prefix + ".limiter", "missing (the name of a [limiters.NAME] table)");
+  // No limiter: proxied at once, without a permit; it never waits, so the wait's keys would do nothing.
+  if (!has_limiter && has_wait_keys)
+    fail(prefix + (r.max_wait ? ".max_wait_ms" : ".queue_events"),
+         "needs a limiter (a route without one is proxied at once and never waits)");
   return r;
 }
 
@@ -501,8 +506,9 @@ void check_routes(const ServeConfig& cfg) {
   for (std::size_t i = 0; i < cfg.routes.size(); ++i) {
     const auto& r = cfg.routes[i];
     const std::string prefix = fmt::format("route[{}]", i);
-    const bool known = std::any_of(cfg.limiters.begin(), cfg.limiters.end(),
-                                   [&](const LimiterConfig& l) { return l.name == r.limiter; });
+    const bool known =
+        r.limiter.empty() || std::any_of(cfg.limiters.begin(), cfg.limiters.end(),
+                                         [&](const LimiterConfig& l) { return l.name == r.limiter; });
     if (!known) fail(prefix + ".limiter", fmt::format("no limiter named \"{}\" is configured", r.limiter));
     for (std::size_t k = 0; k < r.ratelimit.size(); ++k) {
       const std::string item = fmt::format("{}.ratelimit[{}]", prefix, k);

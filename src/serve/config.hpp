@@ -122,7 +122,7 @@ struct RouteConfig {
   /// replaced by it (nginx proxy_pass semantics); without one the target is sent unchanged.
   bool upstream_has_path = false;
   std::string upstream_base;  ///< that path without a trailing slash
-  std::string limiter;
+  std::string limiter;        ///< empty = none: proxied at once, without a permit (no queue, no queue events)
   std::string tenant_header;  ///< empty = no tenant
   QueueEvents queue_events = QueueEvents::comment;
   std::optional<std::chrono::milliseconds> max_wait;  ///< unset: the limiter's max_wait

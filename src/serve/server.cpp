@@ -19,6 +19,7 @@
 //    cap on waiting requests (S7).
 #include "serve/server.hpp"
 
+#include "gateway/gateway.hpp"
 #include "http/listener.hpp"
 #include "http/read.hpp"
 
@@ -27,7 +28,6 @@
 #include "serve/cors.hpp"
 #include "serve/dashboard.hpp"
 #include "serve/event_hub.hpp"
-#include "serve/gateway.hpp"
 #include "serve/openapi.hpp"
 #include "serve/params.hpp"
 #include "serve/ratelimit.hpp"
@@ -1140,7 +1140,8 @@ int run_server(const ServeConfig& config, std::FILE* out) {
 
   std::string routes;
   for (const auto& r : config.routes)
-    routes += fmt::format(", route {} -> {} via {}", r.path, r.upstream, r.limiter);
+    routes += r.limiter.empty() ? fmt::format(", route {} -> {} (no limiter)", r.path, r.upstream)
+                                : fmt::format(", route {} -> {} via {}", r.path, r.upstream, r.limiter);
   logger->write(
       LogLevel::info,
       fmt::format("fairgate serve: listening on {} (backend {}, instance {}, limiters {}{}, {} threads)",

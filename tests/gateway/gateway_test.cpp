@@ -319,6 +319,106 @@ TEST(GatewayMemory, SecondSigtermStopsAtOnce) {
   EXPECT_EQ(mock.terminate(), 0);
 }
 
+/// Limiter "one" (cap 1, max wait 5 s) behind /one (its own max wait 250 ms, no
+/// queue events); /v1/models and /free (a slow chat) without a limiter; /limited
+/// without a limiter but with a rate limit of one request per minute.
+std::string no_limiter_config(const std::string& mock, const std::string& slow_mock) {
+  return "[limiters.one]\n"
+         "max_concurrent = 1\n"
+         "max_wait_ms = 5000\n"
+         "[ratelimit.once]\n"
+         "algorithm = \"fixed_window\"\n"
+         "rate = 1\n"
+         "period_ms = 60000\n"
+         "key = \"route\"\n"
+         "[[route]]\n"
+         "path = \"/one/v1/chat/completions\"\n"
+         "upstream = \"" +
+         mock +
+         "/v1/chat/completions\"\n"
+         "limiter = \"one\"\n"
+         "max_wait_ms = 250\n"
+         "queue_events = \"none\"\n"
+         "[[route]]\n"
+         "path = \"/v1/models\"\n"
+         "upstream = \"" +
+         mock +
+         "\"\n"
+         "[[route]]\n"
+         "path = \"/free/v1/chat/completions\"\n"
+         "upstream = \"" +
+         slow_mock +
+         "/v1/chat/completions\"\n"
+         "[[route]]\n"
+         "path = \"/limited\"\n"
+         "upstream = \"" +
+         mock +
+         "/\"\n"
+         "ratelimit = [\"once\"]\n";
+}
+
+std::string get_request(const std::string& path) {
+  return "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+}
+
+// A route without a limiter is proxied at once, without a permit: it answers
+// while the only permit of another route's limiter is held, and is never a
+// holder; its rate limits still apply.
+TEST(GatewayMemory, ARouteWithoutALimiterAnswersWhileTheCapIsFullAndHoldsNothing) {
+  MockLlm mock(3);
+  // 30 tokens at 10/s: a stream that lasts ~3 s.
+  Listening slow({FAIRGATE_BIN, "mock-llm", "--listen", "127.0.0.1:0", "--tokens-per-second", "10",
+                  "--tokens", "30", "--max-concurrent", "3"},
+                 "fairgate mock-llm");
+  Serve gateway(no_limiter_config(mock.url(), slow.url()), {});
+  RawSse held(gateway.url(), "one");
+  ASSERT_TRUE(held.wait_for("event: granted", 10s)) << held.data();
+
+  const std::string models = http_exchange(gateway.url(), get_request("/v1/models"));
+  EXPECT_EQ(models.rfind("HTTP/1.1 200", 0), 0u) << models;
+  EXPECT_TRUE(has(models, R"("object":"list")")) << models;
+
+  // A stream through a route without a limiter: tokens flow while the cap is full,
+  // and the limiter still has its one holder (the acquire above), nobody else.
+  RawHttp stream(gateway.url());
+  ASSERT_TRUE(stream.send(chat_request("/free/v1/chat/completions", "hello", true)));
+  ASSERT_TRUE(stream.read_until("t1 ", kSanitized ? 60s : 20s)) << stream.text();
+  EXPECT_FALSE(has(stream.text(), ": queued")) << stream.text();
+  const std::string one = http_exchange(gateway.url(), get_request("/v1/limiters/one"));
+  EXPECT_TRUE(has(one, R"("holders_total":1)")) << one;
+  EXPECT_TRUE(has(one, R"("queue_total":0)")) << one;
+  EXPECT_TRUE(stream.read_until("data: [DONE]", kSanitized ? 60s : 20s)) << stream.text();
+
+  // Rate limits on a route without a limiter: the second request in the window is refused.
+  const std::string first = http_exchange(gateway.url(), get_request("/limited/v1/models"));
+  EXPECT_EQ(first.rfind("HTTP/1.1 200", 0), 0u) << first;
+  const std::string second = http_exchange(gateway.url(), get_request("/limited/v1/models"));
+  EXPECT_EQ(second.rfind("HTTP/1.1 429", 0), 0u) << second;
+  EXPECT_TRUE(has(second, R"("code":"rate_limit_exceeded")")) << second;
+  EXPECT_EQ(gateway.terminate(), 0);
+  EXPECT_EQ(mock.terminate(), 0);
+  EXPECT_EQ(slow.terminate(), 0);
+}
+
+// A queue timeout names the max wait the request was given (the route's
+// max_wait_ms, 250 ms, not the limiter's 5000 ms), never the time measured.
+TEST(GatewayMemory, AQueueTimeoutNamesTheRoutesMaxWait) {
+  MockLlm mock(3);
+  Serve gateway(no_limiter_config(mock.url(), mock.url()), {});
+  RawSse held(gateway.url(), "one");
+  ASSERT_TRUE(held.wait_for("event: granted", 10s)) << held.data();
+  for (const bool stream : {false, true}) {
+    RawHttp c(gateway.url());
+    ASSERT_TRUE(c.send(chat_request("/one/v1/chat/completions", "hello", stream)));
+    EXPECT_TRUE(c.read_until("", kSanitized ? 60s : 20s));
+    EXPECT_EQ(c.text().rfind("HTTP/1.1 429", 0), 0u) << c.text();
+    EXPECT_TRUE(has(c.text(), R"("code":"queue_timeout")")) << c.text();
+    EXPECT_TRUE(has(c.text(), "no capacity within 250 ms; The system is busy")) << c.text();
+  }
+  EXPECT_EQ(gateway.terminate(), 0);
+  EXPECT_EQ(mock.terminate(), 0);
+}
+
 TEST(GatewayMemory, OpenAiSdkTenConcurrentStreamsThroughCapThreeMockNever429s) {
   SKIP_WITHOUT_SDK();
   MockLlm mock(3);

@@ -1,8 +1,8 @@
 // tests/serve/serve_params_test.cpp — the strict reading of requests (S7) and
 // the config loader, without a network.
+#include "gateway/gateway.hpp"
 #include "serve/config.hpp"
 #include "serve/cors.hpp"
-#include "serve/gateway.hpp"
 #include "serve/params.hpp"
 #include "serve/ratelimit.hpp"
 #include "serve/routes.hpp"
@@ -486,6 +486,17 @@ TEST(GatewayRules, OpenAiErrorShape) {
   EXPECT_EQ(
       e,
       R"({"error":{"message":"busy \"now\"","type":"rate_limit_error","param":null,"code":"queue_timeout"}})");
+}
+
+// A gateway timeout names the max wait the request was given, not the time
+// the limiter measured (which runs a little over).
+TEST(GatewayRules, ATimeoutNamesTheMaxWaitGivenNotTheTimeMeasured) {
+  const auto timeout = AcquireResult::ended(RejectReason::timeout, "no permit", milliseconds(251));
+  EXPECT_EQ(rejection_message(timeout, milliseconds(250)),
+            "no capacity within 250 ms; The system is busy, please try again later");
+  const auto full =
+      AcquireResult::ended(RejectReason::queue_full, "queue is full (3 waiting)", milliseconds(0));
+  EXPECT_EQ(rejection_message(full, milliseconds(250)), "queue is full (3 waiting)");
 }
 
 // --- rate limits (docs/ratelimit.md, "In fairgate serve") ---------------------------

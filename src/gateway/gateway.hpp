@@ -1,6 +1,7 @@
-// serve/gateway.hpp — gateway mode of `fairgate serve` (docs/api.md "HTTP —
+// gateway/gateway.hpp — gateway mode of `fairgate serve` (docs/api.md "HTTP —
 // gateway"): `[[route]]`s send a path prefix to an upstream (an
-// OpenAI-compatible model server) through a limiter.
+// OpenAI-compatible model server) through a limiter — or, on a route without
+// one, at once, without a permit.
 //
 // A request on a route waits for a permit (with queue feedback that standard
 // clients ignore), then is proxied to the upstream with the response body
@@ -8,8 +9,14 @@
 // been relayed, and released on every exit (RAII). A client that goes away
 // while waiting cancels its place; while streaming, it releases the permit
 // and aborts the upstream call.
+//
+// The parts: proxy.cpp (the steps of a request), wait.cpp (the wait for a
+// permit), rates.cpp (the route's rate limits), upstream.cpp (the upstream
+// call and the relay), usage.cpp (what token budgets refund from),
+// openai.cpp (every error answer, in OpenAI's shape).
 #pragma once
 
+#include "gateway/openai.hpp"
 #include "http/pool.hpp"
 #include "serve/config.hpp"
 #include "serve/session.hpp"
@@ -93,8 +100,5 @@ bool wants_stream(std::string_view body);
 /// not forward: Connection, Keep-Alive, Proxy-*, TE, Trailer,
 /// Transfer-Encoding, Upgrade, or any header `connection` lists.
 bool is_hop_by_hop(std::string_view name, std::string_view connection) noexcept;
-
-/// {"error":{"message","type","param":null,"code"}} — the OpenAI error shape.
-std::string openai_error(std::string_view message, std::string_view type, std::string_view code);
 
 }  // namespace fairgate::serve

@@ -1,0 +1,429 @@
+// gateway/upstream.cpp — the upstream call (gateway/upstream.hpp), in steps:
+// connect (a pooled connection, else a new one), send the request and read
+// the answer's header (a pooled connection the upstream had closed is retried
+// once on a new one), then relay the answer: passed through as it is
+// (relay_plain), or into the event stream our own 200 started while the
+// request waited (relay_stream; an upstream error there becomes an error
+// event). The relay is Beast's buffer_body pass-through: body bytes are
+// forwarded as they arrive (a token is never held back to fill a buffer),
+// unchanged; only the framing (Content-Length or chunked) is re-done for the
+// client. The connection goes back to the pool as soon as the upstream's
+// answer is fully read.
+#include "gateway/upstream.hpp"
+
+#include "gateway/openai.hpp"
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/json.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <optional>
+#include <vector>
+
+namespace fairgate::serve {
+
+namespace json = boost::json;
+using net::awaitable;
+using Clock = std::chrono::steady_clock;
+
+std::string upstream_target(const RouteConfig& rc, const Request& req) {
+  const std::string_view target(req.target().data(), req.target().size());
+  if (!rc.upstream_has_path) return std::string(target);
+  std::string t = rc.upstream_base;
+  const std::string_view rest =
+      rc.path == "/" ? target : target.substr(std::min(rc.path.size(), target.size()));
+  t.append(rest.data(), rest.size());
+  if (t.empty() || t.front() != '/') t.insert(0, 1, '/');
+  return t;
+}
+
+http::request<http::string_body> upstream_request(const Session& s, const RouteConfig& rc,
+                                                  const Request& req) {
+  http::request<http::string_body> up{req.method(), upstream_target(rc, req), 11};
+  const std::string connection(req[http::field::connection]);
+  std::string forwarded_for;
+  for (const auto& field : req) {
+    const std::string_view name(field.name_string().data(), field.name_string().size());
+    // Expect: the body is read already (and sent in one go).
+    if (is_hop_by_hop(name, connection) || field.name() == http::field::host ||
+        field.name() == http::field::content_length || field.name() == http::field::expect)
+      continue;
+    if (beast::iequals(name, "x-forwarded-for")) {
+      forwarded_for.assign(field.value().data(), field.value().size());
+      continue;
+    }
+    up.insert(field.name_string(), field.value());
+  }
+  if (!forwarded_for.empty()) forwarded_for += ", ";
+  forwarded_for += s.client;
+  up.set("X-Forwarded-For", forwarded_for);
+  const bool v6 = rc.upstream_host.find(':') != std::string::npos;
+  std::string host = v6 ? "[" + rc.upstream_host + "]" : rc.upstream_host;
+  if (rc.upstream_port != 80) {
+    host += ':';
+    host += std::to_string(rc.upstream_port);
+  }
+  up.set(http::field::host, host);
+  up.body() = req.body();
+  up.keep_alive(true);
+  up.prepare_payload();
+  return up;
+}
+
+namespace {
+
+constexpr std::size_t kMaxUpstreamHeader = 64 * 1024;
+constexpr std::size_t kMaxErrorBody = 64 * 1024;
+
+std::chrono::milliseconds since(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t);
+}
+
+/// What went wrong on the way to the upstream, for the client.
+struct UpstreamFailure {
+  http::status status;
+  std::string code;
+  std::string message;
+};
+
+/// Tells the client the upstream failed: an HTTP error, or an SSE error event once the stream started.
+awaitable<bool> send_upstream_failure(Session& s, const Request& req, bool header_sent,
+                                      const UpstreamFailure& f) {
+  const std::string body = openai_error(f.message, "upstream_error", f.code);
+  if (header_sent) {
+    const std::string event = stream_error(body);  // g++ 12: no temporaries inside co_await
+    co_await send_raw(s, event);
+    co_return false;
+  }
+  Response res = openai_response(f.status, req, body);
+  co_return co_await send(s, std::move(res)) && req.keep_alive();
+}
+
+void count_status(RouteStats& stats, unsigned status) {
+  auto& counter = status >= 200 && status < 300   ? stats.upstream_2xx
+                  : status >= 400 && status < 500 ? stats.upstream_4xx
+                  : status >= 500 && status < 600 ? stats.upstream_5xx
+                                                  : stats.upstream_other;
+  counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+/// A failed upstream call: counted, and logged as a warning with the upstream and the error.
+void upstream_failed(Session& s, Gateway::Route& route, unsigned status, std::string_view message) {
+  route.stats.upstream_errors.fetch_add(1, std::memory_order_relaxed);
+  const Log& log = *s.shared->log;
+  if (!log.enabled(LogLevel::warn)) return;
+  json::object f;
+  f["route"] = route.config.path;
+  f["upstream"] = route.config.upstream;
+  if (status != 0) f["status"] = status;
+  f["error"] = message;
+  log.write(LogLevel::warn,
+            status != 0 ? fmt::format("fairgate serve: route {}: {} {}", route.config.path, status, message)
+                        : fmt::format("fairgate serve: route {}: {}", route.config.path, message),
+            &f);
+}
+
+/// One upstream call: what each of its steps needs.
+struct Call {
+  Session& s;
+  const Request& req;
+  Gateway::Route& route;
+  bool header_sent;
+  UsageTap* tap;
+  const http::fields* extra;
+  CallState& cs;
+  /// Cancelled: the client left while the call was under way (proxy() races
+  /// the call against the client's hang-up).
+  net::cancellation_state cancel_state;
+  http::request<http::string_body> up;
+  Clock::time_point started;
+
+  /// A failed upstream connect or read after a cancel is not the upstream's fault.
+  bool cancelled(const boost::system::error_code& ec) const {
+    return cancel_state.cancelled() != net::cancellation_type::none || ec == net::error::operation_aborted;
+  }
+  /// The client went away (or could not be written to): counted as client gone only.
+  bool gone() {
+    cs.client_gone = true;
+    return false;
+  }
+};
+
+/// One attempt on one upstream connection, and the answer as it is read.
+struct Exchange {
+  Exchange(tcp::socket socket, bool pooled) : conn(std::move(socket)), reused(pooled) {
+    parser.header_limit(static_cast<std::uint32_t>(kMaxUpstreamHeader));
+    parser.body_limit(boost::none);
+  }
+  beast::tcp_stream conn;
+  bool reused;
+  beast::flat_buffer buffer;
+  http::response_parser<http::buffer_body> parser;
+  std::array<char, 16 * 1024> chunk{};
+  bool streamed = false;  // a 2xx event stream: its first byte relayed is the time to first token
+  bool first_relayed = false;
+  bool given_back = false;
+
+  /// The upstream connection goes back to the pool as soon as its answer is
+  /// read, before the client gets the last bytes: a client that sends its
+  /// next request at once then finds it there (not after our last write).
+  void give_back(UpstreamPool& pool) {
+    if (given_back || !parser.is_done()) return;
+    given_back = true;
+    if (parser.keep_alive()) pool.put(conn.release_socket());
+  }
+};
+
+/// Reads the next piece of the upstream's body into `x.chunk`; the number of
+/// bytes (possibly 0, e.g. after a chunk header), or nullopt on an error or timeout.
+awaitable<std::optional<std::size_t>> read_body_chunk(Exchange& x, std::chrono::milliseconds timeout) {
+  auto& body = x.parser.get().body();
+  body.data = x.chunk.data();
+  body.size = x.chunk.size();
+  x.conn.expires_after(timeout);
+  auto [ec, n] = co_await http::async_read_some(x.conn, x.buffer, x.parser, nothrow);
+  if (ec == http::error::need_buffer) ec = {};
+  if (ec) co_return std::nullopt;
+  co_return x.chunk.size() - body.size;
+}
+
+/// The first byte of a streamed answer reached the client: the time to first token.
+void first_byte_relayed(Call& c, Exchange& x) {
+  if (x.first_relayed || !x.streamed) return;
+  x.first_relayed = true;
+  c.route.stats.time_to_first_token.observe(since(c.cs.arrived));
+}
+
+/// The upstream's body broke off: its fault unless the client left (and cancelled the read).
+bool body_failed(Call& c) {
+  if (c.cancelled({})) return c.gone();
+  upstream_failed(c.s, c.route, 0,
+                  fmt::format("the upstream {} broke off its answer", c.route.config.upstream));
+  return false;
+}
+
+/// A connect or an exchange failed with `ec` (not cancelled): counted, logged, and what the client is told.
+UpstreamFailure upstream_failure(Call& c, const boost::system::error_code& ec, std::string_view what,
+                                 std::string_view code) {
+  const bool timeout = ec == beast::error::timeout;
+  UpstreamFailure f{timeout ? http::status::gateway_timeout : http::status::bad_gateway,
+                    std::string(timeout ? std::string_view("upstream_timeout") : code),
+                    fmt::format("{}: {}", what, timeout ? std::string("timed out") : ec.message())};
+  upstream_failed(c.s, c.route, static_cast<unsigned>(f.status), f.message);
+  return f;
+}
+
+/// Where an upstream call stands after a step.
+struct Step {
+  enum Kind { go_on, retry, done } kind = go_on;
+  bool keep = false;  ///< done: whether the client connection may carry another request
+};
+
+/// A pooled connection is ready; a new one is resolved and connected.
+awaitable<Step> connect(Call& c, Exchange& x) {
+  RouteStats& stats = c.route.stats;
+  if (x.reused) {
+    stats.connections_reused.fetch_add(1, std::memory_order_relaxed);
+    co_return Step{};
+  }
+  const RouteConfig& rc = c.route.config;
+  tcp::resolver resolver(c.s.stream.get_executor());
+  x.conn.expires_after(rc.connect_timeout);
+  const std::string port = std::to_string(rc.upstream_port);
+  auto [rec, endpoints] = co_await resolver.async_resolve(rc.upstream_host, port, nothrow);
+  boost::system::error_code cec = rec;
+  if (!rec) {
+    auto [ec, ep] = co_await x.conn.async_connect(endpoints, nothrow);
+    cec = ec;
+  }
+  if (cec) {
+    if (c.cancelled(cec)) co_return Step{Step::done, c.gone()};
+    const std::string what = fmt::format("cannot connect to the upstream {}", rc.upstream);
+    const UpstreamFailure f = upstream_failure(c, cec, what, "upstream_unreachable");
+    const bool keep = co_await send_upstream_failure(c.s, c.req, c.header_sent, f);
+    co_return Step{Step::done, keep};
+  }
+  stats.connections_opened.fetch_add(1, std::memory_order_relaxed);
+  boost::system::error_code ignored;
+  x.conn.socket().set_option(tcp::no_delay(true), ignored);
+  co_return Step{};
+}
+
+/// Sends the request and reads the answer's header.
+awaitable<Step> send_request(Call& c, Exchange& x) {
+  const RouteConfig& rc = c.route.config;
+  x.conn.expires_after(rc.upstream_timeout);
+  auto [wec, wn] = co_await http::async_write(x.conn, c.up, nothrow);
+  boost::system::error_code hec = wec;
+  if (!wec) {
+    auto [ec, n] = co_await http::async_read_header(x.conn, x.buffer, x.parser, nothrow);
+    hec = ec;
+  }
+  if (!hec) co_return Step{};
+  // A pooled connection the upstream closed just before our request: once more on a new one.
+  const bool stale = x.reused && x.buffer.size() == 0 &&
+                     (wec || hec == http::error::end_of_stream || hec == net::error::connection_reset ||
+                      hec == net::error::eof);
+  if (stale) co_return Step{Step::retry};
+  if (c.cancelled(hec)) co_return Step{Step::done, c.gone()};
+  const std::string what = fmt::format("the upstream {} did not answer", rc.upstream);
+  const UpstreamFailure f = upstream_failure(c, hec, what, "upstream_error");
+  const bool keep = co_await send_upstream_failure(c.s, c.req, c.header_sent, f);
+  co_return Step{Step::done, keep};
+}
+
+/// A 2xx answer into the event stream our own 200 started while the request
+/// waited: its body bytes as they come. The stream ends with the connection.
+awaitable<bool> relay_stream(Call& c, Exchange& x) {
+  while (!x.parser.is_done()) {
+    const auto got = co_await read_body_chunk(x, c.route.config.upstream_timeout);
+    if (!got) co_return body_failed(c);
+    x.give_back(c.route.pool);
+    if (*got == 0) continue;
+    if (c.tap) c.tap->feed(x.chunk.data(), *got);
+    c.s.stream.expires_after(c.s.shared->config.server.write_timeout);
+    auto [ec, n] = co_await net::async_write(c.s.stream, net::buffer(x.chunk.data(), *got), nothrow);
+    c.s.stream.expires_never();
+    if (ec) co_return c.gone();
+    first_byte_relayed(c, x);
+  }
+  c.route.stats.upstream_latency.observe(since(c.started));
+  if (c.tap) c.tap->finish();
+  x.give_back(c.route.pool);
+  co_return false;
+}
+
+/// An upstream error after our 200: its body (bounded), sent as a stream error.
+awaitable<bool> relay_stream_error(Call& c, Exchange& x, unsigned status) {
+  std::string body;
+  while (!x.parser.is_done() && body.size() < kMaxErrorBody) {
+    const auto got = co_await read_body_chunk(x, c.route.config.upstream_timeout);
+    if (!got) break;
+    body.append(x.chunk.data(), *got);
+  }
+  if (x.parser.is_done()) c.route.stats.upstream_latency.observe(since(c.started));
+  boost::system::error_code pec;
+  const json::value v = json::parse(body, pec);
+  std::string error;
+  if (!pec && v.is_object() && v.as_object().contains("error")) {
+    error = json::serialize(v);
+  } else {
+    error = openai_error(body.empty() ? fmt::format("the upstream answered {}", status) : body,
+                         "upstream_error", std::to_string(status));
+  }
+  const std::string event = stream_error(error);
+  co_await send_raw(c.s, event);
+  co_return false;
+}
+
+/// Readies the upstream's answer for the client: its end-to-end headers plus
+/// `extra`, the client's HTTP version and framing. Whether the client
+/// connection may carry another request.
+bool pass_through_header(http::response_parser<http::buffer_body>& parser, const Request& req,
+                         const http::fields* extra) {
+  auto& res = parser.get();
+  const std::string connection(res[http::field::connection]);
+  std::vector<std::string> drop;
+  for (const auto& field : res) {
+    const std::string_view name(field.name_string().data(), field.name_string().size());
+    if (is_hop_by_hop(name, connection)) drop.emplace_back(name);
+  }
+  for (const auto& name : drop) res.erase(name);
+  if (extra)
+    for (const auto& f : *extra) res.set(f.name_string(), f.value());
+  const bool has_length = parser.content_length().has_value();
+  const bool no_body = parser.is_done();
+  res.version(req.version());
+  if (!has_length && !no_body && req.version() >= 11) res.chunked(true);
+  const bool client_keep = req.keep_alive() && (has_length || no_body || req.version() >= 11);
+  res.keep_alive(client_keep);
+  return client_keep;
+}
+
+/// Passes the answer through: the upstream's status and end-to-end headers, the body as it comes.
+awaitable<bool> relay_plain(Call& c, Exchange& x, unsigned status) {
+  Session& s = c.s;
+  auto& res = x.parser.get();
+  const bool client_keep = pass_through_header(x.parser, c.req, c.extra);
+  x.give_back(c.route.pool);
+  http::response_serializer<http::buffer_body> sr{res};
+  s.stream.expires_after(s.shared->config.server.write_timeout);
+  s.record.status = status;
+  auto [hwec, hwn] = co_await http::async_write_header(s.stream, sr, nothrow);
+  s.stream.expires_never();
+  if (hwec) co_return c.gone();
+  while (!x.parser.is_done()) {
+    const auto got = co_await read_body_chunk(x, c.route.config.upstream_timeout);
+    // Cut mid-answer: the client sees a truncated body and a closed connection.
+    if (!got) co_return body_failed(c);
+    x.give_back(c.route.pool);
+    if (*got == 0) continue;
+    if (c.tap) c.tap->feed(x.chunk.data(), *got);
+    res.body().data = x.chunk.data();
+    res.body().size = *got;
+    res.body().more = true;
+    s.stream.expires_after(s.shared->config.server.write_timeout);
+    auto [ec, n] = co_await http::async_write(s.stream, sr, nothrow);
+    s.stream.expires_never();
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) co_return c.gone();
+    first_byte_relayed(c, x);
+  }
+  c.route.stats.upstream_latency.observe(since(c.started));
+  if (!sr.is_done()) {
+    res.body().data = nullptr;
+    res.body().size = 0;
+    res.body().more = false;
+    s.stream.expires_after(s.shared->config.server.write_timeout);
+    auto [ec, n] = co_await http::async_write(s.stream, sr, nothrow);
+    s.stream.expires_never();
+    if (ec) co_return c.gone();
+  }
+  if (c.tap) c.tap->finish();
+  x.give_back(c.route.pool);
+  co_return client_keep;
+}
+
+/// The answer's header is read: counted, shown to the tap, and relayed the way the request needs.
+awaitable<bool> relay(Call& c, Exchange& x) {
+  auto& res = x.parser.get();
+  const unsigned status = res.result_int();
+  count_status(c.route.stats, status);
+  const std::string_view type(res[http::field::content_type].data(), res[http::field::content_type].size());
+  if (c.tap) c.tap->start(status, type);
+  x.streamed = status / 100 == 2 && type.find("text/event-stream") != std::string_view::npos;
+  if (!c.header_sent) co_return co_await relay_plain(c, x, status);
+  if (status / 100 == 2) co_return co_await relay_stream(c, x);
+  co_return co_await relay_stream_error(c, x, status);
+}
+
+}  // namespace
+
+awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& route, bool header_sent,
+                              UsageTap* tap, const http::fields* extra, CallState& cs) {
+  const net::cancellation_state cancel_state = co_await net::this_coro::cancellation_state;
+  Call c{s,           req,          route,
+         header_sent, tap,          extra,
+         cs,          cancel_state, upstream_request(s, route.config, req),
+         Clock::now()};
+  const auto executor = s.stream.get_executor();
+  for (int attempt = 0;; ++attempt) {
+    std::optional<tcp::socket> pooled;
+    if (attempt == 0) pooled = route.pool.take(executor);
+    const bool reused = pooled.has_value();
+    Exchange x(reused ? std::move(*pooled) : tcp::socket(executor), reused);
+    Step step = co_await connect(c, x);
+    if (step.kind == Step::go_on) step = co_await send_request(c, x);
+    if (step.kind == Step::retry) continue;
+    if (step.kind == Step::done) co_return step.keep;
+    co_return co_await relay(c, x);
+  }
+}
+
+}  // namespace fairgate::serve
