@@ -22,12 +22,28 @@ LAYERS = {
     "redis": (["api/", "core/"], True),     # a backend and its Redis client
     "http": ([], False),                    # knows no limiter
     "mockllm": (["http/"], False),          # a server on http only
-    "serve": (["http/", "redis/url.hpp"], True),  # the URL's redacted form, nothing of the client
-    "gateway": (["serve/", "http/", "core/"], True),
+    # the URL's redacted form, nothing of the client; the gateway's entry point
+    # (only from the server's files, not from serve_base's: see below)
+    "serve": (["http/", "redis/url.hpp", "gateway/gateway.hpp"], True),
+    # on fairgate_serve_base (its headers only: SERVE_BASE below), never the server's
+    "gateway": (["serve_base", "http/"], True),
     "bench": (["redis/"], True),
     "cli": (["bench/", "gateway/", "http/", "mockllm/", "serve/", "redis/url.hpp",
              "redis/database_check.hpp"], True),
 }
+
+# The gateway builds on fairgate_serve_base, and the server (fairgate_serve)
+# on the gateway: serve_base's files may not include gateway/, and the gateway
+# may include serve/ headers of serve_base only. Its sources are read from
+# CMakeLists.txt (add_library(fairgate_serve_base ...)), so this cannot drift.
+def serve_base_headers(root):
+    with open(os.path.join(root, "CMakeLists.txt"), encoding="utf-8") as f:
+        m = re.search(r"add_library\(fairgate_serve_base STATIC([^)]*)\)", f.read())
+    if not m:
+        return None
+    stems = re.findall(r"src/serve/([A-Za-z0-9_]+)\.cpp", m.group(1))
+    return {f"serve/{stem}.hpp" for stem in stems}
+
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*["<]([A-Za-z0-9_]+)/([^">]+)[">]')
 SOURCE = (".hpp", ".cpp", ".h", ".cc", ".ipp")
@@ -43,6 +59,9 @@ def layer_of(root, path):
 def check(root):
     problems = []
     ours = set(LAYERS) - {"include"}
+    serve_base = serve_base_headers(root)
+    if serve_base is None:
+        return ["CMakeLists.txt: no add_library(fairgate_serve_base STATIC ...) to read serve_base's files from"]
     for top in ("src", "include"):
         base = os.path.join(root, top)
         if top == "src":
@@ -71,9 +90,18 @@ def check(root):
                             if not public:
                                 problems.append(f"{where}: {layer} may not include the public API <{header}>")
                             continue
+                        rel = os.path.relpath(path, root)
+                        in_base = layer == "serve" and re.sub(r"\.(c|h)pp$", ".hpp", rel[len("src/"):]) in serve_base
+                        if in_base and target == "gateway":
+                            problems.append(f"{where}: serve_base may not include \"{header}\" "
+                                            "(the gateway builds on serve_base; only the server's files may)")
+                            continue
                         if target not in ours or target == layer:
                             continue
-                        if not any(header == a or (a.endswith("/") and header.startswith(a)) for a in allowed):
+                        ok = any(header == a or (a.endswith("/") and header.startswith(a)) for a in allowed)
+                        if "serve_base" in allowed and header in serve_base:
+                            ok = True
+                        if not ok:
                             problems.append(f"{where}: {layer} may not include \"{header}\" "
                                             f"(allowed: {', '.join(allowed) or 'nothing of other layers'})")
     return problems
