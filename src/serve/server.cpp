@@ -23,9 +23,11 @@
 #include "http/listener.hpp"
 #include "http/read.hpp"
 
+#include "http/sse_stream.hpp"
 #include "redis/connection.hpp"
 #include "serve/cors.hpp"
 #include "serve/dashboard.hpp"
+#include "serve/event_hub.hpp"
 #include "serve/gateway.hpp"
 #include "serve/openapi.hpp"
 #include "serve/params.hpp"
@@ -33,6 +35,7 @@
 #include "serve/routes.hpp"
 #include "serve/session.hpp"
 #include "serve/views.hpp"
+#include "serve/waiter.hpp"
 
 #include <fairgate/backend.hpp>
 #include <fairgate/redis_backend.hpp>
@@ -95,44 +98,61 @@ void record_grant(Shared& sh, const std::string& limiter, milliseconds waited) {
 
 // --- SSE acquire --------------------------------------------------------------
 
-/// The state of one SSE acquire, shared by the connection coroutine, the
-/// on_queued callback and the completion handler — all on the session strand.
+/// Bytes an acquire's event stream may have waiting to be written before its
+/// client counts as too slow and is dropped (its permit released): a few
+/// queued events take well under a KiB.
+constexpr std::size_t kSseQueueBytes = 256 * 1024;
+
+/// What one SSE acquire learns, for its stream and the access log (on the session strand).
 struct SseAcquire {
-  explicit SseAcquire(const net::any_io_executor& strand) : wake(strand) {}
+  SseAcquire(const net::any_io_executor& strand, std::function<void()> on_drop)
+      : stream(strand, kSseQueueBytes, std::move(on_drop)) {}
 
-  void push(std::string event) {
-    out.push_back(std::move(event));
-    wake.cancel();
-  }
-
-  net::steady_timer wake;  // cancelled when there is something to write
-  std::deque<std::string> out;
-  net::cancellation_signal cancel;
+  fairgate::http::SseStream stream;
   std::string ticket;
-  std::size_t told_position = 0;
-  bool completed = false;  // the acquire's single completion arrived
-  bool granted = false;
-  bool finished = false;  // rejected: end the stream once `out` is written
-  bool closed = false;    // the stream is over; a late grant is released at once
   Permit permit;
   std::string_view outcome;  // "granted" or the rejection's reason, for the access log
   long long waited_ms = -1;
   std::chrono::steady_clock::time_point granted_at{};
 };
 
-awaitable<void> sse_pump(Session& s, std::shared_ptr<SseAcquire> st) {
-  const auto keepalive = s.shared->config.server.keepalive_interval;
-  for (;;) {
-    while (!st->out.empty()) {
-      const std::string bytes = std::move(st->out.front());
-      st->out.pop_front();
-      if (!co_await send_raw(s, bytes)) co_return;
-    }
-    if (st->finished) co_return;
-    st->wake.expires_after(st->granted ? keepalive : milliseconds(std::chrono::hours(24)));
-    auto [ec] = co_await st->wake.async_wait(nothrow);
-    if (!ec && st->granted && st->out.empty()) st->out.push_back(": keepalive\n\n");
+/// The `queued` event: position, queue length, ticket, the estimate when there is one.
+std::string queued_event(const QueueStatus& q) {
+  json::object data;
+  data["position"] = q.position;
+  data["queued"] = q.queued;
+  data["ticket"] = q.ticket;
+  if (q.estimated_wait) data["estimated_wait_ms"] = q.estimated_wait->count();
+  return sse_event("queued", data);
+}
+
+/// The acquire's completion, as the stream's `granted` or `rejected` event.
+void sse_completed(SseAcquire& st, Shared& sh, const std::string& name, AcquireResult r,
+                   std::optional<milliseconds> keepalive) {
+  if (r.granted()) {
+    Permit permit = r.take_permit();
+    record_grant(sh, name, permit.waited());
+    json::object data;
+    data["permit"] = permit.id();
+    data["waited_ms"] = permit.waited().count();
+    data["ticket"] = permit.id();
+    st.permit = std::move(permit);
+    st.outcome = "granted";
+    st.waited_ms = st.permit.waited().count();
+    st.granted_at = std::chrono::steady_clock::now();
+    st.stream.push(sse_event("granted", data));
+    st.stream.keepalive(keepalive);  // the holder's stream stays open: keep proxies from closing it
+    return;
   }
+  json::object data;
+  data["reason"] = wire_reason(r.reason());
+  data["message"] = r.message();
+  data["waited_ms"] = r.waited().count();
+  if (!st.ticket.empty()) data["ticket"] = st.ticket;  // absent when rejected at arrival
+  st.outcome = wire_reason(r.reason());
+  st.waited_ms = r.waited().count();
+  st.stream.push(sse_event("rejected", data));
+  st.stream.finish();
 }
 
 awaitable<bool> acquire_sse(std::shared_ptr<Session> self, Limiter limiter, AcquireParams params,
@@ -144,71 +164,34 @@ awaitable<bool> acquire_sse(std::shared_ptr<Session> self, Limiter limiter, Acqu
   sh.metrics.sse_streams.fetch_add(1, std::memory_order_relaxed);
 
   const auto strand = s.stream.get_executor();
-  auto st = std::make_shared<SseAcquire>(strand);
+  auto st = std::make_shared<SseAcquire>(strand, [&s] { s.close(); });
   // The ticket is the limiter's id for the request (what GET /v1/limiters/{name}
   // lists, and the permit id once granted): known from the first queued event.
-
   AcquireOptions options;
   options.max_wait = params.max_wait;
   options.tenant = params.tenant;
   options.weight = params.weight;
-  options.on_queued = [st, strand](const QueueStatus& q) {
-    net::post(strand, [st, q] {
-      // The completion is the truth: a position that arrives after it is stale.
-      if (st->completed || st->closed || q.position == st->told_position) return;
-      st->told_position = q.position;
-      st->ticket = q.ticket;
-      json::object data;
-      data["position"] = q.position;
-      data["queued"] = q.queued;
-      data["ticket"] = st->ticket;
-      if (q.estimated_wait) data["estimated_wait_ms"] = q.estimated_wait->count();
-      st->push(sse_event("queued", data));
-    });
-  };
   const std::string name = limiter.name();
-  auto on_done = [st, shared = s.shared, name,
-                  slot = std::make_shared<WaiterSlot>(std::move(slot))](AcquireResult r) {
-    st->completed = true;
-    slot->reset();
-    if (r.granted()) {
-      Permit permit = r.take_permit();
-      record_grant(*shared, name, permit.waited());
-      if (st->closed) return;  // the client left while the grant was on its way: release now
-      json::object data;
-      data["permit"] = permit.id();
-      data["waited_ms"] = permit.waited().count();
-      data["ticket"] = permit.id();
-      st->permit = std::move(permit);
-      st->granted = true;
-      st->outcome = "granted";
-      st->waited_ms = st->permit.waited().count();
-      st->granted_at = std::chrono::steady_clock::now();
-      st->push(sse_event("granted", data));
-    } else {
-      if (st->closed) return;
-      json::object data;
-      data["reason"] = wire_reason(r.reason());
-      data["message"] = r.message();
-      data["waited_ms"] = r.waited().count();
-      if (!st->ticket.empty()) data["ticket"] = st->ticket;  // absent when rejected at arrival
-      st->finished = true;
-      st->outcome = wire_reason(r.reason());
-      st->waited_ms = r.waited().count();
-      st->push(sse_event("rejected", data));
-    }
+  Waiter::Handlers handlers;
+  handlers.queued = [st](const QueueStatus& q) {
+    st->ticket = q.ticket;
+    st->stream.push(queued_event(q));
   };
-  limiter.async_acquire(
-      std::move(options),
-      net::bind_cancellation_slot(st->cancel.slot(), net::bind_executor(strand, std::move(on_done))));
+  handlers.done = [st, &s, name, keepalive = sh.config.server.keepalive_interval](AcquireResult r) {
+    const bool granted = r.granted();
+    sse_completed(*st, *s.shared, name, std::move(r), keepalive);
+    // A holder hears of a shutdown (Shared::say_farewell). (No handler runs once
+    // this coroutine has ended: it cancels the waiter first.)
+    if (granted) s.farewell = std::shared_ptr<fairgate::http::SseStream>(st, &st->stream);
+  };
+  auto waiter = Waiter::start(limiter, std::move(options), strand, std::move(slot), std::move(handlers));
 
   bool saw_data = false;
-  co_await (sse_pump(s, st) || watch_disconnect(s, saw_data));
+  co_await (st->stream.run([&s](const std::string& bytes) { return send_raw(s, bytes); }) ||
+            watch_disconnect(s, saw_data));
 
-  st->closed = true;
-  // Still waiting: cancel (the completion arrives later, as cancelled or as a
-  // grant that raced the cancel, which it releases because `closed` is set).
-  if (!st->completed) st->cancel.emit(net::cancellation_type::terminal);
+  // Still waiting: leave the queue (a grant that races this is released when it arrives).
+  waiter->cancel();
   if (st->permit.held()) {
     if (auto* h = sh.metrics.hold_histogram(name))
       h->observe(std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - st->granted_at));
@@ -331,23 +314,21 @@ json::value limiters_json(const Backend& backend) {
   return o;
 }
 
+/// Bytes of snapshots a /v1/events client may fall behind by before it is
+/// dropped (a snapshot of a busy limiter is some KiB; ticks are a second apart).
+constexpr std::size_t kEventsQueueBytes = 4 * 1024 * 1024;
+
 awaitable<bool> route_events(std::shared_ptr<Session> self, const Request& req) {
   Session& s = *self;
   if (!co_await send_sse_header(s, req)) co_return false;
-  const auto interval = s.shared->config.server.events_interval;
-  auto pump = [&s, interval]() -> awaitable<void> {
-    net::steady_timer timer(s.stream.get_executor());
-    for (;;) {
-      const json::value data = limiters_json(*s.shared->backend);
-      const std::string event = sse_event("snapshot", data);
-      if (!co_await send_raw(s, event)) co_return;
-      timer.expires_after(interval);
-      auto [ec] = co_await timer.async_wait(nothrow);
-      if (ec) co_return;
-    }
-  };
+  // Every subscriber gets the hub's one snapshot per tick (serve/event_hub.hpp).
+  auto stream = std::make_shared<fairgate::http::SseStream>(s.stream.get_executor(), kEventsQueueBytes,
+                                                            [&s] { s.close(); });
+  s.shared->events->subscribe(s.stream.get_executor(), stream);
+  s.farewell = stream;
   bool saw_data = false;
-  co_await (pump() || watch_disconnect(s, saw_data));
+  co_await (stream->run([&s](const std::string& bytes) { return send_raw(s, bytes); }) ||
+            watch_disconnect(s, saw_data));
   co_return false;
 }
 
@@ -925,14 +906,19 @@ awaitable<void> rate_rule_sync(std::shared_ptr<Shared> sh) {
 /// flight finish, within the shutdown grace period; then closes what is left.
 awaitable<void> drain(std::shared_ptr<Shared> sh) {
   sh->stopping.store(true);
+  if (sh->events) sh->events->stop();
   net::post(sh->acceptor_strand, [sh] {
     boost::system::error_code ignored;
     sh->acceptor.close(ignored);
   });
   sh->leases.clear();
+  json::object bye;
+  bye["reason"] = "shutdown";
+  bye["message"] = "the server is shutting down";
+  sh->say_farewell(std::make_shared<const std::string>(sse_event("closing", bye)));
   net::steady_timer timer(co_await net::this_coro::executor);
-  // Waiters that were just ended (reason shutdown) let their streams say so
-  // before the connections close.
+  // Waiters that were just ended (reason shutdown), holders and watchers told
+  // `closing` let their streams say so before the connections close.
   timer.expires_after(100ms);
   co_await timer.async_wait(nothrow);
   const auto deadline = std::chrono::steady_clock::now() + sh->config.server.shutdown_grace;
@@ -1067,6 +1053,9 @@ Server::Server(net::io_context& io, const ServeConfig& config, std::shared_ptr<B
     sh_->rate_configs.emplace(r.name, r);
   }
   if (!config.routes.empty()) sh_->gateway = std::make_shared<Gateway>(config.routes);
+  sh_->events = std::make_shared<EventHub>(io, config.server.events_interval, [backend = sh_->backend] {
+    return sse_event("snapshot", limiters_json(*backend));
+  });
 
   const auto address = net::ip::make_address(config.listen_host);
   const tcp::endpoint endpoint(address, config.listen_port);

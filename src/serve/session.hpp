@@ -7,6 +7,7 @@
 #pragma once
 
 #include "http/connections.hpp"
+#include "http/sse_stream.hpp"
 #include "serve/config.hpp"
 #include "serve/leases.hpp"
 #include "serve/metrics.hpp"
@@ -47,6 +48,7 @@ inline constexpr auto nothrow = net::as_tuple(net::use_awaitable);
 inline constexpr std::string_view kServerName = "fairgate";
 
 class Gateway;
+class EventHub;
 
 using Request = http::request<http::string_body>;
 using Response = http::response<http::string_body>;
@@ -77,6 +79,9 @@ struct Session : fairgate::http::Connection {
   /// The current request's Origin when it is allowed (server.cors_origins):
   /// every answer to it carries the CORS headers. Empty: none.
   std::string cors_origin;
+  /// The event stream of a granted SSE acquire or a /v1/events watcher: told
+  /// of a shutdown with a final `closing` event (on the strand).
+  std::weak_ptr<fairgate::http::SseStream> farewell;
 
   /// What the access log and /metrics learn of the request being served
   /// (reset for each request).
@@ -109,6 +114,8 @@ struct Shared {
   std::unordered_map<std::string, RateRuleConfig> rate_configs;
   /// The [[route]]s (gateway mode); null when there are none.
   std::shared_ptr<Gateway> gateway;
+  /// The snapshots of GET /v1/events, one per tick for every subscriber.
+  std::shared_ptr<EventHub> events;
   Metrics metrics;
   LeaseTable leases;
   net::strand<net::io_context::executor_type> acceptor_strand;
@@ -124,6 +131,17 @@ struct Shared {
   std::unordered_map<std::string, std::size_t> waiting_by_client;
 
   std::size_t session_count() const { return sessions.size(); }
+  /// Posts to every session's strand: a final `closing` event to a granted
+  /// SSE acquire or an events watcher, whose stream then ends.
+  void say_farewell(const std::shared_ptr<const std::string>& event) {
+    for (auto& s : sessions.all())
+      net::post(s->stream.get_executor(), [s, event] {
+        if (auto stream = s->farewell.lock()) {
+          stream->push(event);
+          stream->finish();
+        }
+      });
+  }
   /// Posts close() to every session's strand; unless `force`, sessions in
   /// the middle of a gateway request are left to finish it.
   void close_sessions(bool force) {

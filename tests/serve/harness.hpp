@@ -244,15 +244,19 @@ inline ClientRun run_node(const std::vector<std::string>& args,
 class RawSse {
  public:
   /// `query`: "" or "?tenant=…" and the like.
-  RawSse(const std::string& url, const std::string& limiter, const std::string& query = "") {
-    fd_ = connect_loopback(url);
-    if (fd_ < 0) throw std::runtime_error("connect");
-    const std::string req = "POST /v1/limiters/" + limiter + "/acquire" + query +
-                            " HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\nContent-Length: 0\r\n\r\n";
-    if (::send(fd_, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size()))
-      throw std::runtime_error("send");
+  RawSse(const std::string& url, const std::string& limiter, const std::string& query = "")
+      : RawSse(url,
+               "POST /v1/limiters/" + limiter + "/acquire" + query +
+                   " HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\nContent-Length: 0\r\n\r\n",
+               Raw{}) {}
+  /// GET /v1/events: the snapshots' stream.
+  static RawSse events(const std::string& url) {
+    return RawSse(url, "GET /v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n", Raw{});
   }
-  ~RawSse() { ::close(fd_); }
+  RawSse(RawSse&& o) noexcept : fd_(std::exchange(o.fd_, -1)), data_(std::move(o.data_)), eof_(o.eof_) {}
+  ~RawSse() {
+    if (fd_ >= 0) ::close(fd_);
+  }
   /// Waits up to `limit` until the stream contains `text`; false otherwise (or at EOF).
   bool wait_for(const std::string& text, std::chrono::milliseconds limit) {
     const auto deadline = Clock::now() + limit;
@@ -279,6 +283,14 @@ class RawSse {
   const std::string& data() const { return data_; }
 
  private:
+  struct Raw {};
+  RawSse(const std::string& url, const std::string& request, Raw) {
+    fd_ = connect_loopback(url);
+    if (fd_ < 0) throw std::runtime_error("connect");
+    if (::send(fd_, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size()))
+      throw std::runtime_error("send");
+  }
+
   int fd_ = -1;
   std::string data_;
   bool eof_ = false;

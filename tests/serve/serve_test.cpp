@@ -156,6 +156,7 @@ TEST(ServeRedis, SigtermReleasesHeldPermitsAndLeavesTheQueue) {
   // so B's waiter (second in line, behind A's waiter that left) is granted.
   EXPECT_TRUE(waiter_a.wait_for("event: rejected", 5s)) << waiter_a.data();
   EXPECT_NE(waiter_a.data().find("\"reason\":\"unavailable\""), std::string::npos) << waiter_a.data();
+  EXPECT_TRUE(holder.wait_for("event: closing", 5s)) << holder.data();
   EXPECT_TRUE(holder.wait_closed(5s)) << "the holder's stream must end at shutdown";
   ASSERT_TRUE(waiter_b.wait_for("event: granted", kSanitized ? 10s : 5s)) << waiter_b.data();
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
@@ -287,6 +288,27 @@ TEST(ServeConfigFile, EveryKeyOfTheExampleIsReadAndRedisDownIsReported) {
 
 std::unique_ptr<Serve> memory_server(const std::string& limiter, const std::string& extra_config = "") {
   return std::make_unique<Serve>(base_config(extra_config), std::vector<std::string>{"--limiter", limiter});
+}
+
+/// SIGTERM (docs/api.md, `event: closing`): a holder's stream and an events
+/// watcher's are told `closing` (reason shutdown) before they end; a waiter
+/// hears `rejected` (unavailable) and no `closing`.
+TEST(ServeMemory, SigtermTellsHoldersAndWatchersClosingThenEndsTheirStreams) {
+  auto s = memory_server("bye=1");
+  RawSse holder(s->url(), "bye");
+  ASSERT_TRUE(holder.wait_for("event: granted", 10s)) << holder.data();
+  RawSse waiter(s->url(), "bye");
+  ASSERT_TRUE(waiter.wait_for("event: queued", 10s)) << waiter.data();
+  RawSse watcher = RawSse::events(s->url());
+  ASSERT_TRUE(watcher.wait_for("event: snapshot", 10s)) << watcher.data();
+  EXPECT_EQ(s->terminate(), 0);
+  EXPECT_TRUE(holder.wait_for("event: closing\ndata: {\"reason\":\"shutdown\"", 5s)) << holder.data();
+  EXPECT_TRUE(holder.wait_closed(5s));
+  EXPECT_TRUE(watcher.wait_for("event: closing", 5s)) << watcher.data();
+  EXPECT_TRUE(watcher.wait_closed(5s));
+  EXPECT_TRUE(waiter.wait_for("event: rejected", 5s)) << waiter.data();
+  EXPECT_TRUE(waiter.wait_closed(5s));
+  EXPECT_EQ(waiter.data().find("event: closing"), std::string::npos) << waiter.data();
 }
 
 /// SIGHUP is ignored (docs/serve.md, "Signals"): the server keeps serving and
