@@ -7,6 +7,7 @@
 #include "cli/duration.hpp"
 #include "cli/parse.hpp"
 
+#include "core/settings_table.hpp"
 #include "redis/database_check.hpp"
 #include "redis/url.hpp"
 #include "serve/config.hpp"
@@ -38,12 +39,10 @@ struct ServeArgs {
   CLI::Option* access_log_opt = nullptr;
 };
 
-constexpr std::string_view kLimiterHelp =
-    "A limiter: "
-    "NAME=MAX[,max_wait=20s][,max_queue=K][,enabled=false][,reject_early=true][,mode=shadow]"
-    "[,tenant_fairness=true][,max_per_tenant=K]"
-    "[,on_redis_down=local|open|closed][,local_share=K]; "
-    "repeat for more (replaces a config file limiter of the same name)";
+std::string limiter_help() {
+  return fmt::format("A limiter: {}; repeat for more (replaces a config file limiter of the same name)",
+                     core::limiter_flag_synopsis());
+}
 
 /// "chat=3,max_wait=20s,max_queue=100,enabled=false" → LimiterConfig. Throws UsageError.
 serve::LimiterConfig parse_limiter_spec(const std::string& spec) {
@@ -72,42 +71,43 @@ serve::LimiterConfig parse_limiter_spec(const std::string& spec) {
     if (peq == std::string::npos) return fail(fmt::format("\"{}\" is not key=value", p));
     const std::string key = p.substr(0, peq);
     const std::string value = p.substr(peq + 1);
-    if (key == "max_wait") {
-      const auto d = parse_duration(value);
-      if (!d) return fail(fmt::format("max_wait: {}", d.error));
-      if (*d.value > kMaxWaitLimit) return fail(fmt::format("max_wait: {} is longer than 24h", value));
-      l.settings.max_wait = *d.value;
-    } else if (key == "max_queue") {
-      const auto q = parse_count(value, 0, kMaxQueueLimit);
-      if (!q) return fail(fmt::format("max_queue: {}", q.error));
-      l.settings.max_queue = static_cast<std::uint32_t>(*q.value);
-    } else if (key == "enabled" || key == "tenant_fairness" || key == "reject_early") {
-      if (value != "true" && value != "false")
-        return fail(fmt::format("{}: \"{}\" is not true or false", key, value));
-      (key == "enabled"           ? l.settings.enabled
-       : key == "tenant_fairness" ? l.settings.tenant_fairness
-                                  : l.settings.reject_early) = value == "true";
-    } else if (key == "mode") {
-      const auto mode = parse_limiter_mode(value);
-      if (!mode) return fail(fmt::format("mode: \"{}\" is not one of enforce, shadow", value));
-      l.settings.mode = *mode;
-    } else if (key == "max_per_tenant") {
-      const auto q = parse_count(value, 1, kMaxConcurrentLimit);
-      if (!q) return fail(fmt::format("max_per_tenant: {}", q.error));
-      l.settings.max_per_tenant = static_cast<std::uint32_t>(*q.value);
-    } else if (key == "on_redis_down") {
-      const auto policy = parse_redis_down_policy(value);
-      if (!policy) return fail(fmt::format("on_redis_down: \"{}\" is not one of local, open, closed", value));
-      l.settings.on_redis_down = *policy;
-    } else if (key == "local_share") {
-      const auto q = parse_count(value, 0, kMaxConcurrentLimit);
-      if (!q) return fail(fmt::format("local_share: {}", q.error));
-      l.settings.local_share = static_cast<std::uint32_t>(*q.value);
-    } else {
+    const core::SettingSpec* setting = core::setting_by_name(key);
+    if (setting == nullptr || !setting->flag_option())
       return fail(fmt::format(
-          "unknown option \"{}\" (use max_wait, max_queue, enabled, reject_early, mode, tenant_fairness, "
-          "max_per_tenant, on_redis_down, local_share)",
-          key));
+          "unknown option \"{}\" (use {})", key,
+          core::join_settings([](const core::SettingSpec& x) { return x.flag_option(); }, false)));
+    switch (setting->kind) {
+      case core::SettingKind::count:
+      case core::SettingKind::optional_count: {
+        const auto q = parse_count(value, setting->min, setting->max);
+        if (!q) return fail(fmt::format("{}: {}", key, q.error));
+        setting->set(l.settings, static_cast<std::int64_t>(*q.value));
+        break;
+      }
+      case core::SettingKind::duration_ms: {
+        const auto d = parse_duration(value);
+        if (!d) return fail(fmt::format("{}: {}", key, d.error));
+        if (d.value->count() > setting->max)
+          return fail(fmt::format("{}: {} is longer than {}", key, value,
+                                  format_duration(std::chrono::milliseconds(setting->max))));
+        if (d.value->count() < setting->min)
+          return fail(fmt::format("{}: {} is shorter than {}", key, value,
+                                  format_duration(std::chrono::milliseconds(setting->min))));
+        setting->set(l.settings, d.value->count());
+        break;
+      }
+      case core::SettingKind::flag:
+        if (value != "true" && value != "false")
+          return fail(fmt::format("{}: \"{}\" is not true or false", key, value));
+        setting->set(l.settings, value == "true" ? 1 : 0);
+        break;
+      case core::SettingKind::choice: {
+        const auto choice = core::parse_choice(*setting, value);
+        if (!choice)
+          return fail(fmt::format("{}: \"{}\" is not one of {}", key, value, core::join_choices(*setting)));
+        setting->set(l.settings, *choice);
+        break;
+      }
     }
   }
   if (auto e = validate(l.settings)) return fail(e->message());
@@ -192,7 +192,7 @@ Command add_serve_command(CLI::App& root) {
                       "One info line per HTTP request (method, path, status, duration, limiter outcome)")
           ->type_name("on|off")
           ->default_str("off");
-  app->add_option("--limiter", args->limiters, std::string(kLimiterHelp))
+  app->add_option("--limiter", args->limiters, limiter_help())
       ->type_name("SPEC")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 

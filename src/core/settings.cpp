@@ -1,5 +1,7 @@
 #include <fairgate/settings.hpp>
 
+#include "core/settings_table.hpp"
+
 #include <stdexcept>
 #include <string>
 
@@ -99,17 +101,8 @@ std::optional<SettingsError> validate_limiter_name(std::string_view name) {
 }
 
 Settings apply(Settings base, const SettingsUpdate& u) {
-  if (u.max_concurrent) base.max_concurrent = *u.max_concurrent;
-  if (u.max_wait) base.max_wait = *u.max_wait;
-  if (u.max_queue) base.max_queue = *u.max_queue;
-  if (u.enabled) base.enabled = *u.enabled;
-  if (u.when_disabled) base.when_disabled = *u.when_disabled;
-  if (u.reject_early) base.reject_early = *u.reject_early;
-  if (u.mode) base.mode = *u.mode;
-  if (u.tenant_fairness) base.tenant_fairness = *u.tenant_fairness;
-  if (u.max_per_tenant) base.max_per_tenant = *u.max_per_tenant;
-  if (u.on_redis_down) base.on_redis_down = *u.on_redis_down;
-  if (u.local_share) base.local_share = *u.local_share;
+  for (const auto& spec : core::kSettings)
+    if (spec.in_update(u)) spec.set(base, spec.get_update(u));
   return base;
 }
 

@@ -138,22 +138,19 @@ awaitable<std::optional<bool>> admit(Session& s, const Request& req, Gateway::Ro
   a.ticket = fmt::format("t-{}", sh.next_ticket.fetch_add(1, std::memory_order_relaxed));
   a.max_wait = rc.max_wait.value_or(limiter.settings().max_wait);
   const auto strand = s.stream.get_executor();
-  auto st = std::make_shared<Wait>(strand);
-  start_acquire(limiter, rc.max_wait, std::move(tenant), a.stream ? rc.queue_events : QueueEvents::none, st,
-                strand, std::move(slot));
+  auto st = std::make_shared<Wait>(strand, [&s] { s.close(); });
+  auto waiter = start_acquire(limiter, rc.max_wait, std::move(tenant),
+                              a.stream ? rc.queue_events : QueueEvents::none, st, strand, std::move(slot));
 
-  bool write_failed = false;
-  co_await (wait_for_permit(s, *st, req, a.header_sent, write_failed) || watch_disconnect(s, a.saw_data));
-  if (!st->result || write_failed) {
-    // The client is gone: leave the queue (a grant racing this is released by on_done).
-    st->closed = true;
-    if (!st->result) st->cancel.emit(net::cancellation_type::terminal);
+  auto waited = co_await (wait_for_permit(s, *st, req, a.header_sent) || watch_disconnect(s, a.saw_data));
+  if (waited.index() != 0 || !std::get<0>(waited) || !st->result) {
+    // The client is gone: leave the queue (a grant racing this is released by the Waiter).
+    waiter->cancel();
     st->result.reset();
     co_return client_gone(s, route.stats);
   }
   AcquireResult result = std::move(*st->result);
   st->result.reset();
-  st->closed = true;
   s.record.wait_ms = result.waited().count();
   if (!result.granted()) co_return co_await answer_rejection(s, req, route, limiter, result, a);
 

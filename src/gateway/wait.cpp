@@ -3,9 +3,6 @@
 
 #include "serve/views.hpp"
 
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/json.hpp>
 
 #include <fmt/format.h>
@@ -35,60 +32,33 @@ std::string admitted_event(QueueEvents mode, std::chrono::milliseconds waited) {
   return fmt::format(": admitted waited_ms={}\n\n", waited.count());
 }
 
-awaitable<void> wait_for_permit(Session& s, Wait& st, const Request& req, bool& header_sent,
-                                bool& write_failed) {
+awaitable<bool> wait_for_permit(Session& s, Wait& st, const Request& req, bool& header_sent) {
   const auto keepalive = s.shared->config.server.keepalive_interval;
-  for (;;) {
-    if (st.result) co_return;
-    if (!st.out.empty()) {
-      if (!header_sent) {
-        if (!co_await send_sse_header(s, req)) {
-          write_failed = true;
-          co_return;
+  co_return co_await st.stream.run(
+      [&s, &st, &req, &header_sent, keepalive](const std::string& bytes) -> awaitable<bool> {
+        if (!header_sent) {
+          if (!co_await send_sse_header(s, req)) co_return false;
+          header_sent = true;
+          st.stream.keepalive(keepalive);
         }
-        header_sent = true;
-      }
-      while (!st.out.empty()) {
-        const std::string bytes = std::move(st.out.front());
-        st.out.pop_front();
-        if (!co_await send_raw(s, bytes)) {
-          write_failed = true;
-          co_return;
-        }
-      }
-      continue;
-    }
-    st.wake.expires_after(header_sent ? keepalive : std::chrono::milliseconds(std::chrono::hours(24)));
-    auto [ec] = co_await st.wake.async_wait(nothrow);
-    if (!ec && header_sent && !st.result) st.out.push_back(": keepalive\n\n");
-  }
+        co_return co_await send_raw(s, bytes);
+      });
 }
 
-void start_acquire(Limiter& limiter, std::optional<std::chrono::milliseconds> max_wait, std::string tenant,
-                   QueueEvents events, const std::shared_ptr<Wait>& st, const net::any_io_executor& strand,
-                   WaiterSlot slot) {
+std::shared_ptr<Waiter> start_acquire(Limiter& limiter, std::optional<std::chrono::milliseconds> max_wait,
+                                      std::string tenant, QueueEvents events, const std::shared_ptr<Wait>& st,
+                                      const net::any_io_executor& strand, WaiterSlot slot) {
   AcquireOptions options;
   options.max_wait = max_wait;
   options.tenant = std::move(tenant);
-  if (events != QueueEvents::none) {
-    options.on_queued = [st, strand, events](const QueueStatus& q) {
-      net::post(strand, [st, q, events] {
-        if (st->result || st->closed || q.position == st->told_position) return;
-        st->told_position = q.position;
-        st->out.push_back(queue_event(events, q));
-        st->wake.cancel();
-      });
-    };
-  }
-  auto on_done = [st, slot = std::make_shared<WaiterSlot>(std::move(slot))](AcquireResult r) {
-    slot->reset();
-    if (st->closed) return;  // the client left while this was on its way: a permit is released here
+  Waiter::Handlers handlers;
+  if (events != QueueEvents::none)
+    handlers.queued = [st, events](const QueueStatus& q) { st->stream.push(queue_event(events, q)); };
+  handlers.done = [st](AcquireResult r) {
     st->result.emplace(std::move(r));
-    st->wake.cancel();
+    st->stream.finish();
   };
-  limiter.async_acquire(
-      std::move(options),
-      net::bind_cancellation_slot(st->cancel.slot(), net::bind_executor(strand, std::move(on_done))));
+  return Waiter::start(limiter, std::move(options), strand, std::move(slot), std::move(handlers));
 }
 
 }  // namespace fairgate::serve

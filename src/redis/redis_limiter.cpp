@@ -2,6 +2,7 @@
 
 #include "api/outcome.hpp"
 #include "api/shadow.hpp"
+#include "core/settings_table.hpp"
 #include "redis/log_level.hpp"
 
 #include <boost/asio/post.hpp>
@@ -158,59 +159,10 @@ void RedisLimiter::call(const Script& script, std::vector<std::string> args, Con
 
 // --- settings as Redis stores them ------------------------------------------
 
-std::vector<std::string> RedisLimiter::settings_fields(const Settings& s) {
-  const auto optional = [](const std::optional<std::uint32_t>& v) { return v ? std::to_string(*v) : ""; };
-  return {"max_concurrent",
-          std::to_string(s.max_concurrent),
-          "max_queue",
-          optional(s.max_queue),
-          "enabled",
-          s.enabled ? "1" : "0",
-          "when_disabled",
-          s.when_disabled == DisabledMode::reject ? "reject" : "pass",
-          "max_wait_ms",
-          std::to_string(s.max_wait.count()),
-          "tenant_fairness",
-          s.tenant_fairness ? "1" : "0",
-          "max_per_tenant",
-          optional(s.max_per_tenant),
-          "reject_early",
-          s.reject_early ? "1" : "0",
-          "mode",
-          std::string(to_string(s.mode))};
-}
+std::vector<std::string> RedisLimiter::settings_fields(const Settings& s) { return core::wire_fields(s); }
 
 Settings RedisLimiter::settings_from_fields(const std::vector<Reply>& cfg, Settings s) {
-  const auto optional = [](const std::string& v, std::optional<std::uint32_t>& out) {
-    if (v.empty()) {
-      out.reset();
-    } else if (auto n = parse_number<std::uint32_t>(v)) {
-      out = *n;
-    }
-  };
-  for (std::size_t i = 0; i + 1 < cfg.size(); i += 2) {
-    const std::string& field = cfg[i].str;
-    const std::string& value = cfg[i + 1].str;
-    if (field == "max_concurrent") {
-      if (auto v = parse_number<std::uint32_t>(value); v && *v >= 1) s.max_concurrent = *v;
-    } else if (field == "max_queue") {
-      optional(value, s.max_queue);
-    } else if (field == "enabled") {
-      s.enabled = value != "0";
-    } else if (field == "when_disabled") {
-      s.when_disabled = value == "reject" ? DisabledMode::reject : DisabledMode::pass_through;
-    } else if (field == "max_wait_ms") {
-      if (auto v = parse_number<std::int64_t>(value); v && *v >= 0) s.max_wait = milliseconds(*v);
-    } else if (field == "tenant_fairness") {
-      s.tenant_fairness = value == "1";
-    } else if (field == "max_per_tenant") {
-      optional(value, s.max_per_tenant);
-    } else if (field == "reject_early") {
-      s.reject_early = value == "1";
-    } else if (field == "mode") {
-      if (auto m = parse_limiter_mode(value)) s.mode = *m;
-    }
-  }
+  for (std::size_t i = 0; i + 1 < cfg.size(); i += 2) core::read_wire_field(cfg[i].str, cfg[i + 1].str, s);
   return s;
 }
 
@@ -1480,23 +1432,13 @@ std::vector<std::string> changed_fields(const SettingsUpdate& u, const std::vect
       }
     }
   };
-  if (u.max_concurrent) take("max_concurrent");
-  if (u.max_queue) take("max_queue");
-  if (u.enabled) take("enabled");
-  if (u.when_disabled) take("when_disabled");
-  if (u.max_wait) take("max_wait_ms");
-  if (u.tenant_fairness) take("tenant_fairness");
-  if (u.max_per_tenant) take("max_per_tenant");
-  if (u.reject_early) take("reject_early");
-  if (u.mode) take("mode");
+  for (const auto& spec : core::kSettings)
+    if (spec.shared() && spec.in_update(u)) take(spec.wire);
   return out;
 }
 
 /// The fields that live only on this instance (never stored in Redis).
-void copy_local_fields(const Settings& from, Settings& to) {
-  to.on_redis_down = from.on_redis_down;
-  to.local_share = from.local_share;
-}
+void copy_local_fields(const Settings& from, Settings& to) { core::copy_local_settings(from, to); }
 }  // namespace
 
 boost::system::result<Settings, SettingsError> RedisLimiter::configure(const SettingsUpdate& update) {

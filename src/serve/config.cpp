@@ -15,6 +15,8 @@
 
 #include "serve/cors.hpp"
 
+#include "core/settings_table.hpp"
+
 #include <toml++/toml.h>
 
 #include <fmt/format.h>
@@ -109,42 +111,22 @@ LimiterConfig read_limiter(const std::string& name, const toml::table& t) {
   for (auto&& [key, node] : t) {
     const std::string k(key.str());
     const std::string field = prefix + "." + k;
-    if (k == "max_concurrent") {
-      l.settings.max_concurrent = static_cast<std::uint32_t>(get_int(node, field, 1, kMaxConcurrentLimit));
-    } else if (k == "max_wait_ms") {
-      l.settings.max_wait = get_ms(node, field, 0, kMaxWaitLimit.count());
-    } else if (k == "max_queue") {
-      l.settings.max_queue = static_cast<std::uint32_t>(get_int(node, field, 0, kMaxQueueLimit));
-    } else if (k == "enabled") {
-      l.settings.enabled = get_bool(node, field);
-    } else if (k == "when_disabled") {
-      const auto mode = get_string(node, field);
-      if (mode == "pass_through")
-        l.settings.when_disabled = DisabledMode::pass_through;
-      else if (mode == "reject")
-        l.settings.when_disabled = DisabledMode::reject;
-      else
-        fail(field, fmt::format("\"{}\" is not one of pass_through, reject", mode));
-    } else if (k == "reject_early" || k == "early_reject") {  // early_reject: its first name
-      l.settings.reject_early = get_bool(node, field);
-    } else if (k == "mode") {
-      const auto text = get_string(node, field);
-      const auto mode = parse_limiter_mode(text);
-      if (!mode) fail(field, fmt::format("\"{}\" is not one of enforce, shadow", text));
-      l.settings.mode = *mode;
-    } else if (k == "tenant_fairness") {
-      l.settings.tenant_fairness = get_bool(node, field);
-    } else if (k == "max_per_tenant") {
-      l.settings.max_per_tenant = static_cast<std::uint32_t>(get_int(node, field, 1, kMaxConcurrentLimit));
-    } else if (k == "on_redis_down") {
-      const auto text = get_string(node, field);
-      const auto policy = parse_redis_down_policy(text);
-      if (!policy) fail(field, fmt::format("\"{}\" is not one of local, open, closed", text));
-      l.settings.on_redis_down = *policy;
-    } else if (k == "local_share") {
-      l.settings.local_share = static_cast<std::uint32_t>(get_int(node, field, 0, kMaxConcurrentLimit));
-    } else {
-      fail(field, "unknown key");
+    const core::SettingSpec* spec = core::setting_by_key(k);
+    if (spec == nullptr) fail(field, "unknown key");
+    switch (spec->kind) {
+      case core::SettingKind::count:
+      case core::SettingKind::optional_count:
+      case core::SettingKind::duration_ms:
+        spec->set(l.settings, get_int(node, field, spec->min, spec->max));
+        break;
+      case core::SettingKind::flag: spec->set(l.settings, get_bool(node, field) ? 1 : 0); break;
+      case core::SettingKind::choice: {
+        const auto text = get_string(node, field);
+        const auto choice = core::parse_choice(*spec, text);
+        if (!choice) fail(field, fmt::format("\"{}\" is not one of {}", text, core::join_choices(*spec)));
+        spec->set(l.settings, *choice);
+        break;
+      }
     }
   }
   check_limiter(l, prefix);

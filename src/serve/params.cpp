@@ -2,6 +2,8 @@
 // understand is answered 400 with the reason, never half-applied.
 #include "serve/params.hpp"
 
+#include "core/settings_table.hpp"
+
 #include <fmt/format.h>
 #include <boost/json.hpp>
 
@@ -267,10 +269,9 @@ std::optional<StatusQuery> parse_status_query(const Target& target, BadRequest& 
 }
 
 std::optional<SettingsUpdate> parse_settings_update(std::string_view body, BadRequest& error) {
+  const auto settable = [](const core::SettingSpec& spec) { return spec.http; };
   if (body.empty()) {
-    error.message =
-        "body must be a JSON object with max_concurrent, max_wait_ms, max_queue, enabled, tenant_fairness or "
-        "max_per_tenant";
+    error.message = "body must be a JSON object with " + core::join_settings(settable, true, " or ");
     return std::nullopt;
   }
   auto obj = parse_object(body, error);
@@ -282,53 +283,36 @@ std::optional<SettingsUpdate> parse_settings_update(std::string_view body, BadRe
   };
   for (const auto& [k, v] : *obj) {
     const std::string_view key(k.data(), k.size());
-    if (key == "max_concurrent") {
-      const auto i = json_int(v);
-      if (!i || *i < 1 || *i > kMaxConcurrentLimit)
-        return bad(fmt::format("max_concurrent: must be a whole number in 1..{}", kMaxConcurrentLimit));
-      u.max_concurrent = static_cast<std::uint32_t>(*i);
-    } else if (key == "max_wait_ms") {
-      const auto i = json_int(v);
-      if (!i || *i < 0 || *i > kMaxWaitLimit.count())
-        return bad(fmt::format("max_wait_ms: must be a whole number in 0..{}", kMaxWaitLimit.count()));
-      u.max_wait = std::chrono::milliseconds(*i);
-    } else if (key == "max_queue") {
-      if (v.is_null()) {
-        u.max_queue = std::optional<std::uint32_t>{};
-      } else {
+    const core::SettingSpec* spec = core::setting_by_key(key);
+    if (spec == nullptr || spec->key != key || !spec->http)
+      return bad(fmt::format("unknown field \"{}\" (use {})", key.substr(0, 32),
+                             core::join_settings(settable, true)));
+    switch (spec->kind) {
+      case core::SettingKind::count:
+      case core::SettingKind::duration_ms: {
         const auto i = json_int(v);
-        if (!i || *i < 0 || *i > kMaxQueueLimit)
-          return bad(fmt::format("max_queue: must be null or a whole number in 0..{}", kMaxQueueLimit));
-        u.max_queue = std::optional<std::uint32_t>(static_cast<std::uint32_t>(*i));
+        if (!i || *i < spec->min || *i > spec->max)
+          return bad(fmt::format("{}: must be a whole number in {}..{}", key, spec->min, spec->max));
+        spec->set_update(u, *i);
+        break;
       }
-    } else if (key == "enabled") {
-      if (!v.is_bool()) return bad("enabled: must be true or false");
-      u.enabled = v.as_bool();
-    } else if (key == "reject_early") {
-      if (!v.is_bool()) return bad("reject_early: must be true or false");
-      u.reject_early = v.as_bool();
-    } else if (key == "mode") {
-      const auto mode = v.is_string() ? parse_limiter_mode(v.as_string()) : std::nullopt;
-      if (!mode) return bad("mode: must be \"enforce\" or \"shadow\"");
-      u.mode = *mode;
-    } else if (key == "tenant_fairness") {
-      if (!v.is_bool()) return bad("tenant_fairness: must be true or false");
-      u.tenant_fairness = v.as_bool();
-    } else if (key == "max_per_tenant") {
-      if (v.is_null()) {
-        u.max_per_tenant = std::optional<std::uint32_t>{};
-      } else {
-        const auto i = json_int(v);
-        if (!i || *i < 1 || *i > kMaxConcurrentLimit)
-          return bad(
-              fmt::format("max_per_tenant: must be null or a whole number in 1..{}", kMaxConcurrentLimit));
-        u.max_per_tenant = std::optional<std::uint32_t>(static_cast<std::uint32_t>(*i));
+      case core::SettingKind::optional_count: {
+        const auto i = v.is_null() ? std::nullopt : json_int(v);
+        if (!v.is_null() && (!i || *i < spec->min || *i > spec->max))
+          return bad(fmt::format("{}: must be null or a whole number in {}..{}", key, spec->min, spec->max));
+        spec->set_update(u, i);
+        break;
       }
-    } else {
-      return bad(fmt::format(
-          "unknown field \"{}\" (use max_concurrent, max_wait_ms, max_queue, enabled, reject_early, mode, "
-          "tenant_fairness, max_per_tenant)",
-          key.substr(0, 32)));
+      case core::SettingKind::flag:
+        if (!v.is_bool()) return bad(fmt::format("{}: must be true or false", key));
+        spec->set_update(u, v.as_bool() ? 1 : 0);
+        break;
+      case core::SettingKind::choice: {
+        const auto choice = v.is_string() ? core::parse_choice(*spec, v.as_string()) : std::nullopt;
+        if (!choice) return bad(fmt::format("{}: must be {}", key, core::join_choices(*spec, true, " or ")));
+        spec->set_update(u, *choice);
+        break;
+      }
     }
   }
   return u;

@@ -61,8 +61,9 @@ std::optional<RenewParams> parse_renew_params(const Target& target, std::string_
 /// Unknown parameters and bad numbers are errors.
 std::optional<StatusQuery> parse_status_query(const Target& target, BadRequest& error);
 
-/// Reads the body of PUT /v1/limiters/{name}: a JSON object with any of
-/// max_concurrent, max_wait_ms, max_queue (null = unbounded), enabled.
+/// Reads the body of PUT /v1/limiters/{name}: a JSON object with any of the
+/// settings the settings table marks `http` (core/settings_table.hpp), by
+/// their key; an optional count may be null (unset).
 std::optional<SettingsUpdate> parse_settings_update(std::string_view body, BadRequest& error);
 
 /// The body of POST /v1/ratelimit/{rule}: {"key": "...", "cost": 1}.

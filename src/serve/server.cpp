@@ -19,6 +19,7 @@
 //    cap on waiting requests (S7).
 #include "serve/server.hpp"
 
+#include "core/settings_table.hpp"
 #include "gateway/gateway.hpp"
 #include "http/listener.hpp"
 #include "http/read.hpp"
@@ -980,20 +981,7 @@ awaitable<void> ignore_hangups(std::shared_ptr<Shared> sh, net::signal_set& hang
 }
 
 /// One line of the settings in force and where they come from (docs/serve.md, "Which settings win").
-std::string describe_settings(const Snapshot& snap) {
-  const Settings& st = snap.settings;
-  std::string line = fmt::format(
-      "max_concurrent={}, max_wait={}ms, max_queue={}, enabled={}", st.max_concurrent, st.max_wait.count(),
-      st.max_queue ? std::to_string(*st.max_queue) : "none", st.enabled ? "true" : "false");
-  if (!st.enabled) line += fmt::format(", when_disabled={}", to_string(st.when_disabled));
-  if (st.reject_early) line += ", reject_early=true";
-  if (st.mode == LimiterMode::shadow) line += ", mode=shadow";
-  if (st.tenant_fairness) line += ", tenant_fairness=true";
-  if (st.max_per_tenant) line += fmt::format(", max_per_tenant={}", *st.max_per_tenant);
-  line += fmt::format(", on_redis_down={}", to_string(st.on_redis_down));
-  if (st.local_share) line += fmt::format(", local_share={}", *st.local_share);
-  return line;
-}
+std::string describe_settings(const Snapshot& snap) { return core::describe_settings(snap.settings); }
 
 /// Redis: once each limiter has heard from Redis (or after a few seconds),
 /// one line per limiter with the settings in force and their source.

@@ -2,6 +2,7 @@
 // order is part of the output.
 #include "serve/views.hpp"
 
+#include "core/settings_table.hpp"
 #include "http/sse.hpp"
 
 #include <boost/json/array.hpp>
@@ -13,15 +14,30 @@ namespace json = boost::json;
 
 namespace {
 
+/// One setting under its key, its value as the settings table reads it:
+/// a number, null (unset), true/false, or a name.
+void put(json::object& o, const core::SettingSpec& spec, const Settings& settings) {
+  const core::SettingValue v = spec.get(settings);
+  json::value& out = o[spec.key];
+  if (!v) {
+    out = nullptr;
+    return;
+  }
+  switch (spec.kind) {
+    case core::SettingKind::count:
+    case core::SettingKind::optional_count:
+    case core::SettingKind::duration_ms: out = *v; break;
+    case core::SettingKind::flag: out = *v != 0; break;
+    case core::SettingKind::choice: out = json::string(std::string_view(core::format_value(spec, v))); break;
+  }
+}
+
 /// Redis recovery (docs/design.md): where the settings in force came from, and
 /// whether grants are held back or served by the on_redis_down policy.
 void add_recovery(json::object& o, const Snapshot& s) {
   o["settings_source"] = s.engine.settings_source;
-  o["on_redis_down"] = to_string(s.settings.on_redis_down);
-  if (s.settings.local_share)
-    o["local_share"] = *s.settings.local_share;
-  else
-    o["local_share"] = nullptr;
+  put(o, core::setting("on_redis_down"), s.settings);
+  put(o, core::setting("local_share"), s.settings);
   if (s.engine.degraded && s.settings.on_redis_down == RedisDownPolicy::local)
     o["local_cap"] = s.engine.local_cap;
   o["fence_left_ms"] = s.engine.fence_left.count();
@@ -92,30 +108,24 @@ void add_holders_and_queue(json::object& o, const Snapshot& s) {
 json::object limiter_json(const Snapshot& s, std::string_view backend, bool detail) {
   json::object o;
   o["name"] = s.name;
-  o["max_concurrent"] = s.settings.max_concurrent;
+  put(o, core::setting("max_concurrent"), s.settings);
   o["in_use"] = s.in_use;
   o["queued"] = s.queued;
-  o["max_wait_ms"] = s.settings.max_wait.count();
-  if (s.settings.max_queue)
-    o["max_queue"] = *s.settings.max_queue;
-  else
-    o["max_queue"] = nullptr;
-  o["enabled"] = s.settings.enabled;
-  o["when_disabled"] = to_string(s.settings.when_disabled);
+  put(o, core::setting("max_wait"), s.settings);
+  put(o, core::setting("max_queue"), s.settings);
+  put(o, core::setting("enabled"), s.settings);
+  put(o, core::setting("when_disabled"), s.settings);
   o["backend"] = backend;
   o["degraded"] = s.engine.degraded;
-  o["reject_early"] = s.settings.reject_early;
-  o["tenant_fairness"] = s.settings.tenant_fairness;
-  if (s.settings.max_per_tenant)
-    o["max_per_tenant"] = *s.settings.max_per_tenant;
-  else
-    o["max_per_tenant"] = nullptr;
+  put(o, core::setting("reject_early"), s.settings);
+  put(o, core::setting("tenant_fairness"), s.settings);
+  put(o, core::setting("max_per_tenant"), s.settings);
   if (s.estimated_wait)
     o["estimated_wait_ms"] = s.estimated_wait->count();
   else
     o["estimated_wait_ms"] = nullptr;
   if (backend == "redis") add_recovery(o, s);
-  o["mode"] = to_string(s.settings.mode);
+  put(o, core::setting("mode"), s.settings);
   if (s.settings.mode == LimiterMode::shadow || s.shadow.passed > 0) o["shadow"] = shadow_json(s.shadow);
   o["stats"] = stats_json(s.stats);
   if (detail) add_holders_and_queue(o, s);

@@ -24,12 +24,12 @@ LAYERS = {
     "mockllm": (["http/"], False),          # a server on http only
     # the URL's redacted form, nothing of the client; the gateway's entry point
     # (only from the server's files, not from serve_base's: see below)
-    "serve": (["http/", "redis/url.hpp", "gateway/gateway.hpp"], True),
+    "serve": (["http/", "redis/url.hpp", "gateway/gateway.hpp", "core/settings_table.hpp"], True),
     # on fairgate_serve_base (its headers only: SERVE_BASE below), never the server's
     "gateway": (["serve_base", "http/"], True),
     "bench": (["redis/"], True),
     "cli": (["bench/", "gateway/", "http/", "mockllm/", "serve/", "redis/url.hpp",
-             "redis/database_check.hpp"], True),
+             "redis/database_check.hpp", "core/settings_table.hpp"], True),
 }
 
 # The gateway builds on fairgate_serve_base, and the server (fairgate_serve)
