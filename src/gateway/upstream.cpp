@@ -208,6 +208,20 @@ bool body_failed(Call& c) {
   return false;
 }
 
+/// The next piece of a relayed body, seen by the usage tap; the upstream
+/// connection goes back to the pool once the answer is read. nullopt: the
+/// upstream failed (counted by body_failed); 0: nothing to write yet.
+awaitable<std::optional<std::size_t>> next_relayed_chunk(Call& c, Exchange& x) {
+  const auto got = co_await read_body_chunk(x, c.route.config.upstream_timeout);
+  if (!got) {
+    body_failed(c);
+    co_return std::nullopt;
+  }
+  x.give_back(c.route.pool);
+  if (*got != 0 && c.tap) c.tap->feed(x.chunk.data(), *got);
+  co_return got;
+}
+
 /// A connect or an exchange failed with `ec` (not cancelled): counted, logged, and what the client is told.
 UpstreamFailure upstream_failure(Call& c, const boost::system::error_code& ec, std::string_view what,
                                  std::string_view code) {
@@ -282,11 +296,9 @@ awaitable<Step> send_request(Call& c, Exchange& x) {
 /// waited: its body bytes as they come. The stream ends with the connection.
 awaitable<bool> relay_stream(Call& c, Exchange& x) {
   while (!x.parser.is_done()) {
-    const auto got = co_await read_body_chunk(x, c.route.config.upstream_timeout);
-    if (!got) co_return body_failed(c);
-    x.give_back(c.route.pool);
+    const auto got = co_await next_relayed_chunk(c, x);
+    if (!got) co_return false;
     if (*got == 0) continue;
-    if (c.tap) c.tap->feed(x.chunk.data(), *got);
     c.s.stream.expires_after(c.s.shared->config.server.write_timeout);
     auto [ec, n] = co_await net::async_write(c.s.stream, net::buffer(x.chunk.data(), *got), nothrow);
     c.s.stream.expires_never();
@@ -359,12 +371,10 @@ awaitable<bool> relay_plain(Call& c, Exchange& x, unsigned status) {
   s.stream.expires_never();
   if (hwec) co_return c.gone();
   while (!x.parser.is_done()) {
-    const auto got = co_await read_body_chunk(x, c.route.config.upstream_timeout);
+    const auto got = co_await next_relayed_chunk(c, x);
     // Cut mid-answer: the client sees a truncated body and a closed connection.
-    if (!got) co_return body_failed(c);
-    x.give_back(c.route.pool);
+    if (!got) co_return false;
     if (*got == 0) continue;
-    if (c.tap) c.tap->feed(x.chunk.data(), *got);
     res.body().data = x.chunk.data();
     res.body().size = *got;
     res.body().more = true;
