@@ -2,6 +2,8 @@
 
 #include "core/settings_table.hpp"
 
+#include <array>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -14,41 +16,38 @@ bool valid_tenant(std::string_view tenant) noexcept {
   return true;
 }
 
-std::string_view to_string(DisabledMode mode) noexcept {
-  switch (mode) {
-    case DisabledMode::pass_through: return "pass_through";
-    case DisabledMode::reject: return "reject";
-  }
-  return "?";
+namespace {
+
+// The names of each choice live once, in the settings table (core/settings_table.hpp), in enum order.
+template <class Enum, std::size_t N>
+std::string_view name_of(const std::array<std::string_view, N>& names, Enum e) noexcept {
+  const auto i = static_cast<std::size_t>(e);
+  return i < N ? names[i] : std::string_view("?");
 }
 
-std::string_view to_string(LimiterMode mode) noexcept {
-  switch (mode) {
-    case LimiterMode::enforce: return "enforce";
-    case LimiterMode::shadow: return "shadow";
-  }
-  return "?";
+template <class Enum, std::size_t N>
+std::optional<Enum> parse_name(const std::array<std::string_view, N>& names, std::string_view text) noexcept {
+  for (std::size_t i = 0; i < N; ++i)
+    if (names[i] == text) return static_cast<Enum>(i);
+  return std::nullopt;
 }
+
+}  // namespace
+
+std::string_view to_string(DisabledMode mode) noexcept { return name_of(core::detail::kDisabledModes, mode); }
+
+std::string_view to_string(LimiterMode mode) noexcept { return name_of(core::detail::kLimiterModes, mode); }
 
 std::optional<LimiterMode> parse_limiter_mode(std::string_view text) noexcept {
-  for (const auto m : {LimiterMode::enforce, LimiterMode::shadow})
-    if (text == to_string(m)) return m;
-  return std::nullopt;
+  return parse_name<LimiterMode>(core::detail::kLimiterModes, text);
 }
 
 std::string_view to_string(RedisDownPolicy policy) noexcept {
-  switch (policy) {
-    case RedisDownPolicy::local: return "local";
-    case RedisDownPolicy::open: return "open";
-    case RedisDownPolicy::closed: return "closed";
-  }
-  return "?";
+  return name_of(core::detail::kRedisDownPolicies, policy);
 }
 
 std::optional<RedisDownPolicy> parse_redis_down_policy(std::string_view text) noexcept {
-  for (const auto p : {RedisDownPolicy::local, RedisDownPolicy::open, RedisDownPolicy::closed})
-    if (text == to_string(p)) return p;
-  return std::nullopt;
+  return parse_name<RedisDownPolicy>(core::detail::kRedisDownPolicies, text);
 }
 
 void throw_exception_from_error(const SettingsError& error, const boost::source_location&) {

@@ -85,19 +85,23 @@ std::string format_value(const SettingSpec& spec, SettingValue value) {
   return "?";
 }
 
+std::string wire_value(const SettingSpec& spec, SettingValue v) {
+  switch (spec.kind) {
+    case SettingKind::count:
+    case SettingKind::optional_count:
+    case SettingKind::duration_ms: return v ? std::to_string(*v) : "";
+    case SettingKind::flag: return v.value_or(0) != 0 ? "1" : "0";
+    case SettingKind::choice: return std::string(choice_name(wire_names(spec), v));
+  }
+  return "";
+}
+
 std::vector<std::string> wire_fields(const Settings& settings) {
   std::vector<std::string> out;
   for (const auto& spec : kSettings) {
     if (!spec.shared()) continue;
-    const SettingValue v = spec.get(settings);
     out.emplace_back(spec.wire);
-    switch (spec.kind) {
-      case SettingKind::count:
-      case SettingKind::optional_count:
-      case SettingKind::duration_ms: out.push_back(v ? std::to_string(*v) : ""); break;
-      case SettingKind::flag: out.emplace_back(v.value_or(0) != 0 ? "1" : "0"); break;
-      case SettingKind::choice: out.emplace_back(choice_name(wire_names(spec), v)); break;
-    }
+    out.push_back(wire_value(spec, spec.get(settings)));
   }
   return out;
 }

@@ -56,7 +56,6 @@ struct SettingSpec {
   std::int64_t max = 0;
   std::span<const std::string_view> choices{};       ///< choice: names in enum order
   std::span<const std::string_view> wire_choices{};  ///< choice: in the Redis hash (empty: `choices`)
-  std::string_view unset{};                          ///< optional_count: what unset means
   std::string_view alias{};                          ///< an older config key still read
   std::string_view flag_example{};  ///< `--limiter` help: NAME=<this>; empty: not a `--limiter` option
   bool http = false;                ///< accepted by PUT /v1/limiters/{name}
@@ -163,7 +162,7 @@ inline constexpr std::array kSettings{
         .kind = SettingKind::optional_count,
         .min = 0,
         .max = kMaxQueueLimit,
-        .unset = "unbounded",
+        // unset: unbounded
         .flag_example = "K",
         .http = true,
         .banner = BannerShow::always,
@@ -225,7 +224,7 @@ inline constexpr std::array kSettings{
         .kind = SettingKind::optional_count,
         .min = 1,
         .max = kMaxConcurrentLimit,
-        .unset = "no per-tenant cap",
+        // unset: no per-tenant cap
         .flag_example = "K",
         .http = true,
         .doc = "permits one tenant may hold at once (F12)",
@@ -245,7 +244,7 @@ inline constexpr std::array kSettings{
         .kind = SettingKind::optional_count,
         .min = 0,
         .max = kMaxConcurrentLimit,
-        .unset = "the seats held",
+        // unset: the seats held
         .flag_example = "K",
         .doc = "Redis backend, this instance: permits it may hold while Redis is unreachable",
     }),
@@ -276,6 +275,9 @@ std::string join_settings(bool (*pick)(const SettingSpec&), bool use_key, std::s
 /// A value as text, in config/flag terms: "3", "20000", "true", "shadow"; unset: "none".
 std::string format_value(const SettingSpec& spec, SettingValue value);
 
+/// One value as the Redis cfg hash stores it (counts in decimal, unset = "",
+/// flags "1"/"0", choices by their wire name).
+std::string wire_value(const SettingSpec& spec, SettingValue value);
 /// The shared settings as the Redis cfg hash stores them: field, value, field, value, ...
 /// (counts in decimal, unset = "", flags "1"/"0", choices by their wire name).
 std::vector<std::string> wire_fields(const Settings& settings);

@@ -24,10 +24,8 @@ namespace fairgate::serve {
 /// A waiting request: its queue feedback, written as an event stream once
 /// there is something to say, and the acquire's result (on the session strand).
 struct Wait {
-  /// Bytes of queue feedback that may wait for a slow client before it is dropped.
-  static constexpr std::size_t kQueueBytes = 256 * 1024;
   Wait(const net::any_io_executor& strand, std::function<void()> on_drop)
-      : stream(strand, kQueueBytes, std::move(on_drop)) {}
+      : stream(strand, Waiter::kEventBytes, std::move(on_drop)) {}
   fairgate::http::SseStream stream;
   std::optional<AcquireResult> result;  ///< set (and the stream finished) by the completion
 };

@@ -336,12 +336,9 @@ void Connection::on_connected() {
   waiting.swap(queued_);
   const Endpoint ep = endpoint();
   if (!ep.password.empty()) {
-    std::vector<std::string> auth{"AUTH"};
-    if (!ep.user.empty()) auth.push_back(ep.user);
-    auth.push_back(ep.password);
     // The callback holds the connection weakly: a pending command must not
     // keep its own connection alive (a cycle through in_flight_).
-    do_exec(std::move(auth), Callback([weak = weak_from_this(), gen = generation_](error_code ec, Reply r) {
+    do_exec(auth_command(ep), Callback([weak = weak_from_this(), gen = generation_](error_code ec, Reply r) {
               auto self = weak.lock();
               if (!self || gen != self->generation_) return;
               if (!ec && r.is_error()) self->reset("AUTH rejected");

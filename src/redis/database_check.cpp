@@ -34,6 +34,13 @@ bool is_error(const ReplyPtr& r) { return r && r->type == REDIS_REPLY_ERROR; }
 
 }  // namespace
 
+std::vector<std::string> auth_command(const Endpoint& endpoint) {
+  std::vector<std::string> auth{"AUTH"};
+  if (!endpoint.user.empty()) auth.push_back(endpoint.user);
+  auth.push_back(endpoint.password);
+  return auth;
+}
+
 std::string database_refused(const Endpoint& endpoint, std::string_view reason) {
   return "Redis at " + endpoint.host + ":" + std::to_string(endpoint.port) + ": database " +
          std::to_string(endpoint.db) + " cannot be selected: " + std::string(reason);
@@ -47,10 +54,7 @@ std::optional<std::string> database_problem(const Endpoint& endpoint, std::chron
   if (!c || c->err != 0) return std::nullopt;  // no server there (yet): serve starts degraded
   if (redisSetTimeout(c.get(), tv) != REDIS_OK) return std::nullopt;
   if (!endpoint.password.empty()) {
-    std::vector<std::string> auth{"AUTH"};
-    if (!endpoint.user.empty()) auth.push_back(endpoint.user);
-    auth.push_back(endpoint.password);
-    const ReplyPtr r = command(*c, auth);
+    const ReplyPtr r = command(*c, auth_command(endpoint));
     if (!r || is_error(r)) return std::nullopt;
   }
   const ReplyPtr r = command(*c, {"SELECT", std::to_string(endpoint.db)});

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace fairgate::redis {
 
@@ -17,6 +18,10 @@ namespace fairgate::redis {
 /// database_problem(): "Redis at HOST:PORT: database 99 cannot be selected:
 /// <the server's reason>".
 std::string database_refused(const Endpoint& endpoint, std::string_view reason);
+
+/// AUTH [USER] PASSWORD for `endpoint` (which has a password), as the
+/// connection and database_problem() send it first.
+std::vector<std::string> auth_command(const Endpoint& endpoint);
 
 /// Connects to `endpoint` (plain TCP; blocking, each step within `timeout`),
 /// sends AUTH when it has a password, then SELECT of its database. Returns

@@ -159,8 +159,6 @@ void RedisLimiter::call(const Script& script, std::vector<std::string> args, Con
 
 // --- settings as Redis stores them ------------------------------------------
 
-std::vector<std::string> RedisLimiter::settings_fields(const Settings& s) { return core::wire_fields(s); }
-
 Settings RedisLimiter::settings_from_fields(const std::vector<Reply>& cfg, Settings s) {
   for (std::size_t i = 0; i + 1 < cfg.size(); i += 2) core::read_wire_field(cfg[i].str, cfg[i + 1].str, s);
   return s;
@@ -174,7 +172,7 @@ void RedisLimiter::adopt_settings_locked(const Settings& from_redis) {
   // What differs from `reference`: the start-up settings the first time, the
   // previous ones afterwards (a change made by another instance).
   const Settings& reference = first ? defaults_ : before;
-  const auto a = settings_fields(settings_), b = settings_fields(reference);
+  const auto a = core::wire_fields(settings_), b = core::wire_fields(reference);
   std::string diff;
   for (std::size_t i = 0; i + 1 < a.size(); i += 2) {
     if (a[i + 1] == b[i + 1]) continue;
@@ -747,7 +745,7 @@ void RedisLimiter::heartbeat(bool force) {
             std::to_string(waiting)};
     // A state re-created by this heartbeat gets the settings in force now (the
     // cluster-wide ones as last seen), never merely the start-up ones.
-    for (auto& f : settings_fields(settings_)) args.push_back(std::move(f));
+    for (auto& f : core::wire_fields(settings_)) args.push_back(std::move(f));
   }
   call(scripts::kHeartbeat, std::move(args),
        [self = std::weak_ptr<LimiterImpl>(weak_from_this()), generation, sent_at,
@@ -1421,24 +1419,16 @@ bool RedisLimiter::shut_down() const noexcept {
 }
 
 namespace {
-/// The fields of `update` as the cfg hash stores them, from `next`.
-std::vector<std::string> changed_fields(const SettingsUpdate& u, const std::vector<std::string>& all) {
+/// The shared fields `u` changes, as the cfg hash stores them, with their values in `next`.
+std::vector<std::string> changed_fields(const SettingsUpdate& u, const Settings& next) {
   std::vector<std::string> out;
-  const auto take = [&](std::string_view field) {
-    for (std::size_t i = 0; i + 1 < all.size(); i += 2) {
-      if (all[i] == field) {
-        out.push_back(all[i]);
-        out.push_back(all[i + 1]);
-      }
-    }
-  };
-  for (const auto& spec : core::kSettings)
-    if (spec.shared() && spec.in_update(u)) take(spec.wire);
+  for (const auto& spec : core::kSettings) {
+    if (!spec.shared() || !spec.in_update(u)) continue;
+    out.emplace_back(spec.wire);
+    out.push_back(core::wire_value(spec, spec.get(next)));
+  }
   return out;
 }
-
-/// The fields that live only on this instance (never stored in Redis).
-void copy_local_fields(const Settings& from, Settings& to) { core::copy_local_settings(from, to); }
 }  // namespace
 
 boost::system::result<Settings, SettingsError> RedisLimiter::configure(const SettingsUpdate& update) {
@@ -1452,7 +1442,7 @@ boost::system::result<Settings, SettingsError> RedisLimiter::configure(const Set
     ++config_generation_;
     // Only the fields that change, so two instances changing different fields
     // do not undo each other. The local-only fields are never sent.
-    args = changed_fields(update, settings_fields(next));
+    args = changed_fields(update, next);
   }
   if (!args.empty()) {
     call(scripts::kConfigure, std::move(args),
@@ -1493,8 +1483,8 @@ void RedisLimiter::start_configure(const SettingsUpdate& update,
       completion->complete(std::move(r));
       return;
     }
-    copy_local_fields(next, settings_);
-    args = changed_fields(update, settings_fields(next));
+    core::copy_local_settings(next, settings_);
+    args = changed_fields(update, next);
     if (args.empty()) {
       r.settings = settings_;
       completion->complete(std::move(r));

@@ -196,8 +196,6 @@ class RedisLimiter final : public detail::LimiterImpl {
                           std::uint64_t generation);
   void send_restore();
   void on_restore_reply(const Reply& reply);
-  /// Settings fields as the cfg hash stores them (field, value, ...).
-  static std::vector<std::string> settings_fields(const Settings& s);
   /// The settings in a cfg field/value list, over `base` (local fields kept).
   static Settings settings_from_fields(const std::vector<Reply>& flat, Settings base);
   /// Applies settings read from Redis (mu_ held); logs what differs from the start-up values once.

@@ -46,7 +46,7 @@ void EventHub::stop() {
   net::post(strand_, [self = shared_from_this()] { self->timer_.cancel(); });
 }
 
-std::vector<EventHub::Subscriber> EventHub::live() {
+bool EventHub::anyone_watching() {
   std::lock_guard lock(mu_);
   std::erase_if(subscribers_, [](const Subscriber& s) {
     const auto stream = s.stream.lock();
@@ -56,7 +56,7 @@ std::vector<EventHub::Subscriber> EventHub::live() {
     running_ = false;
     latest_.reset();  // a later subscriber starts the ticks afresh, with a fresh snapshot
   }
-  return running_ ? subscribers_ : std::vector<Subscriber>{};
+  return running_;
 }
 
 void EventHub::deliver(const Subscriber& to, std::shared_ptr<const std::string> event) {
@@ -67,9 +67,8 @@ void EventHub::deliver(const Subscriber& to, std::shared_ptr<const std::string> 
 
 net::awaitable<void> EventHub::run() {
   for (;;) {
-    if (live().empty()) co_return;
+    if (!anyone_watching()) co_return;
     auto event = std::make_shared<const std::string>(snapshot_());
-    snapshots_.fetch_add(1, std::memory_order_relaxed);
     std::vector<Subscriber> to;
     {
       std::lock_guard lock(mu_);
@@ -78,14 +77,8 @@ net::awaitable<void> EventHub::run() {
     }
     for (const auto& sub : to) deliver(sub, event);
     timer_.expires_after(interval_);
-    auto [ec] = co_await timer_.async_wait(net::as_tuple(net::use_awaitable));
-    if (ec) {
-      std::lock_guard lock(mu_);
-      if (stopped_) {
-        running_ = false;
-        co_return;
-      }
-    }
+    // stop() cancels the wait; the next anyone_watching() then ends the loop.
+    co_await timer_.async_wait(net::as_tuple(net::use_awaitable));
   }
 }
 

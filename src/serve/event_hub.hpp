@@ -17,9 +17,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
-#include <atomic>
 #include <chrono>
-#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -42,9 +40,6 @@ class EventHub : public std::enable_shared_from_this<EventHub> {
   /// Stops ticking (shutdown); subscribers get no more events.
   void stop();
 
-  /// Snapshots taken so far (one per tick while anyone subscribes).
-  std::uint64_t snapshots() const noexcept { return snapshots_.load(std::memory_order_relaxed); }
-
  private:
   struct Subscriber {
     boost::asio::any_io_executor strand;
@@ -52,15 +47,15 @@ class EventHub : public std::enable_shared_from_this<EventHub> {
   };
 
   boost::asio::awaitable<void> run();
-  /// The live subscribers (pruning the gone), or none: then the hub stops ticking.
-  std::vector<Subscriber> live();
+  /// Prunes the subscribers that are gone; false (and the hub stops ticking)
+  /// when none is left or the hub is stopped.
+  bool anyone_watching();
   static void deliver(const Subscriber& to, std::shared_ptr<const std::string> event);
 
   boost::asio::strand<boost::asio::io_context::executor_type> strand_;
   boost::asio::steady_timer timer_;
   std::chrono::milliseconds interval_;
   Snapshot snapshot_;
-  std::atomic<std::uint64_t> snapshots_{0};
 
   std::mutex mu_;  ///< guards what follows
   std::vector<Subscriber> subscribers_;

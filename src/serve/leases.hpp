@@ -39,8 +39,8 @@ class LeaseTable {
   /// Extends the lease of `token` from now by `lease`, which becomes its lease
   /// length, or (nullopt) by its current lease length; returns the lease
   /// applied, nullopt if the token is unknown.
-  std::optional<std::chrono::milliseconds> renew(
-      const std::string& token, std::optional<std::chrono::milliseconds> lease = std::nullopt);
+  std::optional<std::chrono::milliseconds> renew(const std::string& token,
+                                                 std::optional<std::chrono::milliseconds> lease);
   /// Releases every lease that ran out before `now`; returns how many.
   std::size_t expire(Clock::time_point now);
   /// Releases everything (shutdown).

@@ -98,15 +98,10 @@ void record_grant(Shared& sh, const std::string& limiter, milliseconds waited) {
 
 // --- SSE acquire --------------------------------------------------------------
 
-/// Bytes an acquire's event stream may have waiting to be written before its
-/// client counts as too slow and is dropped (its permit released): a few
-/// queued events take well under a KiB.
-constexpr std::size_t kSseQueueBytes = 256 * 1024;
-
 /// What one SSE acquire learns, for its stream and the access log (on the session strand).
 struct SseAcquire {
   SseAcquire(const net::any_io_executor& strand, std::function<void()> on_drop)
-      : stream(strand, kSseQueueBytes, std::move(on_drop)) {}
+      : stream(strand, Waiter::kEventBytes, std::move(on_drop)) {}
 
   fairgate::http::SseStream stream;
   std::string ticket;
@@ -980,9 +975,6 @@ awaitable<void> ignore_hangups(std::shared_ptr<Shared> sh, net::signal_set& hang
   }
 }
 
-/// One line of the settings in force and where they come from (docs/serve.md, "Which settings win").
-std::string describe_settings(const Snapshot& snap) { return core::describe_settings(snap.settings); }
-
 /// Redis: once each limiter has heard from Redis (or after a few seconds),
 /// one line per limiter with the settings in force and their source.
 awaitable<void> report_effective_settings(std::shared_ptr<Shared> sh) {
@@ -1001,9 +993,9 @@ awaitable<void> report_effective_settings(std::shared_ptr<Shared> sh) {
     const char* source = confirmed
                              ? "in force cluster-wide (stored in Redis, where they win over this config)"
                              : "this instance's own: not confirmed by Redis yet (unreachable?)";
-    sh->log->write(
-        confirmed ? LogLevel::info : LogLevel::warn,
-        fmt::format("fairgate serve: limiter {}: {} — {}", snap.name, describe_settings(snap), source));
+    sh->log->write(confirmed ? LogLevel::info : LogLevel::warn,
+                   fmt::format("fairgate serve: limiter {}: {} — {}", snap.name,
+                               core::describe_settings(snap.settings), source));
   }
 }
 

@@ -29,6 +29,11 @@ namespace fairgate::serve {
 
 class Waiter {
  public:
+  /// Bytes of a waiting request's events (queued, then its completion) that
+  /// may wait to be written before its client counts as too slow and is
+  /// dropped (fairgate::http::SseStream): a few events take well under a KiB.
+  static constexpr std::size_t kEventBytes = 256 * 1024;
+
   struct Handlers {
     std::function<void(const QueueStatus&)> queued;  ///< may be empty: no queue events
     std::function<void(AcquireResult)> done;

@@ -168,13 +168,14 @@ TEST(SettingsTable, TheRedisWireFormatIsUnchanged) {
   s.when_disabled = fairgate::DisabledMode::reject;
   s.reject_early = true;
   s.mode = fairgate::LimiterMode::shadow;
-  s.tenant_fairness = true;
+  // tenant_fairness stays false: with reject_early true, the two flags' fields
+  // pin which member each is bound to (a crosswise binding swaps "1" and "0").
   s.max_per_tenant = 2;
   s.on_redis_down = fairgate::RedisDownPolicy::closed;
   s.local_share = 3;
   const std::map<std::string, std::string> changed{
       {"max_concurrent", "7"},     {"max_queue", "0"},      {"enabled", "0"},
-      {"when_disabled", "reject"}, {"max_wait_ms", "1500"}, {"tenant_fairness", "1"},
+      {"when_disabled", "reject"}, {"max_wait_ms", "1500"}, {"tenant_fairness", "0"},
       {"max_per_tenant", "2"},     {"reject_early", "1"},   {"mode", "shadow"}};
   EXPECT_EQ(as_map(fairgate::core::wire_fields(s)), changed) << "on_redis_down and local_share stay local";
 }
