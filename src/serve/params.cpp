@@ -2,6 +2,7 @@
 // understand is answered 400 with the reason, never half-applied.
 #include "serve/params.hpp"
 
+#include "core/number.hpp"
 #include "core/settings_table.hpp"
 
 #include <fmt/format.h>
@@ -9,6 +10,8 @@
 
 #include <charconv>
 #include <limits>
+#include <span>
+#include <variant>
 
 namespace fairgate::serve {
 namespace {
@@ -46,13 +49,7 @@ bool decode(std::string_view in, bool query, std::string& out) {
   return true;
 }
 
-std::optional<std::int64_t> parse_int(std::string_view s) {
-  std::int64_t v = 0;
-  if (s.empty()) return std::nullopt;
-  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
-  return v;
-}
+std::optional<std::int64_t> parse_int(std::string_view s) { return core::parse_number<std::int64_t>(s); }
 
 /// An integer from a JSON value (integers only, no floats or strings).
 std::optional<std::int64_t> json_int(const json::value& v) {
@@ -83,6 +80,70 @@ bool check_lease(std::int64_t v, std::chrono::milliseconds max_lease, BadRequest
   if (v < 100 || v > max_lease.count()) {
     error.message = fmt::format("lease_ms: {} not in 100..{}", v, max_lease.count());
     return false;
+  }
+  return true;
+}
+
+/// One parameter a request may give: a whole number or a string.
+struct Param {
+  std::string_view name;
+  bool integer;
+};
+using ParamValue = std::variant<std::int64_t, std::string_view>;
+
+/// Hands each parameter of `target`'s query string, then of `body` (a JSON
+/// object, when not empty), to `set(name, value)`, each checked for its kind
+/// the same way from either source; the body comes second, so it wins where
+/// both give a value, and a JSON null leaves a parameter as it is. False, with
+/// `error` set, on a parameter not in `known`, a value of the wrong kind, or
+/// when `set` says no (it sets `error` itself).
+template <class Set>
+bool read_params(const Target& target, std::string_view body, std::span<const Param> known, const Set& set,
+                 BadRequest& error) {
+  const auto find = [&](std::string_view key) -> const Param* {
+    for (const auto& param : known)
+      if (param.name == key) return &param;
+    std::string names;
+    for (const auto& param : known) names += fmt::format("{}{}", names.empty() ? "" : ", ", param.name);
+    error.message = fmt::format("unknown parameter \"{}\" (use {})", key.substr(0, 32), names);
+    return nullptr;
+  };
+  for (const auto& [key, value] : target.query) {
+    const Param* param = find(key);
+    if (!param) return false;
+    if (!param->integer) {
+      if (!set(param->name, ParamValue(std::string_view(value)))) return false;
+      continue;
+    }
+    const auto v = parse_int(value);
+    if (!v) {
+      error.message = fmt::format("{}: \"{}\" is not a whole number", key, value.substr(0, 32));
+      return false;
+    }
+    if (!set(param->name, ParamValue(*v))) return false;
+  }
+  if (body.empty()) return true;
+  const auto obj = parse_object(body, error);
+  if (!obj) return false;
+  for (const auto& [k, v] : *obj) {
+    const Param* param = find(std::string_view(k.data(), k.size()));
+    if (!param) return false;
+    if (v.is_null()) continue;
+    if (param->integer) {
+      const auto i = json_int(v);
+      if (!i) {
+        error.message = fmt::format("{}: must be a whole number", param->name);
+        return false;
+      }
+      if (!set(param->name, ParamValue(*i))) return false;
+    } else {
+      if (!v.is_string()) {
+        error.message = fmt::format("{}: must be a string", param->name);
+        return false;
+      }
+      const auto& text = v.as_string();
+      if (!set(param->name, ParamValue(std::string_view(text.data(), text.size())))) return false;
+    }
   }
   return true;
 }
@@ -142,13 +203,20 @@ std::optional<Target> parse_target(std::string_view target, BadRequest& error) {
 
 std::optional<AcquireParams> parse_acquire_params(const Target& target, std::string_view body,
                                                   std::chrono::milliseconds max_lease, BadRequest& error) {
+  static constexpr Param kKnown[] = {
+      {"max_wait_ms", true}, {"tenant", false}, {"weight", true}, {"lease_ms", true}};
   AcquireParams p;
-  const auto bad = [&](std::string message) {
-    error.message = std::move(message);
-    return std::nullopt;
-  };
-  // Each parameter arrives as an integer or a string; check it the same way from both sources.
-  const auto set_int = [&](std::string_view key, std::int64_t v) -> bool {
+  const auto set = [&](std::string_view key, const ParamValue& value) -> bool {
+    if (key == "tenant") {
+      const auto tenant = std::get<std::string_view>(value);
+      if (!fairgate::valid_tenant(tenant)) {
+        error.message = fmt::format("tenant: must be {}", fairgate::kTenantRule);
+        return false;
+      }
+      p.tenant = std::string(tenant);
+      return true;
+    }
+    const auto v = std::get<std::int64_t>(value);
     if (key == "max_wait_ms") {
       if (v < 0 || v > kMaxWaitLimit.count()) {
         error.message = fmt::format("max_wait_ms: {} not in 0..{}", v, kMaxWaitLimit.count());
@@ -167,82 +235,21 @@ std::optional<AcquireParams> parse_acquire_params(const Target& target, std::str
     }
     return true;
   };
-  const auto set_tenant = [&](std::string_view v) -> bool {
-    if (!fairgate::valid_tenant(v)) {
-      error.message = fmt::format("tenant: must be {}", fairgate::kTenantRule);
-      return false;
-    }
-    p.tenant = std::string(v);
-    return true;
-  };
-  for (const auto& [key, value] : target.query) {
-    if (key == "max_wait_ms" || key == "weight" || key == "lease_ms") {
-      const auto v = parse_int(value);
-      if (!v) return bad(fmt::format("{}: \"{}\" is not a whole number", key, value.substr(0, 32)));
-      if (!set_int(key, *v)) return std::nullopt;
-    } else if (key == "tenant") {
-      if (!set_tenant(value)) return std::nullopt;
-    } else {
-      return bad(fmt::format("unknown parameter \"{}\" (use max_wait_ms, tenant, weight, lease_ms)",
-                             key.substr(0, 32)));
-    }
-  }
-  if (!body.empty()) {
-    auto obj = parse_object(body, error);
-    if (!obj) return std::nullopt;
-    for (const auto& [k, v] : *obj) {
-      const std::string_view key(k.data(), k.size());
-      if (key == "max_wait_ms" || key == "weight" || key == "lease_ms") {
-        if (v.is_null()) continue;
-        const auto i = json_int(v);
-        if (!i) return bad(fmt::format("{}: must be a whole number", key));
-        if (!set_int(key, *i)) return std::nullopt;
-      } else if (key == "tenant") {
-        if (v.is_null()) continue;
-        if (!v.is_string()) return bad("tenant: must be a string");
-        const auto& s = v.as_string();
-        if (!set_tenant(std::string_view(s.data(), s.size()))) return std::nullopt;
-      } else {
-        return bad(fmt::format("unknown parameter \"{}\" (use max_wait_ms, tenant, weight, lease_ms)",
-                               key.substr(0, 32)));
-      }
-    }
-  }
+  if (!read_params(target, body, kKnown, set, error)) return std::nullopt;
   return p;
 }
 
 std::optional<RenewParams> parse_renew_params(const Target& target, std::string_view body,
                                               std::chrono::milliseconds max_lease, BadRequest& error) {
+  static constexpr Param kKnown[] = {{"lease_ms", true}};
   RenewParams p;
-  const auto bad = [&](std::string message) {
-    error.message = std::move(message);
-    return std::nullopt;
-  };
-  const auto set_lease = [&](std::int64_t v) {
+  const auto set = [&](std::string_view, const ParamValue& value) -> bool {
+    const auto v = std::get<std::int64_t>(value);
     if (!check_lease(v, max_lease, error)) return false;
     p.lease = std::chrono::milliseconds(v);
     return true;
   };
-  for (const auto& [key, value] : target.query) {
-    if (key != "lease_ms")
-      return bad(fmt::format("unknown parameter \"{}\" (use lease_ms)", key.substr(0, 32)));
-    const auto v = parse_int(value);
-    if (!v) return bad(fmt::format("lease_ms: \"{}\" is not a whole number", value.substr(0, 32)));
-    if (!set_lease(*v)) return std::nullopt;
-  }
-  if (!body.empty()) {
-    auto obj = parse_object(body, error);
-    if (!obj) return std::nullopt;
-    for (const auto& [k, v] : *obj) {
-      const std::string_view key(k.data(), k.size());
-      if (key != "lease_ms")
-        return bad(fmt::format("unknown parameter \"{}\" (use lease_ms)", key.substr(0, 32)));
-      if (v.is_null()) continue;
-      const auto i = json_int(v);
-      if (!i) return bad("lease_ms: must be a whole number");
-      if (!set_lease(*i)) return std::nullopt;
-    }
-  }
+  if (!read_params(target, body, kKnown, set, error)) return std::nullopt;
   return p;
 }
 
