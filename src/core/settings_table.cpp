@@ -1,18 +1,11 @@
 #include "core/settings_table.hpp"
 
-#include <charconv>
+#include "core/number.hpp"
+
 #include <limits>
 
 namespace fairgate::core {
 namespace {
-
-std::optional<std::int64_t> parse_int(std::string_view text) noexcept {
-  std::int64_t v = 0;
-  if (text.empty()) return std::nullopt;
-  const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || p != text.data() + text.size()) return std::nullopt;
-  return v;
-}
 
 std::span<const std::string_view> wire_names(const SettingSpec& spec) noexcept {
   return spec.wire_choices.empty() ? spec.choices : spec.wire_choices;
@@ -118,10 +111,11 @@ bool read_wire_field(std::string_view field, std::string_view value, Settings& s
       }
       [[fallthrough]];
     case SettingKind::count:
-      if (const auto v = parse_int(value); v && *v >= spec->min && *v <= kMaxStored) spec->set(settings, *v);
+      if (const auto v = parse_number<std::int64_t>(value); v && *v >= spec->min && *v <= kMaxStored)
+        spec->set(settings, *v);
       break;
     case SettingKind::duration_ms:
-      if (const auto v = parse_int(value); v && *v >= spec->min) spec->set(settings, *v);
+      if (const auto v = parse_number<std::int64_t>(value); v && *v >= spec->min) spec->set(settings, *v);
       break;
     case SettingKind::flag:
       spec->set(settings, value == "1" ? 1 : value == "0" ? 0 : spec->get(Settings{}).value_or(0));

@@ -3,11 +3,11 @@
 #include "api/outcome.hpp"
 
 #include "core/acquire_rules.hpp"
+#include "core/number.hpp"
 
 #include <boost/asio/post.hpp>
 
 #include <algorithm>
-#include <charconv>
 #include <string>
 #include <utility>
 #include <vector>
@@ -101,9 +101,9 @@ void MemoryLimiter::start_acquire(AcquireOptions options, std::unique_ptr<detail
 }
 
 void MemoryLimiter::release(const std::string& id) noexcept {
-  core::RequestId rid = 0;
-  const auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), rid);
-  if (ec != std::errc{} || end != id.data() + id.size()) return;
+  const auto parsed = core::parse_number<core::RequestId>(id);
+  if (!parsed) return;
+  const core::RequestId rid = *parsed;
   std::lock_guard lock(mu_);
   const std::size_t queued_before = state_.queued();
   op_now_ = now();

@@ -2,6 +2,7 @@
 
 #include "api/outcome.hpp"
 #include "api/shadow.hpp"
+#include "core/number.hpp"
 #include "core/settings_table.hpp"
 #include "redis/log_level.hpp"
 
@@ -10,7 +11,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
@@ -22,17 +22,10 @@ namespace {
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
+using core::parse_number;
 
 milliseconds since(Clock::time_point start, Clock::time_point t) {
   return t > start ? duration_cast<milliseconds>(t - start) : milliseconds(0);
-}
-
-template <typename T>
-std::optional<T> parse_number(std::string_view s) {
-  T value{};
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  if (ec != std::errc{} || end != s.data() + s.size()) return std::nullopt;
-  return value;
 }
 
 bool is_array(const Reply& r, std::size_t at_least) {

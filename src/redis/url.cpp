@@ -1,6 +1,7 @@
 #include "redis/url.hpp"
 
-#include <charconv>
+#include "core/number.hpp"
+
 #include <optional>
 
 namespace fairgate::redis {
@@ -29,13 +30,6 @@ bool percent_decode(std::string_view in, std::string& out) {
     i += 2;
   }
   return true;
-}
-
-template <typename Int>
-bool parse_number(std::string_view s, Int& out) {
-  if (s.empty()) return false;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc{} && end == s.data() + s.size();
 }
 
 }  // namespace
@@ -105,19 +99,21 @@ std::optional<std::string> parse_hostport(std::string_view hostport, Endpoint& e
   if (host.empty()) return std::string("missing host");
   ep.host = std::string(host);
   if (!port.empty()) {
-    unsigned value = 0;
-    if (!parse_number(port, value) || value == 0 || value > 65535) {
+    const auto value = core::parse_number<unsigned>(port);
+    if (!value || *value == 0 || *value > 65535) {
       return "port must be a number 1..65535, got '" + std::string(port) + "'";
     }
-    ep.port = static_cast<std::uint16_t>(value);
+    ep.port = static_cast<std::uint16_t>(*value);
   }
   return std::nullopt;
 }
 
 std::optional<std::string> parse_db(std::string_view db, Endpoint& ep) {
   if (db.empty()) return std::nullopt;
-  if (!parse_number(db, ep.db) || ep.db < 0 || ep.db > 65535)
+  const auto value = core::parse_number<decltype(ep.db)>(db);
+  if (!value || *value < 0 || *value > 65535)
     return "database must be a number 0..65535, got '" + std::string(db) + "'";
+  ep.db = *value;
   return std::nullopt;
 }
 

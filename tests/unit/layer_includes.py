@@ -24,7 +24,7 @@ LAYERS = {
     "mockllm": (["http/"], False),          # a server on http only
     # the URL's redacted form, nothing of the client; the gateway's entry point
     # (only from the server's files, not from serve_base's: see below)
-    "serve": (["http/", "redis/url.hpp", "gateway/gateway.hpp", "core/settings_table.hpp"], True),
+    "serve": (["http/", "redis/url.hpp", "gateway/gateway.hpp", "core/settings_table.hpp", "core/number.hpp"], True),
     # on fairgate_serve_base (its headers only: SERVE_BASE below), never the server's
     "gateway": (["serve_base", "http/"], True),
     "bench": (["redis/"], True),
