@@ -520,6 +520,50 @@ std::shared_ptr<Probe> acquire_watched(Limiter& limiter, Statuses& st, std::chro
   return acquire(limiter, std::move(o));
 }
 
+// Positions move as the queue moves, for waiters of an instance that neither
+// released nor was granted anything: its heartbeat brings the queue head, and
+// each waiter's position is its distance from it (order scores are contiguous
+// within a state). The waiters arrive a few ms apart, so that order scores
+// taken from the clock (tried) would leave the middle ones far behind (at the
+// back, the queue length) and fail this.
+TEST(RedisBackendTest, PositionsMoveAsTheQueueMovesOnAnotherInstance) {
+  const std::string name = test_name();
+  auto o = fast_options();
+  Instance a(o);
+  Instance b(o);
+  Limiter la = a.open(name, cap(1));
+  Limiter lb = b.open(name, cap(1));
+  auto holder = acquire(la);
+  ASSERT_TRUE(wait_until([&] { return holder->done(); }));
+  auto first = acquire_queued(la);  // position 1, on a
+  std::vector<Statuses> st(4);
+  std::vector<std::shared_ptr<Probe>> queued;
+  for (auto& s : st) {
+    std::this_thread::sleep_for(5ms);
+    queued.push_back(acquire_watched(lb, s, 20s));
+    ASSERT_TRUE(wait_until([&] { return s.first().has_value(); }, 5s));
+  }
+  for (std::size_t i = 0; i < st.size(); ++i) EXPECT_EQ(st[i].first()->position, i + 2);
+  const auto positions = [&] {
+    std::string out;
+    for (std::size_t i = 1; i < st.size(); ++i) {
+      std::lock_guard lock(st[i].mu);
+      out += std::to_string(st[i].seen.back().position) + " ";
+    }
+    return out;
+  };
+  // Two seats handed on, on a: b's other waiters move up two places at b's next heartbeats.
+  holder->release();
+  ASSERT_TRUE(wait_until([&] { return first->done(); }));
+  first->release();
+  ASSERT_TRUE(wait_until([&] { return queued[0]->done(); }));
+  ASSERT_TRUE(wait_until([&] { return positions() == "1 2 3 "; }, 5s)) << "positions " << positions();
+  for (auto& q : queued) {
+    ASSERT_TRUE(wait_until([&] { return q->done(); }));
+    q->release();
+  }
+}
+
 // F7 on Redis: the pace is measured in Redis (release.lua), so an instance
 // that never released anything estimates from the others' releases; no
 // history means no estimate; reject_early is a cluster-wide setting. Time

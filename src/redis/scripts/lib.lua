@@ -132,6 +132,12 @@ local function q_remove(member)
   return redis.call('ZREM', K_QUEUE, member)
 end
 
+-- Takes the head of `key` (the queue, or a tenant's queue) out of it: the
+-- member, or nil when it is empty. One ZPOPMIN instead of a ZRANGE and a ZREM.
+local function pop_head(key)
+  return redis.call('ZPOPMIN', key)[1]
+end
+
 -- The time field of request `id` in ptenant: its arrival while it waits, its grant once it holds
 -- (Redis ms; status pages show ages from it, snapshot.lua).
 local function since_field(id) return '@' .. id end
@@ -422,15 +428,18 @@ local function dispatch_tenants(cfg, now, holders)
     if not t then break end
     local held = cfg.cap and held_by(t) or 0
     local key = tq(t)
-    local head = redis.call('ZRANGE', key, 0, 0)[1]
-    if not head then
-      -- Cannot happen while the keys are whole; never loop on it.
-      redis.call('ZREM', K_TREADY, t)
-      redis.call('HDEL', K_TCREDIT, t)
-    elseif cfg.cap and held >= cfg.cap then
+    local head = nil
+    if cfg.cap and held >= cfg.cap then
       park(t)  -- its cap was lowered: skip it until one of its permits returns
     else
-      redis.call('ZREM', key, head)
+      head = pop_head(key)
+      if not head then
+        -- Cannot happen while the keys are whole; never loop on it.
+        redis.call('ZREM', K_TREADY, t)
+        redis.call('HDEL', K_TCREDIT, t)
+      end
+    end
+    if head then
       q_remove(head)
       local inst, id, deadline, weight = split_waiter(head)
       local ok = deadline > now and alive(inst, now)
@@ -477,9 +486,9 @@ local function dispatch(cfg, now)
   if cfg.tmode then return dispatch_tenants(cfg, now, holders) end
   local granted = 0
   while has_room(cfg, holders, now) do
-    local head = redis.call('ZRANGE', K_QUEUE, 0, 0)[1]
+    local head = pop_head(K_QUEUE)
     if not head then break end
-    q_remove(head)
+    redis.call('ZREM', K_BYINST, head)  -- I5: out of byinst as it is out of the queue
     local inst, id, deadline, _, t = split_waiter(head)
     if deadline > now and alive(inst, now) then
       holder_add(cfg, id, t)
