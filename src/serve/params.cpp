@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 #include <boost/json.hpp>
 
-#include <charconv>
 #include <limits>
 #include <span>
 #include <variant>
@@ -48,8 +47,6 @@ bool decode(std::string_view in, bool query, std::string& out) {
   }
   return true;
 }
-
-std::optional<std::int64_t> parse_int(std::string_view s) { return core::parse_number<std::int64_t>(s); }
 
 /// An integer from a JSON value (integers only, no floats or strings).
 std::optional<std::int64_t> json_int(const json::value& v) {
@@ -115,7 +112,7 @@ bool read_params(const Target& target, std::string_view body, std::span<const Pa
       if (!set(param->name, ParamValue(std::string_view(value)))) return false;
       continue;
     }
-    const auto v = parse_int(value);
+    const auto v = core::parse_number<std::int64_t>(value);
     if (!v) {
       error.message = fmt::format("{}: \"{}\" is not a whole number", key, value.substr(0, 32));
       return false;
@@ -260,7 +257,7 @@ std::optional<StatusQuery> parse_status_query(const Target& target, BadRequest& 
       error.message = fmt::format("unknown parameter \"{}\" (use offset, limit)", key.substr(0, 32));
       return std::nullopt;
     }
-    const auto v = parse_int(value);
+    const auto v = core::parse_number<std::int64_t>(value);
     if (!v) {
       error.message = fmt::format("{}: \"{}\" is not a whole number", key, value.substr(0, 32));
       return std::nullopt;
@@ -426,7 +423,7 @@ std::optional<RateRefundParams> parse_rate_refund(std::string_view body, BadRequ
           const auto dot = text.find('.', start);
           if ((i < 2) == (dot == std::string::npos)) return false;
           const std::string part = text.substr(start, i < 2 ? dot - start : std::string::npos);
-          const auto n = parse_int(part);
+          const auto n = core::parse_number<std::int64_t>(part);
           if (!n || *n < 0) return false;
           *out[i] = *n;
           start = dot + 1;
