@@ -1299,18 +1299,6 @@ namespace {
 /// The instance of a permit id or waiter member "inst|n...".
 std::string instance_of(std::string_view id) { return std::string(id.substr(0, id.find('|'))); }
 
-/// A queue member "inst|n|deadline" or "inst|n|deadline|weight|tenant" → (ticket "inst|n", tenant).
-std::pair<std::string, std::string> split_member(std::string_view member) {
-  const auto first = member.find('|');
-  const auto second = first == std::string_view::npos ? first : member.find('|', first + 1);
-  if (second == std::string_view::npos) return {std::string(member), ""};
-  std::string ticket(member.substr(0, second));
-  const auto third = member.find('|', second + 1);
-  const auto fourth = third == std::string_view::npos ? third : member.find('|', third + 1);
-  if (fourth == std::string_view::npos) return {std::move(ticket), ""};
-  return {std::move(ticket), std::string(member.substr(fourth + 1))};
-}
-
 milliseconds age(std::int64_t now_ms, std::int64_t since_ms) {
   return since_ms < 0 ? milliseconds(0) : milliseconds(std::max<std::int64_t>(0, now_ms - since_ms));
 }
@@ -1351,7 +1339,7 @@ void RedisLimiter::start_status(const StatusQuery& query,
              !ec && !reply.is_error() && is_array(reply, 1) && reply.elements[0].str == "ok" &&
              is_array(reply, 7) && reply.elements[4].type == Reply::Type::array &&
              reply.elements[5].type == Reply::Type::array && reply.elements[6].type == Reply::Type::array &&
-             reply.elements[4].elements.size() % 3 == 0 && reply.elements[5].elements.size() % 3 == 0;
+             reply.elements[4].elements.size() % 3 == 0 && reply.elements[5].elements.size() % 4 == 0;
          if (!ok) {
            r.error = make_error_code(Errc::unavailable);
            if (!ec && is_array(reply, 1) && reply.elements[0].str == "lost") {
@@ -1378,12 +1366,11 @@ void RedisLimiter::start_status(const StatusQuery& query,
                id, e[4].elements[i + 1].str, age(now, integer_of(e[4].elements[i + 2])), instance_of(id)});
          }
          r.snapshot.waiters.clear();
-         for (std::size_t i = 0; i + 2 < e[5].elements.size(); i += 3) {
-           auto [ticket, tenant] = split_member(e[5].elements[i].str);
-           std::string inst = instance_of(ticket);
+         for (std::size_t i = 0; i + 3 < e[5].elements.size(); i += 4) {
+           const std::string& id = e[5].elements[i].str;
            r.snapshot.waiters.push_back(
-               WaiterInfo{std::move(ticket), std::move(tenant), count_of(e[5].elements[i + 2]),
-                          age(now, integer_of(e[5].elements[i + 1])), std::move(inst)});
+               WaiterInfo{id, e[5].elements[i + 1].str, count_of(e[5].elements[i + 3]),
+                          age(now, integer_of(e[5].elements[i + 2])), instance_of(id)});
          }
          for (const auto& id : e[6].elements) r.instances.push_back(id.str);
          std::sort(r.instances.begin(), r.instances.end());

@@ -2,7 +2,9 @@
 //
 // A MONITOR connection records every command Redis executes, those run inside
 // Lua scripts included, in execution order. fifo_in_redis_order() reads from
-// it each waiter's enqueue (ZADD <queue> <seq> <member>) and each hand-off to
+// it each waiter's enqueue (ZADD <queue> <seq> <member>, the member
+// "inst|n|deadline_ms:arrived_ms", or "inst|n|deadline_ms" as written before
+// the arrival rode in it) and each hand-off to
 // a waiter (SPUBLISH on its instance's wake channel): the scripts must hand
 // permits out in increasing sequence. Client-side timestamps of grants made a
 // fraction of a millisecond apart on different processes cannot show this
@@ -81,7 +83,7 @@ inline RedisFifo fifo_in_redis_order(const std::vector<std::string>& lines, cons
   };
   const std::string base = prefix + ":{" + name + "}:";
   const std::regex enqueue("\\[\\d+ lua\\] \"ZADD\" \"" + escape(base + "queue") +
-                           "\" \"(\\d+)\" \"([^\"|]+\\|\\d+)\\|\\d+\"");
+                           "\" \"(\\d+)\" \"([^\"|]+\\|\\d+)\\|\\d+(:\\d+)?\"");
   const std::regex publish("\\[\\d+ lua\\] \"SPUBLISH\" \"" + escape(base + "wake:") +
                            "[^\"]+\" \"([^\"]+)\"");
   std::map<std::string, long> seq_of;

@@ -23,7 +23,7 @@ local cfg = load_cfg()
 if not cfg or not registered(inst) then return {'lost'} end
 local id = inst .. '|' .. n
 if ARGV[7] == '1' then
-  if redis.call('ZSCORE', K_HOLDERS, id) then return {'granted'} end
+  if holds(id) then return {'granted'} end
   local member = find_waiter(id)
   if member then
     return {'queued', tonumber(redis.call('ZSCORE', K_QUEUE, member)), position_of(cfg, member, tenant)}
@@ -79,9 +79,8 @@ if cfg.reject_early then
   end
 end
 local order = redis.call('INCR', K_SEQ)
-local member = make_member(id, now + max_wait, weight, tenant)
+local member = make_member(id, now + max_wait, now, weight, tenant)
 q_add(member, order)
-waiter_since(id, now)
 local position = queued + 1
 if cfg.tmode then
   t_enqueue(cfg, tenant, member, order)

@@ -76,7 +76,7 @@ local granted, in_use = dispatch(cfg, now)
 local held, my_waiters = {}, 0
 if lost == 0 then
   local lo, hi = range_of(inst)
-  held = redis.call('ZRANGEBYLEX', K_HOLDERS, lo, hi)
+  held = holder_ids(redis.call('ZRANGEBYLEX', K_HOLDERS, lo, hi))
   my_waiters = redis.call('ZLEXCOUNT', K_BYINST, lo, hi)
 end
 local head = redis.call('ZRANGE', K_QUEUE, 0, 0, 'WITHSCORES')

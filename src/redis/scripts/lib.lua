@@ -14,10 +14,13 @@
 --                            since left a seat free), pace_at (ms of the last gap); the seat
 --                            pace (reject_early): seat_gap, seat_n, seat_last, seat_at, the same
 --                            for releases only (a waiter leaving does not free a seat)
---   KEYS[2] holders    zset  "inst|n" -> 0      (score 0: lex ranges find one instance's permits)
+--   KEYS[2] holders    zset  "inst|n|granted_ms" -> 0 (score 0: lex ranges find one instance's
+--                            permits, "[inst|n|" one permit; the grant time rides in the member)
 --   KEYS[3] queue      zset  waiter member -> order score (the global FIFO; all waiters, every mode)
---                            member: "inst|n|deadline_ms" (tenant '' and weight 1), else
---                            "inst|n|deadline_ms|weight|tenant"
+--                            member: "inst|n|deadline_ms:arrived_ms" (tenant '' and weight 1), else
+--                            "inst|n|deadline_ms:arrived_ms|weight|tenant" (arrived_ms: Redis ms of
+--                            its arrival, for the status ages; members written before it was
+--                            there, "inst|n|deadline_ms[|weight|tenant]", are read as arrival unknown)
 --   KEYS[4] seq        string INCR counter of arrivals (the order score of the next one)
 --   KEYS[5] instances  zset  instance id -> liveness deadline (ms, Redis time); -1 while a dead
 --                            instance is being reaped
@@ -25,7 +28,8 @@
 --                            (reaping, cancel by request id, restore) without scanning the queue
 -- The tenant keys (F12), declared too (KEYS[7..12]; Redis Cluster and its tooling see
 -- every key a script touches):
---   KEYS[7] ptenant   hash  permit id -> tenant, for permits of a non-empty tenant (every mode)
+--   KEYS[7] ptenant   hash  permit id "inst|n" -> tenant, for permits of a non-empty tenant (every
+--                   mode)
 -- and, only while the config is tenant-aware (tenant_fairness = 1 or max_per_tenant set):
 --   tq:<t>    zset  waiter member -> order score: tenant t's FIFO. The one key family that
 --                   cannot be declared: which tenant's queue a grant reads is decided inside
@@ -101,17 +105,18 @@ local function now_ms()
   return NOW
 end
 
--- member -> inst, "inst|n", deadline, weight, tenant
+-- member -> inst, "inst|n", deadline, weight, tenant, arrived (Redis ms; -1 unknown)
 local function split_waiter(member)
-  local inst, n, deadline = string.match(member, '^([^|]+)|([^|]+)|(%d+)$')
-  if inst then return inst, inst .. '|' .. n, tonumber(deadline), 1, '' end
-  local inst2, n2, d2, w, t = string.match(member, '^([^|]+)|([^|]+)|(%d+)|(%d+)|(.*)$')
-  return inst2, inst2 .. '|' .. n2, tonumber(d2), tonumber(w), t
+  local inst, n, deadline, arrived = string.match(member, '^([^|]+)|([^|]+)|(%d+):?(%d*)$')
+  if inst then return inst, inst .. '|' .. n, tonumber(deadline), 1, '', tonumber(arrived) or -1 end
+  local inst2, n2, d2, a2, w, t = string.match(member, '^([^|]+)|([^|]+)|(%d+):?(%d*)|(%d+)|(.*)$')
+  return inst2, inst2 .. '|' .. n2, tonumber(d2), tonumber(w), t, tonumber(a2) or -1
 end
 
-local function make_member(id, deadline, weight, tenant)
-  if tenant == '' and weight == 1 then return id .. '|' .. int(deadline) end
-  return id .. '|' .. int(deadline) .. '|' .. weight .. '|' .. tenant
+local function make_member(id, deadline, arrived, weight, tenant)
+  local head = id .. '|' .. int(deadline) .. ':' .. int(arrived)
+  if tenant == '' and weight == 1 then return head end
+  return head .. '|' .. weight .. '|' .. tenant
 end
 
 -- The waiters of one instance, or of one request "inst|n", are one lex range of byinst.
@@ -120,6 +125,26 @@ local function range_of(prefix) return '[' .. prefix .. '|', '(' .. prefix .. '}
 local function find_waiter(id)
   local lo, hi = range_of(id)
   return redis.call('ZRANGEBYLEX', K_BYINST, lo, hi, 'LIMIT', 0, 1)[1]
+end
+
+-- A holder member "inst|n|granted_ms" -> "inst|n", granted_ms (-1: a member written before the
+-- grant time was kept in it, "inst|n").
+local function split_holder(member)
+  local id, granted = string.match(member, '^([^|]+|[^|]+)|(%d+)$')
+  if id then return id, tonumber(granted) end
+  return member, -1
+end
+
+-- The permit ids of a list of holder members.
+local function holder_ids(members)
+  for i, m in ipairs(members) do members[i] = (split_holder(m)) end
+  return members
+end
+
+-- Does request `id` ("inst|n") hold a permit? (Its holder member is "id|granted_ms".)
+local function holds(id)
+  local lo, hi = range_of(id)
+  return redis.call('ZLEXCOUNT', K_HOLDERS, lo, hi) > 0 or redis.call('ZSCORE', K_HOLDERS, id) ~= false
 end
 
 local function q_add(member, score)
@@ -137,22 +162,6 @@ end
 local function pop_head(key)
   return redis.call('ZPOPMIN', key)[1]
 end
-
--- The time field of request `id` in ptenant: its arrival while it waits, its grant once it holds
--- (Redis ms; status pages show ages from it, snapshot.lua).
-local function since_field(id) return '@' .. id end
-
--- A waiter `id` arrived at `now` (HSETNX: a restore keeps an arrival Redis still has).
-local function waiter_since(id, now, keep)
-  if keep then
-    redis.call('HSETNX', K_PTENANT, since_field(id), int(now))
-  else
-    redis.call('HSET', K_PTENANT, since_field(id), int(now))
-  end
-end
-
--- A waiter `id` left the queue without a permit: forget its arrival.
-local function waiter_gone(id) redis.call('HDEL', K_PTENANT, since_field(id)) end
 
 -- True when no instance's liveness runs past `now`: nobody reached Redis for a whole TTL, so
 -- Redis itself was away (stopped, restarted with its data, unreachable): not a crash of all.
@@ -376,23 +385,18 @@ end
 -- Returns 1, or 0 when it was not waiting.
 local function waiter_remove(cfg, member)
   if q_remove(member) == 0 then return 0 end
-  local _, id, _, _, t = split_waiter(member)
-  waiter_gone(id)
+  local _, _, _, _, t = split_waiter(member)
   if cfg and cfg.tmode then
     t_remove(cfg, t, member)
   end
   return 1
 end
 
--- Makes `id` a holder of tenant `t`, granted now: one HSET writes its tenant (if any) and its
--- grant time (over its arrival, when it waited).
+-- Makes `id` a holder of tenant `t`, granted now (the time rides in its holder member; its
+-- tenant, if any, in ptenant).
 local function holder_add(cfg, id, t)
-  redis.call('ZADD', K_HOLDERS, 0, id)
-  if t ~= '' then
-    redis.call('HSET', K_PTENANT, id, t, since_field(id), int(now_ms()))
-  else
-    redis.call('HSET', K_PTENANT, since_field(id), int(now_ms()))
-  end
+  redis.call('ZADD', K_HOLDERS, 0, id .. '|' .. int(now_ms()))
+  if t ~= '' then redis.call('HSET', K_PTENANT, id, t) end
   if cfg and cfg.tmode then redis.call('HINCRBY', K_THOLDERS, t, 1) end
 end
 
@@ -400,13 +404,16 @@ end
 -- frees a permit rejoins (at the back of the rotation). Returns 1, or 0 when
 -- `id` held nothing.
 local function holder_remove(cfg, id, t)
-  if redis.call('ZREM', K_HOLDERS, id) == 0 then return 0 end
+  local lo, hi = range_of(id)
+  if redis.call('ZREMRANGEBYLEX', K_HOLDERS, lo, hi) == 0 and redis.call('ZREM', K_HOLDERS, id) == 0 then
+    return 0
+  end
   if cfg and cfg.fence > 0 and fenced(cfg, now_ms()) then
     cfg.credit = cfg.credit + 1
     redis.call('HINCRBY', K_CFG, 'fence_credit', 1)
   end
   if t == nil then t = redis.call('HGET', K_PTENANT, id) or '' end
-  redis.call('HDEL', K_PTENANT, id, since_field(id))  -- its tenant (if any) and its grant time
+  if t ~= '' then redis.call('HDEL', K_PTENANT, id) end
   if cfg and cfg.tmode then
     if redis.call('HINCRBY', K_THOLDERS, t, -1) <= 0 then redis.call('HDEL', K_THOLDERS, t) end
     if redis.call('SREM', K_TPARKED, t) == 1 then t_place(cfg, t) end
@@ -450,8 +457,6 @@ local function dispatch_tenants(cfg, now, holders)
         holders = holders + 1
         granted = granted + 1
         held = held + 1
-      else
-        waiter_gone(id)
       end
       local nxt = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
       if not nxt[1] then
@@ -496,8 +501,6 @@ local function dispatch(cfg, now)
       redis.call('SPUBLISH', WAKE_PREFIX .. inst, id)
       holders = holders + 1
       granted = granted + 1
-    else
-      waiter_gone(id)
     end
   end
   return granted, holders
@@ -508,7 +511,7 @@ end
 local function purge(cfg, inst, budget)
   local lo, hi = range_of(inst)
   local returned, removed = 0, 0
-  local ids = redis.call('ZRANGEBYLEX', K_HOLDERS, lo, hi, 'LIMIT', 0, budget)
+  local ids = holder_ids(redis.call('ZRANGEBYLEX', K_HOLDERS, lo, hi, 'LIMIT', 0, budget))
   for _, id in ipairs(ids) do returned = returned + holder_remove(cfg, id, nil) end
   local left = budget - #ids
   local members = {}
@@ -544,18 +547,6 @@ end
 -- Removes every waiter (disabled in reject mode: their instances end them with
 -- 'disabled' when they see the config). O(tenants) plus the queue's deletion.
 local function clear_waiters(cfg)
-  -- Their arrival times first, 1,000 at a time (O(waiters): disabling in reject mode is rare).
-  local start = 0
-  repeat
-    local chunk = redis.call('ZRANGE', K_QUEUE, start, start + 999)
-    local fields = {}
-    for _, m in ipairs(chunk) do
-      local _, id = split_waiter(m)
-      fields[#fields + 1] = since_field(id)
-    end
-    if #fields > 0 then redis.call('HDEL', K_PTENANT, unpack(fields)) end
-    start = start + 1000
-  until #chunk < 1000
   if cfg.tmode then
     local tenants = redis.call('ZRANGE', K_TREADY, 0, -1)
     for _, t in ipairs(redis.call('SMEMBERS', K_TPARKED)) do tenants[#tenants + 1] = t end
@@ -598,7 +589,7 @@ local function rebuild_tenants(old, cfg)
       redis.call('ZADD', tq(t), q[i + 1], q[i])
       tenants[t] = true
     end
-    for _, id in ipairs(redis.call('ZRANGE', K_HOLDERS, 0, -1)) do
+    for _, id in ipairs(holder_ids(redis.call('ZRANGE', K_HOLDERS, 0, -1))) do
       redis.call('HINCRBY', K_THOLDERS, redis.call('HGET', K_PTENANT, id) or '', 1)
     end
   end

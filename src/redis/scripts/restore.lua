@@ -38,7 +38,7 @@ local permits, missing_granted = 0, 0
 local first_waiter = 7 + 3 * count
 for i = 7, first_waiter - 1, 3 do
   local id, tenant, kind = inst .. '|' .. ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  if redis.call('ZSCORE', K_HOLDERS, id) == false then
+  if not holds(id) then
     local member = find_waiter(id)
     if member then waiter_remove(cfg, member) end  -- granted locally while it waited in Redis
     holder_add(cfg, id, tenant)
@@ -58,11 +58,11 @@ for i = first_waiter, #ARGV - 4, 5 do
   local n, order, remaining = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local id = inst .. '|' .. n
   listed[n] = true
-  if redis.call('ZSCORE', K_HOLDERS, id) == false and not find_waiter(id) and remaining > 0 then
+  if not holds(id) and not find_waiter(id) and remaining > 0 then
     local score = order ~= '' and tonumber(order) or redis.call('INCR', K_SEQ)
-    local member = make_member(id, now + remaining, tonumber(ARGV[i + 3]), ARGV[i + 4])
+    -- Its arrival as Redis saw it is gone with its member: the status shows it from now.
+    local member = make_member(id, now + remaining, now, tonumber(ARGV[i + 3]), ARGV[i + 4])
     q_add(member, score)
-    waiter_since(id, now, true)  -- its arrival, unless Redis still has it
     if cfg.tmode then t_enqueue(cfg, ARGV[i + 4], member, score) end
     waiters = waiters + 1
   end
@@ -81,7 +81,7 @@ local granted, orders = {}, {}
 for i = first_waiter, #ARGV - 4, 5 do
   local n = ARGV[i]
   local id = inst .. '|' .. n
-  if redis.call('ZSCORE', K_HOLDERS, id) then
+  if holds(id) then
     granted[#granted + 1] = n
   else
     local member = find_waiter(id)
@@ -91,6 +91,6 @@ for i = first_waiter, #ARGV - 4, 5 do
     end
   end
 end
-local held = redis.call('ZRANGEBYLEX', K_HOLDERS, lo, hi)
+local held = holder_ids(redis.call('ZRANGEBYLEX', K_HOLDERS, lo, hi))
 return {'ok', permits, waiters, granted, orders, held, in_use, math.max(0, cfg.fence - now),
         was_registered and 1 or 0, fenced}

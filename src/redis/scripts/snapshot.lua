@@ -6,12 +6,13 @@
 --   {'ok', now_ms, in_use, queued, holders, waiters, instances}:
 --   holders    flat (permit id, tenant, granted_ms) of holders offset+1 .. offset+limit, oldest
 --              grant first (granted_ms -1 when unknown: listed last)
---   waiters    flat (member, arrived_ms, position) of waiters offset+1 .. offset+limit in queue
---              (arrival) order; position as acquire reports it (see position_of)
+--   waiters    flat (request id, tenant, arrived_ms, position) of waiters offset+1 ..
+--              offset+limit in queue (arrival) order (arrived_ms -1 when unknown); position as
+--              acquire reports it (see position_of)
 --   instances  the ids of the instances whose liveness runs
--- Cost: waiters O(log n + limit) (a ZRANGE by rank and one HMGET of the page; two ZRANKs per
--- listed waiter under tenant fairness); holders O(holders) (their times are read and sorted:
--- holders are bounded by max_concurrent).
+-- Cost: waiters O(log n + limit) (a ZRANGE by rank; two ZRANKs per listed waiter under tenant
+-- fairness; the times ride in the members); holders O(holders) (read, with one HMGET of their
+-- tenants per 500, and sorted: holders are bounded by max_concurrent).
 local cfg = load_cfg()
 if not cfg then return {'lost'} end
 local now = now_ms()
@@ -21,23 +22,23 @@ local queued = redis.call('ZCARD', K_QUEUE)
 
 local holders = {}
 if limit > 0 and offset < in_use then
-  local ids = redis.call('ZRANGE', K_HOLDERS, 0, -1)
+  local members = redis.call('ZRANGE', K_HOLDERS, 0, -1)
   local all = {}
-  for s = 1, #ids, 500 do
-    local fields = {}
-    for i = s, math.min(s + 499, #ids) do
-      fields[#fields + 1] = ids[i]
-      fields[#fields + 1] = since_field(ids[i])
+  for s = 1, #members, 500 do
+    local ids = {}
+    for i = s, math.min(s + 499, #members) do
+      local id, granted = split_holder(members[i])
+      ids[#ids + 1] = id
+      all[i] = {id, '', granted, granted < 0 and math.huge or granted}
     end
-    local v = redis.call('HMGET', K_PTENANT, unpack(fields))
-    for j = 1, #v, 2 do
-      local since = tonumber(v[j + 1] or '') or -1
-      all[#all + 1] = {ids[s + (j - 1) / 2], v[j] or '', since, since < 0 and math.huge or since}
+    local tenants = redis.call('HMGET', K_PTENANT, unpack(ids))
+    for j, t in ipairs(tenants) do
+      if t then all[s + j - 1][2] = t end
     end
   end
-  table.sort(all, function(a, b)
-    if a[4] ~= b[4] then return a[4] < b[4] end
-    return a[1] < b[1]
+  table.sort(all, function(x, y)
+    if x[4] ~= y[4] then return x[4] < y[4] end
+    return x[1] < y[1]
   end)
   for i = offset + 1, math.min(offset + limit, #all) do
     holders[#holders + 1] = all[i][1]
@@ -49,20 +50,13 @@ end
 local waiters = {}
 if limit > 0 and offset < queued then
   local page = redis.call('ZRANGE', K_QUEUE, offset, offset + limit - 1)
-  local fields = {}
-  for i, m in ipairs(page) do
-    local _, id = split_waiter(m)
-    fields[i] = since_field(id)
-  end
-  local since = {}
-  if #fields > 0 then since = redis.call('HMGET', K_PTENANT, unpack(fields)) end
   local fair = cfg.tmode and cfg.fair
   local tenants, turns = 0, {}
   if fair then tenants = redis.call('ZCARD', K_TREADY) + redis.call('SCARD', K_TPARKED) end
   for i, m in ipairs(page) do
+    local _, id, _, _, t, arrived = split_waiter(m)
     local position = offset + i
     if fair then
-      local _, _, _, _, t = split_waiter(m)
       if turns[t] == nil then
         local r = redis.call('ZRANK', K_TREADY, t)
         turns[t] = r and r + 1 or tenants
@@ -70,8 +64,9 @@ if limit > 0 and offset < queued then
       local k = (redis.call('ZRANK', tq(t), m) or 0) + 1
       position = math.min((k - 1) * tenants + turns[t], queued)
     end
-    waiters[#waiters + 1] = m
-    waiters[#waiters + 1] = tonumber(since[i] or '') or -1
+    waiters[#waiters + 1] = id
+    waiters[#waiters + 1] = t
+    waiters[#waiters + 1] = arrived
     waiters[#waiters + 1] = position
   end
 end
