@@ -221,9 +221,12 @@ void Stage::remove_redis_keys() const {
       if (r.type != redis::Reply::Type::array || r.elements.size() != 2) break;
       cursor = r.elements[0].str;
       std::vector<std::string> del = {"DEL"};
+      // DEL of several keys must stay in one slot on a Cluster: only the keys of its hash tag.
+      std::string tag = "{";  // appended piece by piece: g++ 12 -O3 misreads "{" + string (-Wrestrict)
+      tag += kLimiterName;
+      tag += '}';
       for (const auto& k : r.elements[1].elements) {
-        // DEL of several keys must stay in one slot on a Cluster.
-        if (k.str.find("{" + std::string(kLimiterName) + "}") != std::string::npos) del.push_back(k.str);
+        if (k.str.find(tag) != std::string::npos) del.push_back(k.str);
       }
       if (del.size() > 1) admin.call(del);
       if (cursor == "0") break;
