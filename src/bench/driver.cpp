@@ -489,9 +489,10 @@ std::string run_crash(const BenchOptions& o, const std::function<void(const std:
     out.set("recovery_max_ms", nullptr);
   {
     std::string list = "[";
+    // Appended piece by piece: g++ 12 -O3 misreads "," + string (-Wrestrict).
     for (const auto ns : recovery) {
       if (list.size() > 1) list += ',';
-      list += fmt::format("{}", ms(ns));  // appended piece by piece: g++ 12 -O3 misreads "," + string (-Wrestrict)
+      list += fmt::format("{}", ms(ns));
     }
     out.set_raw("recovery_ms", list + "]");
   }
