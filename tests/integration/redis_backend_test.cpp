@@ -872,6 +872,39 @@ fairgate::StatusResult status_of(Limiter& lim, std::size_t offset = 0, std::size
   return f.get();
 }
 
+// Redis loses the state: the restore puts the status view's ages back from
+// what the instance knows (held for, waited for), so they go on across the
+// loss instead of starting again from the restore.
+TEST(RedisBackendTest, StatusAgesGoOnAcrossALostState) {
+  const std::string name = test_name();
+  Instance a(fast_options());
+  Limiter lim = a.open(name, cap(1));
+  ASSERT_TRUE(wait_until([&] { return a.impl(name)->ready(); }, 5s));
+  auto holder = acquire(lim);
+  ASSERT_TRUE(wait_until([&] { return holder->done(); }, 5s));
+  ASSERT_EQ(holder->outcome(), Outcome::granted);
+  auto waiter = acquire(lim);
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "queue") == 1; }, 5s));
+  std::this_thread::sleep_for(1000ms);
+  lose_state(name);
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 1 && zcard(name, "queue") == 1; }, 5s))
+      << "restored";
+  const auto st = status_of(lim);
+  ASSERT_FALSE(st.error) << st.message;
+  ASSERT_EQ(st.snapshot.holders.size(), 1u);
+  EXPECT_GE(st.snapshot.holders[0].held, 1000ms) << "held since before the loss";
+  EXPECT_LT(st.snapshot.holders[0].held, 20s);
+  ASSERT_EQ(st.snapshot.waiters.size(), 1u);
+  EXPECT_GE(st.snapshot.waiters[0].waited, 1000ms) << "waiting since before the loss";
+  EXPECT_LT(st.snapshot.waiters[0].waited, 20s);
+  EXPECT_FALSE(waiter->done());
+  holder->release();
+  ASSERT_TRUE(wait_until([&] { return waiter->done(); }, 5s));
+  EXPECT_EQ(waiter->outcome(), Outcome::granted);
+  waiter->release();
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 3s));
+}
+
 // Issue 15 (cluster-wide status): either instance lists the holders and the
 // queue of both, with instance, tenant and age, the ids each request was
 // given, and counts as of the call (not of the last heartbeat); paged with

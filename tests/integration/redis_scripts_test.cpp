@@ -297,9 +297,12 @@ TEST_F(RedisScriptsTest, RestorePutsBackALostInstancesState) {
   EXPECT_EQ(hb.elements.at(0).integer, 1) << "lost";
   EXPECT_EQ(hb.elements.at(8).integer, 1) << "the state was created again";
   EXPECT_EQ(server().command({"HGET", keys_[0], "max_concurrent"}), "1") << "with the instance's settings";
-  // Permits a|1, a|2 (granted by Redis), waiters a|3 (with its old order score) and a|4 (never queued).
-  auto r = call(scripts::kRestore, {"a", "3000", "0",     "",  "2", "1", "", "r",     "2", "", "r",  //
-                                    "3", "7",    "99999", "1", "",  "4", "", "99999", "1", ""});
+  // Permits a|1 (held 4 s), a|2 (granted by Redis), waiters a|3 (with its old order score, waited
+  // 7 s) and a|4 (never queued).
+  const std::vector<std::string> listed{
+      "a", "3000", "0",     "",     "2", "1", "",  "r", "4000",  "2", "",  "r", "0",  //
+      "3", "7",    "99999", "7000", "1", "",  "4", "",  "99999", "0", "1", ""};
+  auto r = call(scripts::kRestore, listed);
   ASSERT_EQ(r.elements.at(0).str, "ok");
   EXPECT_EQ(r.elements.at(1).integer, 2);
   EXPECT_EQ(r.elements.at(2).integer, 2);
@@ -308,9 +311,23 @@ TEST_F(RedisScriptsTest, RestorePutsBackALostInstancesState) {
   const std::string head = server().command({"ZRANGE", keys_[2], "0", "0", "WITHSCORES"});
   EXPECT_EQ(head.substr(0, 4), "a|3|");
   EXPECT_EQ(head.substr(head.find('\n') + 1), "7") << "a restored waiter keeps its order score";
+  // The status ages go on from what the instance says, not from the restore.
+  const auto status = call(scripts::kSnapshot, {"0", "100"});
+  const std::int64_t now = status.elements.at(1).integer;
+  const auto& h = status.elements.at(4).elements;
+  ASSERT_EQ(h.size(), 6u);
+  EXPECT_EQ(h[0].str, "a|1") << "held longest";
+  EXPECT_GE(now - h[2].integer, 4000);
+  EXPECT_LT(now - h[2].integer, 9000);
+  EXPECT_LT(now - h[5].integer, 3000) << "a|2, held 0 ms";
+  const auto& w = status.elements.at(5).elements;
+  ASSERT_EQ(w.size(), 8u);
+  EXPECT_EQ(w[0].str, "a|3");
+  EXPECT_GE(now - w[2].integer, 7000) << "it has waited 7 s";
+  EXPECT_LT(now - w[2].integer, 12000);
+  EXPECT_LT(now - w[6].integer, 3000) << "a|4, waited 0 ms";
   EXPECT_EQ(acquire("a", 5).elements.at(0).str, "queued") << "registered again";
-  auto again = call(scripts::kRestore, {"a", "3000", "0",     "",  "2", "1", "", "r",     "2", "", "r",  //
-                                        "3", "7",    "99999", "1", "",  "4", "", "99999", "1", ""});
+  auto again = call(scripts::kRestore, listed);
   EXPECT_EQ(again.elements.at(1).integer, 0) << "idempotent";
   EXPECT_EQ(again.elements.at(2).integer, 0);
   EXPECT_EQ(zcard(2), 3);
@@ -334,7 +351,7 @@ TEST_F(RedisScriptsTest, FencedStateGrantsOnlyInPlaceOfReleasedPermits) {
   EXPECT_EQ(acquire("a", 2).elements.at(0).str, "queued");
   EXPECT_EQ(zcard(1), 0);
   // Instance b restores a permit it held before the loss (counted, never revoked).
-  call(scripts::kRestore, {"b", "3000", "60000", "", "1", "7", "", "r"});
+  call(scripts::kRestore, {"b", "3000", "60000", "", "1", "7", "", "r", "0"});
   EXPECT_EQ(zcard(1), 1);
   EXPECT_EQ(zcard(2), 2) << "restoring gives no room either";
   call(scripts::kRelease, {"b|7", ""});
@@ -386,7 +403,7 @@ TEST_F(RedisScriptsTest, ReapingIsProportionalToWhatTheDeadOwnedAndBoundedPerCal
   ASSERT_EQ(acquire("live", 2).elements.at(0).str, "queued");
   // 2,500 waiters of the dead instance queue behind live|2.
   std::vector<std::string> args{"dead", "200", "0", "", "0"};
-  for (int n = 1; n <= 2500; ++n) args.insert(args.end(), {std::to_string(n), "", "600000", "1", ""});
+  for (int n = 1; n <= 2500; ++n) args.insert(args.end(), {std::to_string(n), "", "600000", "0", "1", ""});
   call(scripts::kRestore, args);
   ASSERT_EQ(zcard(2), 2501);
   std::this_thread::sleep_for(300ms);
@@ -419,9 +436,28 @@ TEST_F(RedisScriptsTest, RestoredWaitersKeepTheirOrderAheadOfLaterArrivals) {
   const auto newcomer = acquire("late", 2);
   ASSERT_EQ(newcomer.elements.at(0).str, "queued");
   EXPECT_GT(newcomer.elements.at(1).integer, a3) << "order scores of a new state are above every old one";
-  call(scripts::kRestore, {"b", "3000", "0", "", "0", "1", std::to_string(b1), "60000", "1", ""});
-  call(scripts::kRestore, {"a", "3000", "0", "", "1", "1", "", "r", "2", std::to_string(a2), "60000", "1", "",
-                           "3", std::to_string(a3), "60000", "1", ""});
+  call(scripts::kRestore, {"b", "3000", "0", "", "0", "1", std::to_string(b1), "60000", "0", "1", ""});
+  call(scripts::kRestore, {"a",
+                           "3000",
+                           "0",
+                           "",
+                           "1",
+                           "1",
+                           "",
+                           "r",
+                           "0",
+                           "2",
+                           std::to_string(a2),
+                           "60000",
+                           "0",
+                           "1",
+                           "",
+                           "3",
+                           std::to_string(a3),
+                           "60000",
+                           "0",
+                           "1",
+                           ""});
   EXPECT_EQ(zcard(1), 2) << "late|1 and the restored a|1 (above the cap of 1: never revoked)";
   call(scripts::kRelease, {"late|1", ""});
   EXPECT_EQ(zcard(1), 1) << "no grant while at the cap";
@@ -465,10 +501,10 @@ TEST_F(RedisScriptsTest, MissingConfigFieldsAreFilledOneByOne) {
 // restore theirs before anything more is granted.
 TEST_F(RedisScriptsTest, RestoreOfLostGrantedPermitsFencesTheState) {
   heartbeat("a", 3);
-  const auto r = call(scripts::kRestore, {"a", "3000", "5000", "", "1", "9", "", "r"});
+  const auto r = call(scripts::kRestore, {"a", "3000", "5000", "", "1", "9", "", "r", "0"});
   EXPECT_EQ(r.elements.at(9).integer, 1) << "fenced";
   EXPECT_GT(r.elements.at(7).integer, 4000);
-  const auto local = call(scripts::kRestore, {"a", "3000", "5000", "", "1", "10", "", "l"});
+  const auto local = call(scripts::kRestore, {"a", "3000", "5000", "", "1", "10", "", "l", "0"});
   EXPECT_EQ(local.elements.at(1).integer, 1);
   EXPECT_EQ(local.elements.at(9).integer, 0) << "a permit granted locally (degraded) is no loss";
 }

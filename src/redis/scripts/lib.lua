@@ -392,10 +392,10 @@ local function waiter_remove(cfg, member)
   return 1
 end
 
--- Makes `id` a holder of tenant `t`, granted now (the time rides in its holder member; its
--- tenant, if any, in ptenant).
-local function holder_add(cfg, id, t)
-  redis.call('ZADD', K_HOLDERS, 0, id .. '|' .. int(now_ms()))
+-- Makes `id` a holder of tenant `t`, granted now, or at `granted` (Redis ms: a restored permit)
+-- (the time rides in its holder member; its tenant, if any, in ptenant).
+local function holder_add(cfg, id, t, granted)
+  redis.call('ZADD', K_HOLDERS, 0, id .. '|' .. int(granted or now_ms()))
   if t ~= '' then redis.call('HSET', K_PTENANT, id, t) end
   if cfg and cfg.tmode then redis.call('HINCRBY', K_THOLDERS, t, 1) end
 end

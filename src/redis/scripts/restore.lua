@@ -6,10 +6,12 @@
 -- ARGV[2] instance id, ARGV[3] liveness TTL ms, ARGV[4] recovery fence ms,
 -- ARGV[5] n below which this instance's waiters in Redis that are not listed are removed
 --         (requests that ended while their cancel could not reach Redis); '' = keep them,
--- ARGV[6] P, then P permits as (n, tenant, kind) triples, kind 'r' = Redis had granted it,
---         'l' = granted locally while Redis was unreachable,
--- then the waiters, oldest first, as (n, order, remaining_ms, weight, tenant) groups; order is
---         the order score Redis gave it ('' = never queued in Redis: it gets a new one)
+-- ARGV[6] P, then P permits as (n, tenant, kind, held_ms) groups, kind 'r' = Redis had granted
+--         it, 'l' = granted locally while Redis was unreachable; held_ms = how long it has been
+--         held (the status view's age of a permit Redis lost),
+-- then the waiters, oldest first, as (n, order, remaining_ms, waited_ms, weight, tenant) groups;
+--         order is the order score Redis gave it ('' = never queued in Redis: it gets a new one);
+--         waited_ms = how long it has waited (its age in the status view, when Redis lost it)
 -- Permits are added back even above the cap (and a tenant's cap): the work is running and is
 -- never revoked (like lowering max_concurrent); no new grant happens until below it. A waiter
 -- keeps its order score, so it goes back to its old place, ahead of everyone who arrived
@@ -35,13 +37,14 @@ end
 redis.call('ZADD', K_INSTANCES, now + ttl, inst)
 
 local permits, missing_granted = 0, 0
-local first_waiter = 7 + 3 * count
-for i = 7, first_waiter - 1, 3 do
+local first_waiter = 7 + 4 * count
+for i = 7, first_waiter - 1, 4 do
   local id, tenant, kind = inst .. '|' .. ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local held = math.max(0, tonumber(ARGV[i + 3]) or 0)
   if not holds(id) then
     local member = find_waiter(id)
     if member then waiter_remove(cfg, member) end  -- granted locally while it waited in Redis
-    holder_add(cfg, id, tenant)
+    holder_add(cfg, id, tenant, now - held)
     permits = permits + 1
     if kind == 'r' then missing_granted = missing_granted + 1 end
   end
@@ -54,16 +57,16 @@ if was_registered and missing_granted > 0 and fence_ms > 0 and cfg.fence < now +
 end
 
 local listed, waiters = {}, 0
-for i = first_waiter, #ARGV - 4, 5 do
+for i = first_waiter, #ARGV - 5, 6 do
   local n, order, remaining = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local waited = math.max(0, tonumber(ARGV[i + 3]) or 0)
   local id = inst .. '|' .. n
   listed[n] = true
   if not holds(id) and not find_waiter(id) and remaining > 0 then
     local score = order ~= '' and tonumber(order) or redis.call('INCR', K_SEQ)
-    -- Its arrival as Redis saw it is gone with its member: the status shows it from now.
-    local member = make_member(id, now + remaining, now, tonumber(ARGV[i + 3]), ARGV[i + 4])
+    local member = make_member(id, now + remaining, now - waited, tonumber(ARGV[i + 4]), ARGV[i + 5])
     q_add(member, score)
-    if cfg.tmode then t_enqueue(cfg, ARGV[i + 4], member, score) end
+    if cfg.tmode then t_enqueue(cfg, ARGV[i + 5], member, score) end
     waiters = waiters + 1
   end
 end
@@ -78,7 +81,7 @@ end
 
 local _, in_use = dispatch(cfg, now)
 local granted, orders = {}, {}
-for i = first_waiter, #ARGV - 4, 5 do
+for i = first_waiter, #ARGV - 5, 6 do
   local n = ARGV[i]
   local id = inst .. '|' .. n
   if holds(id) then
