@@ -119,6 +119,16 @@ class JsonLine {
     }
     set_raw(key, std::move(text));
   }
+  /// A JSON array of `number(v)` for each v of `values`, written as set() writes a number.
+  template <typename Range, typename Number>
+  void set_numbers(const std::string& key, const Range& values, Number number) {
+    std::string text = "[";
+    for (const auto& v : values) {
+      if (text.size() > 1) text += ',';  // piece by piece: g++ 12 -O3 misreads "," + string (-Wrestrict)
+      text += fmt::format("{}", number(v));
+    }
+    set_raw(key, text + "]");
+  }
   /// `json` as is (an array, say).
   void set_raw(const std::string& key, std::string json_text) {
     for (auto& [k, v] : fields_) {
@@ -358,11 +368,7 @@ std::string run_plan(const BenchOptions& o, const Plan& p,
   out.set("handoff_p99_ms", round3(f.handoff.p99));
   out.set("handoff_max_ms", round3(f.handoff.max));
   out.set("handoffs", f.handoff.count);
-  {
-    std::string cdf = "[";
-    for (const double v : f.handoff.cdf) cdf += (cdf.size() > 1 ? "," : "") + fmt::format("{}", round3(v));
-    out.set_raw("handoff_cdf_ms", cdf + "]");
-  }
+  out.set_numbers("handoff_cdf_ms", f.handoff.cdf, round3);
   out.set("wait_p50_ms", round3(f.wait.p50));
   out.set("wait_p99_ms", round3(f.wait.p99));
   out.set("client_round_trips_per_grant", per_grant(client1 - client0));
@@ -487,15 +493,7 @@ std::string run_crash(const BenchOptions& o, const std::function<void(const std:
     out.set("recovery_max_ms", ms(recovery.back()));
   else
     out.set("recovery_max_ms", nullptr);
-  {
-    std::string list = "[";
-    // Appended piece by piece: g++ 12 -O3 misreads "," + string (-Wrestrict).
-    for (const auto ns : recovery) {
-      if (list.size() > 1) list += ',';
-      list += fmt::format("{}", ms(ns));
-    }
-    out.set_raw("recovery_ms", list + "]");
-  }
+  out.set_numbers("recovery_ms", recovery, ms);
   return out.str();
 }
 

@@ -948,8 +948,7 @@ void RedisLimiter::send_restore() {
       args.push_back(std::to_string(n));
       args.push_back(holder.tenant);
       args.push_back(holder.local ? "l" : "r");
-      args.push_back(std::to_string(
-          std::max<std::int64_t>(0, duration_cast<milliseconds>(now - holder.granted).count())));
+      args.push_back(std::to_string(since(holder.granted, now).count()));
     }
     for (const auto& r : waiting_oldest_first_locked()) {
       r->reached = true;
@@ -957,8 +956,7 @@ void RedisLimiter::send_restore() {
       args.push_back(r->order > 0 ? std::to_string(r->order) : std::string());
       args.push_back(
           std::to_string(std::max<std::int64_t>(0, duration_cast<milliseconds>(r->deadline - now).count())));
-      args.push_back(
-          std::to_string(std::max<std::int64_t>(0, duration_cast<milliseconds>(now - r->arrived).count())));
+      args.push_back(std::to_string(since(r->arrived, now).count()));
       args.push_back(std::to_string(r->weight));
       args.push_back(r->tenant);
     }

@@ -216,15 +216,13 @@ void Stage::remove_redis_keys() const {
   try {
     bench::Admin admin(options_.redis, route_key(key_prefix_));
     std::string cursor = "0";
+    // DEL of several keys must stay in one slot on a Cluster: only the keys of its hash tag.
+    const std::string tag = fmt::format("{{{}}}", kLimiterName);
     for (int round = 0; round < 1000; ++round) {
       const redis::Reply r = admin.call({"SCAN", cursor, "MATCH", key_prefix_ + ":*", "COUNT", "1000"});
       if (r.type != redis::Reply::Type::array || r.elements.size() != 2) break;
       cursor = r.elements[0].str;
       std::vector<std::string> del = {"DEL"};
-      // DEL of several keys must stay in one slot on a Cluster: only the keys of its hash tag.
-      std::string tag = "{";  // appended piece by piece: g++ 12 -O3 misreads "{" + string (-Wrestrict)
-      tag += kLimiterName;
-      tag += '}';
       for (const auto& k : r.elements[1].elements) {
         if (k.str.find(tag) != std::string::npos) del.push_back(k.str);
       }

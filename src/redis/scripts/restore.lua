@@ -62,7 +62,7 @@ for i = first_waiter, #ARGV - 5, 6 do
   local waited = math.max(0, tonumber(ARGV[i + 3]) or 0)
   local id = inst .. '|' .. n
   listed[n] = true
-  if not holds(id) and not find_waiter(id) and remaining > 0 then
+  if not find_waiter(id) and not holds(id) and remaining > 0 then
     local score = order ~= '' and tonumber(order) or redis.call('INCR', K_SEQ)
     local member = make_member(id, now + remaining, now - waited, tonumber(ARGV[i + 4]), ARGV[i + 5])
     q_add(member, score)
@@ -84,14 +84,14 @@ local granted, orders = {}, {}
 for i = first_waiter, #ARGV - 5, 6 do
   local n = ARGV[i]
   local id = inst .. '|' .. n
-  if holds(id) then
+  -- A request waits or holds, never both: the waiter lookup first (one command; a non-holder
+  -- costs holds() two).
+  local member = find_waiter(id)
+  if member then
+    orders[#orders + 1] = n
+    orders[#orders + 1] = tonumber(redis.call('ZSCORE', K_QUEUE, member))
+  elseif holds(id) then
     granted[#granted + 1] = n
-  else
-    local member = find_waiter(id)
-    if member then
-      orders[#orders + 1] = n
-      orders[#orders + 1] = tonumber(redis.call('ZSCORE', K_QUEUE, member))
-    end
   end
 end
 local held = holder_ids(redis.call('ZRANGEBYLEX', K_HOLDERS, lo, hi))
