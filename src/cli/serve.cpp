@@ -155,6 +155,8 @@ Command add_serve_command(CLI::App& root) {
   auto args = std::make_shared<ServeArgs>();
   CLI::App* app = root.add_subcommand("serve", "The HTTP admission API: hold an SSE stream = hold a permit");
   app->footer(fmt::format(
+      "--limiter {}:\n{}"
+      "Durations: 500ms, 20s, 5m, 1h.\n\n"
       "Precedence: flags > environment > config file > defaults.\n"
       "Environment: {}.\n"
       "Config file: TOML, see docs/serve.md (listen, admin_token, instance, [redis], "
@@ -162,7 +164,7 @@ Command add_serve_command(CLI::App& root) {
       "Logs go to stdout (timestamps in UTC); the library's messages are prefixed \"fairgate: \".\n"
       "Without --redis and without [redis] the memory backend serves one instance.\n"
       "SIGTERM/SIGINT: stop accepting, end waiters, release permits, exit 0.",
-      serve::kEnvHelp));
+      core::limiter_flag_synopsis(), core::limiter_options_help(), serve::kEnvHelp));
   args->config_opt = app->add_option("-c,--config", args->config, "TOML config file")->type_name("FILE");
   args->listen_opt = app->add_option("--listen", args->listen, "Address to listen on (port 0: any free port)")
                          ->type_name("HOST:PORT")

@@ -2,6 +2,7 @@
 
 #include "core/number.hpp"
 
+#include <algorithm>
 #include <limits>
 
 namespace fairgate::core {
@@ -142,6 +143,27 @@ std::string limiter_flag_synopsis() {
   for (const auto& spec : kSettings)
     if (spec.flag_option())
       out.append("[,").append(spec.name).append("=").append(spec.flag_example).append("]");
+  return out;
+}
+
+std::string limiter_options_help() {
+  const auto listed = [](const SettingSpec& spec) {
+    return spec.flag_option() || spec.name == "max_concurrent";
+  };
+  const auto label = [](const SettingSpec& spec) {
+    if (spec.name == "max_concurrent") return std::string("MAX");
+    std::string l(spec.name);
+    return l.append("=").append(spec.flag_example);
+  };
+  std::size_t width = 0;
+  for (const auto& spec : kSettings)
+    if (listed(spec)) width = std::max(width, label(spec).size());
+  std::string out;
+  for (const auto& spec : kSettings) {
+    if (!listed(spec)) continue;
+    const std::string l = label(spec);
+    out.append("  ").append(l).append(width - l.size() + 2, ' ').append(spec.doc).append("\n");
+  }
   return out;
 }
 

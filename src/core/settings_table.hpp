@@ -141,7 +141,7 @@ inline constexpr std::array kSettings{
         .max = kMaxConcurrentLimit,
         .http = true,
         .banner = BannerShow::always,
-        .doc = "permits that may exist at once (F1)",
+        .doc = "permits held at once, cluster-wide (the cap)",
     }),
     detail::bind<&Settings::max_wait, &SettingsUpdate::max_wait>({
         .name = "max_wait",
@@ -153,7 +153,7 @@ inline constexpr std::array kSettings{
         .flag_example = "20s",
         .http = true,
         .banner = BannerShow::always,
-        .doc = "deadline of an acquire that gives none (F3); 0 = never wait",
+        .doc = "how long a request may wait for a permit (default 20s); 0 = never wait",
     }),
     detail::bind<&Settings::max_queue, &SettingsUpdate::max_queue>({
         .name = "max_queue",
@@ -166,7 +166,7 @@ inline constexpr std::array kSettings{
         .flag_example = "K",
         .http = true,
         .banner = BannerShow::always,
-        .doc = "waiters allowed at once, beyond it queue_full (F8); 0 = never queue",
+        .doc = "requests that may wait at once, beyond it 429 queue_full (default: no bound)",
     }),
     detail::bind<&Settings::enabled, &SettingsUpdate::enabled>({
         .name = "enabled",
@@ -176,7 +176,7 @@ inline constexpr std::array kSettings{
         .flag_example = "false",
         .http = true,
         .banner = BannerShow::always,
-        .doc = "false: disabled mode (F11), see when_disabled",
+        .doc = "false: disabled, requests pass through (or see when_disabled in a config file)",
     }),
     detail::bind<&Settings::when_disabled, &SettingsUpdate::when_disabled>({
         .name = "when_disabled",
@@ -186,7 +186,7 @@ inline constexpr std::array kSettings{
         .choices = detail::kDisabledModes,
         .wire_choices = detail::kDisabledModesWire,
         .banner = BannerShow::disabled,
-        .doc = "what a disabled limiter does with new requests (F11)",
+        .doc = "what a disabled limiter does with new requests: pass_through or reject",
     }),
     detail::bind<&Settings::reject_early, &SettingsUpdate::reject_early>({
         .name = "reject_early",
@@ -196,7 +196,7 @@ inline constexpr std::array kSettings{
         .alias = "early_reject",
         .flag_example = "true",
         .http = true,
-        .doc = "reject at once when the wait estimate exceeds max_wait (F7)",
+        .doc = "reject at once (429 would_time_out) when the wait estimate exceeds max_wait",
     }),
     detail::bind<&Settings::mode, &SettingsUpdate::mode>({
         .name = "mode",
@@ -206,7 +206,7 @@ inline constexpr std::array kSettings{
         .choices = detail::kLimiterModes,
         .flag_example = "shadow",
         .http = true,
-        .doc = "shadow: let everything through, report what enforcing would do (F14)",
+        .doc = "shadow: let everything through, report what enforcing would do (default enforce)",
     }),
     detail::bind<&Settings::tenant_fairness, &SettingsUpdate::tenant_fairness>({
         .name = "tenant_fairness",
@@ -215,7 +215,7 @@ inline constexpr std::array kSettings{
         .kind = SettingKind::flag,
         .flag_example = "true",
         .http = true,
-        .doc = "a weighted round robin over tenants instead of one FIFO (F12)",
+        .doc = "serve tenants in turn (weighted round robin) instead of one FIFO",
     }),
     detail::bind<&Settings::max_per_tenant, &SettingsUpdate::max_per_tenant>({
         .name = "max_per_tenant",
@@ -227,7 +227,7 @@ inline constexpr std::array kSettings{
         // unset: no per-tenant cap
         .flag_example = "K",
         .http = true,
-        .doc = "permits one tenant may hold at once (F12)",
+        .doc = "permits one tenant may hold at once (default: no cap)",
     }),
     detail::bind<&Settings::on_redis_down, &SettingsUpdate::on_redis_down>({
         .name = "on_redis_down",
@@ -236,7 +236,7 @@ inline constexpr std::array kSettings{
         .choices = detail::kRedisDownPolicies,
         .flag_example = "local|open|closed",
         .banner = BannerShow::always,
-        .doc = "Redis backend, this instance: what to do while Redis is unreachable (D1)",
+        .doc = "while Redis is unreachable: local (own seats), open (let all in) or closed (reject)",
     }),
     detail::bind<&Settings::local_share, &SettingsUpdate::local_share>({
         .name = "local_share",
@@ -246,7 +246,7 @@ inline constexpr std::array kSettings{
         .max = kMaxConcurrentLimit,
         // unset: the seats held
         .flag_example = "K",
-        .doc = "Redis backend, this instance: permits it may hold while Redis is unreachable",
+        .doc = "on_redis_down=local: permits this instance may hold while Redis is unreachable",
     }),
 };
 
@@ -291,6 +291,10 @@ void copy_local_settings(const Settings& from, Settings& to);
 
 /// The `--limiter` mini-language: "NAME=MAX[,max_wait=20s][,max_queue=K]..." (every flag option).
 std::string limiter_flag_synopsis();
+
+/// `fairgate serve --help`'s list of the `--limiter` options, one line each with its doc:
+/// "  max_wait=20s  how long ...".
+std::string limiter_options_help();
 
 /// The start-up banner's line: "max_concurrent=3, max_wait=20000ms, max_queue=none, enabled=true, ...".
 std::string describe_settings(const Settings& settings);

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -365,6 +366,23 @@ TEST(SettingsTable, TheBannerShowsWhatIsInForce) {
       fairgate::core::describe_settings(all_changed()),
       "max_concurrent=2, max_wait=1ms, max_queue=1, enabled=false, when_disabled=reject, reject_early=true, "
       "mode=shadow, tenant_fairness=true, max_per_tenant=2, on_redis_down=closed, local_share=1");
+}
+
+// `fairgate serve --help` lists every --limiter option, one line each, with its doc.
+TEST(SettingsTable, LimiterOptionsHelpListsEveryFlagOptionWithItsDoc) {
+  const std::string help = fairgate::core::limiter_options_help();
+  std::size_t lines = 0;
+  for (const auto& spec : kSettings) {
+    if (!spec.flag_option()) continue;
+    ++lines;
+    const std::string label = std::string(spec.name) + "=" + std::string(spec.flag_example);
+    const auto at = help.find("\n  " + label + " ");
+    ASSERT_NE(at, std::string::npos) << label << " in:\n" << help;
+    const auto end = help.find('\n', at + 1);
+    EXPECT_NE(help.substr(at, end - at).find(spec.doc), std::string::npos) << label;
+  }
+  EXPECT_TRUE(help.starts_with("  MAX ")) << help;
+  EXPECT_EQ(static_cast<std::size_t>(std::count(help.begin(), help.end(), '\n')), lines + 1) << help;
 }
 
 // --- the docs ---
