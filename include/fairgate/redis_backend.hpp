@@ -47,7 +47,7 @@ struct RedisBackendOptions {
   /// Timeout of one Redis command.
   std::chrono::milliseconds command_timeout{200};
   /// The keys of a limiter nobody heartbeats expire after this long
-  /// (refreshed about every 10th heartbeat). 0 = never expire.
+  /// (refreshed every key_expiry / 4, at least every 10th heartbeat). 0 = never expire.
   std::chrono::milliseconds key_expiry = std::chrono::hours(1);
   /// Recovery fence: when a heartbeat finds a limiter's state gone (a new
   /// limiter, FLUSHALL, a restart without persistence) it re-creates it, and

@@ -706,6 +706,12 @@ void RedisLimiter::stop_heartbeats_for_test() {
   if (heartbeat_timer_) heartbeat_timer_->cancel();
 }
 
+std::uint64_t RedisLimiter::expiry_every(const RedisBackendOptions& o) noexcept {
+  const std::chrono::milliseconds span = o.key_expiry.count() > 0 ? o.key_expiry : std::chrono::hours(1);
+  if (o.heartbeat_interval.count() <= 0) return kExpiryEvery;
+  return std::max<std::uint64_t>(kExpiryEvery, static_cast<std::uint64_t>(span / (4 * o.heartbeat_interval)));
+}
+
 void RedisLimiter::heartbeat(bool force) {
   std::uint64_t generation = 0;
   std::uint64_t count = 0;
@@ -729,7 +735,10 @@ void RedisLimiter::heartbeat(bool force) {
       if (r->phase == Phase::sending) ++sent_inflight;
       if (r->phase == Phase::queued || r->phase == Phase::local) ++waiting;
     }
-    const auto expiry = (count % kExpiryEvery == 0) ? o.key_expiry.count() : 0;
+    // Every expiry_every()-th beat: the keys' expiry (-1: none), with the housekeeping
+    // that rides with it (heartbeat.lua).
+    const auto expiry =
+        (count % expiry_every(o) == 0) ? (o.key_expiry.count() > 0 ? o.key_expiry.count() : -1) : 0;
     args = {instance_,
             std::to_string(o.liveness_ttl.count()),
             std::to_string(expiry),

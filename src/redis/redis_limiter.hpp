@@ -76,8 +76,12 @@ struct BackendContext {
 
 class RedisLimiter final : public detail::LimiterImpl {
  public:
-  /// Key expiry is refreshed on every this many heartbeats (and the first).
+  /// Key expiry is refreshed at least every this many heartbeats (and at the first).
   static constexpr std::uint64_t kExpiryEvery = 10;
+  /// Heartbeats between two refreshes of the keys' expiry (and the housekeeping that
+  /// rides with it, heartbeat.lua): a quarter of key_expiry (of 1 h when keys never
+  /// expire), never fewer than kExpiryEvery. 900 with the defaults (1 s, 1 h).
+  static std::uint64_t expiry_every(const RedisBackendOptions& o) noexcept;
 
   RedisLimiter(std::shared_ptr<BackendContext> context, std::string name, Settings defaults);
   ~RedisLimiter() override;

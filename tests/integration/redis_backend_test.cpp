@@ -654,6 +654,45 @@ TEST(RedisBackendTest, ShutdownEndsWaitersAndCleansRedis) {
   ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 2s));
 }
 
+// The keys' expiry is refreshed every quarter of it, at least every 10th beat
+// (its first beat too): the state lives as long as an instance beats — the
+// same epoch after twice the expiry — and goes within the expiry once the last
+// instance is gone.
+TEST(RedisBackendTest, KeysOutliveTheirExpiryWhileAnInstanceBeatsAndGoAfterIt) {
+  using fairgate::redis::RedisLimiter;
+  RedisBackendOptions o;
+  o.heartbeat_interval = 1000ms;
+  EXPECT_EQ(RedisLimiter::expiry_every(o), 900u) << "defaults: every 15 min for keys that expire after 1 h";
+  o.key_expiry = 0ms;
+  EXPECT_EQ(RedisLimiter::expiry_every(o), 900u) << "never expire: the housekeeping as often";
+  o.key_expiry = 20000ms;
+  EXPECT_EQ(RedisLimiter::expiry_every(o), 10u) << "never less often than every 10th beat";
+
+  const std::string name = test_name();
+  o = fast_options();  // a beat every 250 ms
+  o.key_expiry = 12000ms;
+  ASSERT_EQ(RedisLimiter::expiry_every(o), 12u);
+  auto a = std::make_unique<Instance>(o);
+  Limiter lim = a->open(name, cap(1));
+  ASSERT_TRUE(wait_until([&] { return server().command({"EXISTS", key(name, "cfg")}) == "1"; }, 5s));
+  const std::string epoch = server().command({"HGET", key(name, "cfg"), "epoch"});
+  const auto ttl = std::stoll(server().command({"PTTL", key(name, "cfg")}));
+  EXPECT_GT(ttl, 0);
+  EXPECT_LE(ttl, 12000);
+  std::this_thread::sleep_for(6s);  // half the expiry: refreshed at least once
+  EXPECT_GT(std::stoll(server().command({"PTTL", key(name, "cfg")})), ttl - 4000)
+      << "refreshed within 12 beats (3 s)";
+  lim = Limiter();
+  a.reset();  // the last instance leaves
+  ASSERT_EQ(server().command({"HGET", key(name, "cfg"), "epoch"}), epoch) << "the state was never lost";
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return server().command({"EXISTS", key(name, "cfg")}) == "0";
+      },
+      14s))
+      << "gone within the expiry once nobody beats";
+}
+
 // D1 with a Redis that was never reachable. `closed`: rejected `unavailable`
 // within about one command timeout (never after max_wait). `local` (default),
 // with no seat held: the request is not rejected for Redis' sake, it waits (in

@@ -198,10 +198,14 @@ TEST(RedisMultiProcessTest, KilledTenantHolderReturnsItsTenantCount) {
   // The light requests held their permits for 0 ms: everything is back.
   EXPECT_TRUE(wait_until(
       [&] {
-        return server().command({"HLEN", key(name, "ptenant")}) == "0";
+        // A holder member is "inst|n|granted_ms|tenant".
+        const std::string held = server().command({"ZRANGE", key(name, "holders"), "0", "-1"});
+        return held.find("|heavy") == std::string::npos && held.find("|light") == std::string::npos &&
+               server().command({"EXISTS", key(name, "ptenant")}) == "0";
       },
       5s))
-      << "no permit tenant left behind";
+      << "no permit of either tenant left behind: "
+      << server().command({"ZRANGE", key(name, "holders"), "0", "-1"});
   fleet.exit_all();
   EXPECT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 5s));
   EXPECT_TRUE(wait_until([&] { return server().command({"HLEN", key(name, "tholders")}) == "0"; }, 5s));

@@ -1,7 +1,8 @@
 -- heartbeat.lua — one instance says it is alive (about once a second), and learns whether
 -- Redis still has what it holds.
 -- KEYS: see lib.lua.
--- ARGV[2] instance id, ARGV[3] liveness TTL ms, ARGV[4] key expiry ms (0 = leave as is),
+-- ARGV[2] instance id, ARGV[3] liveness TTL ms, ARGV[4] key expiry ms (0 = leave as is; -1 =
+--           no expiry: only the housekeeping that rides with it, the ptenant_sweep of lib.lua),
 -- ARGV[5] recovery fence ms (how long a created state grants nothing; 0 = no fence),
 -- ARGV[6] permits this instance holds, ARGV[7] waiters it has queued in Redis,
 -- ARGV[8..] the instance's current settings as field, value pairs: a field missing from cfg
@@ -88,10 +89,12 @@ if head_order > 0 and head_order < cfg.epoch then
 end
 if expiry > 0 then
   for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], expiry) end
-  redis.call('PEXPIRE', K_PTENANT, expiry)
+  if redis.call('PEXPIRE', K_PTENANT, expiry) == 1 then ptenant_sweep() end
   if cfg.tmode then
     for _, key in ipairs(TENANT_KEYS) do redis.call('PEXPIRE', key, expiry) end
   end
+elseif expiry < 0 and redis.call('EXISTS', K_PTENANT) == 1 then
+  ptenant_sweep()
 end
 local ids = {}
 for i = 1, #list, 2 do

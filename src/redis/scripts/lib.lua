@@ -14,8 +14,11 @@
 --                            since left a seat free), pace_at (ms of the last gap); the seat
 --                            pace (reject_early): seat_gap, seat_n, seat_last, seat_at, the same
 --                            for releases only (a waiter leaving does not free a seat)
---   KEYS[2] holders    zset  "inst|n|granted_ms" -> 0 (score 0: lex ranges find one instance's
---                            permits, "[inst|n|" one permit; the grant time rides in the member)
+--   KEYS[2] holders    zset  "inst|n|granted_ms|tenant" -> 0 (score 0: lex ranges find one
+--                            instance's permits, "[inst|n|" one permit; the grant time and the
+--                            tenant, '' for none, ride in the member; members written before
+--                            them, "inst|n|granted_ms" and "inst|n", are still read, their tenant
+--                            in ptenant)
 --   KEYS[3] queue      zset  waiter member -> order score (the global FIFO; all waiters, every mode)
 --                            member: "inst|n|deadline_ms:arrived_ms" (tenant '' and weight 1), else
 --                            "inst|n|deadline_ms:arrived_ms|weight|tenant" (arrived_ms: Redis ms of
@@ -28,8 +31,9 @@
 --                            (reaping, cancel by request id, restore) without scanning the queue
 -- The tenant keys (F12), declared too (KEYS[7..12]; Redis Cluster and its tooling see
 -- every key a script touches):
---   KEYS[7] ptenant   hash  permit id "inst|n" -> tenant, for permits of a non-empty tenant (every
---                   mode)
+--   KEYS[7] ptenant   hash  permit id "inst|n" -> tenant: written by earlier versions only, for the
+--                   permits of a non-empty tenant; read for holder members without a tenant
+--                   part, emptied by the heartbeat (ptenant_sweep) as those permits go
 -- and, only while the config is tenant-aware (tenant_fairness = 1 or max_per_tenant set):
 --   tq:<t>    zset  waiter member -> order score: tenant t's FIFO. The one key family that
 --                   cannot be declared: which tenant's queue a grant reads is decided inside
@@ -127,12 +131,44 @@ local function find_waiter(id)
   return redis.call('ZRANGEBYLEX', K_BYINST, lo, hi, 'LIMIT', 0, 1)[1]
 end
 
--- A holder member "inst|n|granted_ms" -> "inst|n", granted_ms (-1: a member written before the
--- grant time was kept in it, "inst|n").
+-- A holder member "inst|n|granted_ms|tenant" -> "inst|n", granted_ms, tenant. Members written
+-- before the tenant rode in them, "inst|n|granted_ms", and before the grant time did, "inst|n"
+-- (granted_ms -1), give tenant nil: theirs, if any, is in ptenant (holder_tenant).
 local function split_holder(member)
-  local id, granted = string.match(member, '^([^|]+|[^|]+)|(%d+)$')
-  if id then return id, tonumber(granted) end
-  return member, -1
+  local id, granted, t = string.match(member, '^([^|]+|[^|]+)|(%d+)|(.*)$')
+  if id then return id, tonumber(granted), t end
+  id, granted = string.match(member, '^([^|]+|[^|]+)|(%d+)$')
+  if id then return id, tonumber(granted), nil end
+  return member, -1, nil
+end
+
+-- The tenant ('' for none) of holder `id`, given the tenant its member gave (nil: an earlier
+-- member, look in ptenant).
+local function holder_tenant(id, t)
+  if t == nil then t = redis.call('HGET', K_PTENANT, id) or '' end
+  return t
+end
+
+-- The tenant of permit `id` ('' for none, or when it holds nothing), read from its member.
+local function tenant_of_permit(id)
+  local lo, hi = range_of(id)
+  local member = redis.call('ZRANGEBYLEX', K_HOLDERS, lo, hi, 'LIMIT', 0, 1)[1]
+  local t = nil
+  if member then t = select(3, split_holder(member)) end
+  return holder_tenant(id, t)
+end
+
+-- Earlier versions kept a permit's tenant in ptenant. Drops the entries of permits no longer
+-- held in an earlier form (released, or held again under a member of today's form); the key
+-- goes with its last entry. Called by the heartbeat, only while ptenant exists.
+local function ptenant_sweep()
+  for _, id in ipairs(redis.call('HKEYS', K_PTENANT)) do
+    if redis.call('ZSCORE', K_HOLDERS, id) == false then
+      local lo, hi = range_of(id)
+      local member = redis.call('ZRANGEBYLEX', K_HOLDERS, lo, hi, 'LIMIT', 0, 1)[1]
+      if member == nil or select(3, split_holder(member)) ~= nil then redis.call('HDEL', K_PTENANT, id) end
+    end
+  end
 end
 
 -- The permit ids of a list of holder members.
@@ -141,7 +177,7 @@ local function holder_ids(members)
   return members
 end
 
--- Does request `id` ("inst|n") hold a permit? (Its holder member is "id|granted_ms".)
+-- Does request `id` ("inst|n") hold a permit? (Its holder member is "id|granted_ms|tenant".)
 local function holds(id)
   local lo, hi = range_of(id)
   return redis.call('ZLEXCOUNT', K_HOLDERS, lo, hi) > 0 or redis.call('ZSCORE', K_HOLDERS, id) ~= false
@@ -392,18 +428,19 @@ local function waiter_remove(cfg, member)
   return 1
 end
 
--- Makes `id` a holder of tenant `t`, granted now, or at `granted` (Redis ms: a restored permit)
--- (the time rides in its holder member; its tenant, if any, in ptenant).
+-- Makes `id` a holder of tenant `t`, granted now, or at `granted` (Redis ms: a restored permit);
+-- the time and the tenant ride in its holder member.
 local function holder_add(cfg, id, t, granted)
-  redis.call('ZADD', K_HOLDERS, 0, id .. '|' .. int(granted or now_ms()))
-  if t ~= '' then redis.call('HSET', K_PTENANT, id, t) end
+  redis.call('ZADD', K_HOLDERS, 0, id .. '|' .. int(granted or now_ms()) .. '|' .. t)
   if cfg and cfg.tmode then redis.call('HINCRBY', K_THOLDERS, t, 1) end
 end
 
--- Removes permit `id` of tenant `t` (nil: look it up). A parked tenant that
--- frees a permit rejoins (at the back of the rotation). Returns 1, or 0 when
--- `id` held nothing.
+-- Removes permit `id` of tenant `t` (nil: read it from the member, needed only for the
+-- tenant counts). A parked tenant that frees a permit rejoins (at the back of the rotation).
+-- Returns 1, or 0 when `id` held nothing.
 local function holder_remove(cfg, id, t)
+  local tmode = cfg and cfg.tmode
+  if tmode and t == nil then t = tenant_of_permit(id) end  -- before its member goes
   local lo, hi = range_of(id)
   if redis.call('ZREMRANGEBYLEX', K_HOLDERS, lo, hi) == 0 and redis.call('ZREM', K_HOLDERS, id) == 0 then
     return 0
@@ -412,9 +449,7 @@ local function holder_remove(cfg, id, t)
     cfg.credit = cfg.credit + 1
     redis.call('HINCRBY', K_CFG, 'fence_credit', 1)
   end
-  if t == nil then t = redis.call('HGET', K_PTENANT, id) or '' end
-  if t ~= '' then redis.call('HDEL', K_PTENANT, id) end
-  if cfg and cfg.tmode then
+  if tmode then
     if redis.call('HINCRBY', K_THOLDERS, t, -1) <= 0 then redis.call('HDEL', K_THOLDERS, t) end
     if redis.call('SREM', K_TPARKED, t) == 1 then t_place(cfg, t) end
   end
@@ -511,8 +546,12 @@ end
 local function purge(cfg, inst, budget)
   local lo, hi = range_of(inst)
   local returned, removed = 0, 0
-  local ids = holder_ids(redis.call('ZRANGEBYLEX', K_HOLDERS, lo, hi, 'LIMIT', 0, budget))
-  for _, id in ipairs(ids) do returned = returned + holder_remove(cfg, id, nil) end
+  local ids = redis.call('ZRANGEBYLEX', K_HOLDERS, lo, hi, 'LIMIT', 0, budget)
+  for _, member in ipairs(ids) do
+    local id, _, t = split_holder(member)
+    if cfg and cfg.tmode then t = holder_tenant(id, t) end
+    returned = returned + holder_remove(cfg, id, t or '')
+  end
   local left = budget - #ids
   local members = {}
   if left > 0 then members = redis.call('ZRANGEBYLEX', K_BYINST, lo, hi, 'LIMIT', 0, left) end
@@ -589,8 +628,9 @@ local function rebuild_tenants(old, cfg)
       redis.call('ZADD', tq(t), q[i + 1], q[i])
       tenants[t] = true
     end
-    for _, id in ipairs(holder_ids(redis.call('ZRANGE', K_HOLDERS, 0, -1))) do
-      redis.call('HINCRBY', K_THOLDERS, redis.call('HGET', K_PTENANT, id) or '', 1)
+    for _, member in ipairs(redis.call('ZRANGE', K_HOLDERS, 0, -1)) do
+      local id, _, t = split_holder(member)
+      redis.call('HINCRBY', K_THOLDERS, holder_tenant(id, t), 1)
     end
   end
   local order = {}

@@ -11,8 +11,9 @@
 --              acquire reports it (see position_of)
 --   instances  the ids of the instances whose liveness runs
 -- Cost: waiters O(log n + limit) (a ZRANGE by rank; two ZRANKs per listed waiter under tenant
--- fairness; the times ride in the members); holders O(holders) (read, with one HMGET of their
--- tenants per 500, and sorted: holders are bounded by max_concurrent).
+-- fairness; the times ride in the members); holders O(holders) (read, and sorted: holders are
+-- bounded by max_concurrent; their tenants and times ride in the members, except in members of
+-- an earlier format: one HMGET of ptenant per 500 of those).
 local cfg = load_cfg()
 if not cfg then return {'lost'} end
 local now = now_ms()
@@ -23,17 +24,19 @@ local queued = redis.call('ZCARD', K_QUEUE)
 local holders = {}
 if limit > 0 and offset < in_use then
   local members = redis.call('ZRANGE', K_HOLDERS, 0, -1)
-  local all = {}
-  for s = 1, #members, 500 do
+  local all, earlier = {}, {}
+  for i, m in ipairs(members) do
+    local id, granted, t = split_holder(m)
+    all[i] = {id, t or '', granted, granted < 0 and math.huge or granted}
+    if t == nil then earlier[#earlier + 1] = i end
+  end
+  -- Members of an earlier format: their tenants are in ptenant, 500 at a time.
+  for s = 1, #earlier, 500 do
     local ids = {}
-    for i = s, math.min(s + 499, #members) do
-      local id, granted = split_holder(members[i])
-      ids[#ids + 1] = id
-      all[i] = {id, '', granted, granted < 0 and math.huge or granted}
-    end
+    for j = s, math.min(s + 499, #earlier) do ids[#ids + 1] = all[earlier[j]][1] end
     local tenants = redis.call('HMGET', K_PTENANT, unpack(ids))
     for j, t in ipairs(tenants) do
-      if t then all[s + j - 1][2] = t end
+      if t then all[earlier[s + j - 1]][2] = t end
     end
   end
   table.sort(all, function(x, y)
