@@ -149,13 +149,16 @@ local function holder_tenant(id, t)
   return t
 end
 
+-- The holder member "id|…" of permit `id`, or nil (none, or one of the form "inst|n").
+local function holder_member(id)
+  local lo, hi = range_of(id)
+  return redis.call('ZRANGEBYLEX', K_HOLDERS, lo, hi, 'LIMIT', 0, 1)[1]
+end
+
 -- The tenant of permit `id` ('' for none, or when it holds nothing), read from its member.
 local function tenant_of_permit(id)
-  local lo, hi = range_of(id)
-  local member = redis.call('ZRANGEBYLEX', K_HOLDERS, lo, hi, 'LIMIT', 0, 1)[1]
-  local t = nil
-  if member then t = select(3, split_holder(member)) end
-  return holder_tenant(id, t)
+  local member = holder_member(id)
+  return holder_tenant(id, member and select(3, split_holder(member)))
 end
 
 -- Earlier versions kept a permit's tenant in ptenant. Drops the entries of permits no longer
@@ -164,8 +167,7 @@ end
 local function ptenant_sweep()
   for _, id in ipairs(redis.call('HKEYS', K_PTENANT)) do
     if redis.call('ZSCORE', K_HOLDERS, id) == false then
-      local lo, hi = range_of(id)
-      local member = redis.call('ZRANGEBYLEX', K_HOLDERS, lo, hi, 'LIMIT', 0, 1)[1]
+      local member = holder_member(id)
       if member == nil or select(3, split_holder(member)) ~= nil then redis.call('HDEL', K_PTENANT, id) end
     end
   end
@@ -548,9 +550,8 @@ local function purge(cfg, inst, budget)
   local returned, removed = 0, 0
   local ids = redis.call('ZRANGEBYLEX', K_HOLDERS, lo, hi, 'LIMIT', 0, budget)
   for _, member in ipairs(ids) do
-    local id, _, t = split_holder(member)
-    if cfg and cfg.tmode then t = holder_tenant(id, t) end
-    returned = returned + holder_remove(cfg, id, t or '')
+    local id, _, t = split_holder(member)  -- t nil for an earlier member: holder_remove reads ptenant
+    returned = returned + holder_remove(cfg, id, t)
   end
   local left = budget - #ids
   local members = {}
