@@ -203,6 +203,30 @@ TEST(RedisServerFaults, DebugCommandOption) {
   EXPECT_EQ(secured.command({"PING"}).rfind("(error) NOAUTH", 0), 0u) << secured.command({"PING"});
 }
 
+TEST(RedisServerPorts, ClusterPortsLeaveRoomForTheBusPort) {
+  // redis-server --cluster-enabled exits at once on a port above 55535 (its
+  // bus port, port + 10000, would not exist); about one in five ephemeral
+  // ports is one, which made cluster tests fail to start now and then.
+  for (int i = 0; i < 300; ++i) {
+    const auto port = fairgate::test::free_loopback_cluster_port();
+    ASSERT_LE(port, 55535) << "draw " << i;
+    ASSERT_GT(port, 0);
+  }
+  RedisServer node(RedisServer::Options{.extra_args = {"--cluster-enabled", "yes"}, .cluster = true});
+  EXPECT_EQ(node.command({"CLUSTER", "MYID"}).size(), 40u);
+}
+
+TEST(RedisServerPorts, AServerThatCannotStartSaysWhyFromItsLog) {
+  // Our --port is overridden by one no cluster node may have.
+  try {
+    RedisServer bad(RedisServer::Options{.extra_args = {"--cluster-enabled", "yes", "--port", "60000"}});
+    FAIL() << "started on port 60000 with cluster mode on";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("could not start redis-server"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("port number too high"), std::string::npos) << e.what();
+  }
+}
+
 // --- TcpProxy, in front of a real redis-server.
 
 class TcpProxyTest : public ::testing::Test {

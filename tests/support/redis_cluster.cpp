@@ -45,6 +45,7 @@ RedisCluster::RedisCluster(Options options) : options_(options) {
   const int total = options.masters * (1 + options.replicas_per_master);
   for (int i = 0; i < total; ++i) {
     RedisServer::Options o;
+    o.cluster = true;
     o.extra_args = {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                     "--cluster-node-timeout", std::to_string(options.node_timeout.count()),
                     // A replica may take over however long it was cut off (the tests kill masters).

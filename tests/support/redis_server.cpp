@@ -20,28 +20,49 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <string_view>
 #include <thread>
 
 namespace fairgate::test {
 
-std::uint16_t free_loopback_port() {
+namespace {
+
+/// Binds a loopback socket to `port` (0: any free one) and returns the port
+/// it got, or 0 when that port is taken.
+std::uint16_t bind_loopback(std::uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) throw std::runtime_error("socket() failed");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
+  addr.sin_port = htons(port);
   socklen_t len = sizeof addr;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(fd);
-    throw std::runtime_error("bind() to a free loopback port failed");
-  }
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
   ::close(fd);
-  return ntohs(addr.sin_port);
+  return ok ? ntohs(addr.sin_port) : 0;
+}
+
+}  // namespace
+
+std::uint16_t free_loopback_port() {
+  const std::uint16_t port = bind_loopback(0);
+  if (port == 0) throw std::runtime_error("bind() to a free loopback port failed");
+  return port;
+}
+
+std::uint16_t free_loopback_cluster_port() {
+  constexpr std::uint16_t bus_offset = 10000;  // Redis's fixed cluster bus offset
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const std::uint16_t port = free_loopback_port();
+    if (port <= 65535 - bus_offset && bind_loopback(static_cast<std::uint16_t>(port + bus_offset)) != 0)
+      return port;
+  }
+  throw std::runtime_error("no free loopback port with a free cluster bus port (port + 10000)");
 }
 
 namespace {
@@ -207,11 +228,23 @@ void RedisServer::start() {
   if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
   for (int attempt = 0; attempt < 5; ++attempt) {
-    port_ = free_loopback_port();
+    port_ = options_.cluster ? free_loopback_cluster_port() : free_loopback_port();
     if (spawn_and_wait()) return;
   }
+  // The last lines of its log say why (port taken, bad option, ...).
+  std::string why;
+  if (std::ifstream log(dir_ + "/redis.log"); log) {
+    std::deque<std::string> tail;
+    for (std::string line; std::getline(log, line);) {
+      tail.push_back(line);
+      if (tail.size() > 3) tail.pop_front();
+    }
+    for (const auto& line : tail) why += "\n  " + line;
+  }
   stop();
-  throw std::runtime_error("could not start redis-server (is the redis-server package installed?)");
+  throw std::runtime_error(
+      "could not start redis-server (is the redis-server package installed?); its log ends:" +
+      (why.empty() ? std::string(" (no log)") : why));
 }
 
 bool RedisServer::spawn_and_wait() {

@@ -32,6 +32,11 @@ namespace fairgate::test {
 /// closed): for a server a test starts, or for a port nothing listens on.
 std::uint16_t free_loopback_port();
 
+/// A free loopback port P (as above) whose cluster bus port P + 10000 is
+/// free too and exists: redis-server with --cluster-enabled refuses a port
+/// above 55535, and one whose bus port is taken fails to start.
+std::uint16_t free_loopback_cluster_port();
+
 class RedisServer {
  public:
   /// A TLS-only server: --port 0 --tls-port <free port> with these files
@@ -68,6 +73,9 @@ class RedisServer {
     std::string config_file;
     /// Set: TLS only (no plain-text port).
     std::optional<Tls> tls;
+    /// --cluster-enabled in extra_args: the port is chosen with
+    /// free_loopback_cluster_port(), so its cluster bus port is free too.
+    bool cluster = false;
   };
 
   /// Starts a server with these extra arguments (e.g. {"--requirepass", "x"}),
