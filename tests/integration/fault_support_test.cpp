@@ -217,10 +217,15 @@ TEST(RedisServerPorts, ClusterPortsLeaveRoomForTheBusPort) {
 }
 
 TEST(RedisServerPorts, AServerThatCannotStartSaysWhyFromItsLog) {
-  // Our --port is overridden by one no cluster node may have.
+  // Our --port is overridden by one no cluster node may have: above 55535,
+  // and free (a port in use would fail earlier, with another reason).
+  std::uint16_t high = 0;
+  for (int i = 0; i < 1000 && high <= 55535; ++i) high = fairgate::test::free_loopback_port();
+  ASSERT_GT(high, 55535) << "no free ephemeral port above 55535 in 1000 draws";
   try {
-    RedisServer bad(RedisServer::Options{.extra_args = {"--cluster-enabled", "yes", "--port", "60000"}});
-    FAIL() << "started on port 60000 with cluster mode on";
+    RedisServer bad(
+        RedisServer::Options{.extra_args = {"--cluster-enabled", "yes", "--port", std::to_string(high)}});
+    FAIL() << "started on port " << high << " with cluster mode on";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("could not start redis-server"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("port number too high"), std::string::npos) << e.what();
