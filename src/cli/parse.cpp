@@ -1,5 +1,7 @@
 #include "cli/parse.hpp"
 
+#include "core/text.hpp"
+
 #include <fmt/format.h>
 
 #include <charconv>
@@ -8,21 +10,7 @@
 
 namespace fairgate::cli {
 
-std::string quoted(std::string_view text) {
-  constexpr std::size_t kMax = 40;
-  std::string out = "\"";
-  for (const char c : text.substr(0, kMax)) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      out += fmt::format("\\x{:02x}", u);
-    } else {
-      out += c;
-    }
-  }
-  if (text.size() > kMax) out += "...";
-  out += '"';
-  return out;
-}
+std::string quoted(std::string_view text) { return core::quoted(text, 40); }
 
 namespace {
 

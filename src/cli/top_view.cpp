@@ -64,6 +64,15 @@ std::optional<LimiterRow> parse_row(const json::object& o) {
   return r;
 }
 
+/// `line` with every byte that is not printable ASCII (a tab, an escape, a
+/// byte of a UTF-8 name) as '?': one byte, one column, nothing a server sent
+/// moves the cursor.
+std::string printable_ascii(std::string line) {
+  for (char& c : line)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
+  return line;
+}
+
 /// `s` cut or padded to exactly `n` characters (left-aligned).
 std::string cell(std::string_view s, std::size_t n) {
   std::string out(s.substr(0, n));
@@ -220,7 +229,7 @@ std::vector<std::string> render(const Screen& sc, std::size_t width, std::size_t
   height = std::max<std::size_t>(height, 10);
   std::vector<std::string> out;
   const auto add = [&](std::string line) {
-    if (out.size() < height) out.push_back(fit(std::move(line), width));
+    if (out.size() < height) out.push_back(fit(printable_ascii(std::move(line)), width));
   };
 
   add(fmt::format("fairgate top - {} - {}{}", sc.url, sc.status, sc.clock.empty() ? "" : " - " + sc.clock));

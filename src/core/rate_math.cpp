@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <limits>
 
 namespace fairgate::core::rate {
 
@@ -161,6 +162,12 @@ Decision token_bucket(const RateRule& r, TokenBucketState& s, std::int64_t now, 
 // period_ms ticks and the tolerance (the bucket) is capacity x period_ms ticks.
 std::int64_t debt_ticks(const RateRule& r, const GcraState& s, std::int64_t now) {
   if (s.tat_ms < now) return 0;
+  // Going forward the debt stays within the tolerance (<= 2^50 ticks). A
+  // clock that went back far (days at a high rate) would overflow it: it is
+  // held at a value far above any tolerance (refused, nothing remains) that
+  // still leaves room to add a cost. (Redis' Lua counts in doubles: no overflow.)
+  constexpr std::int64_t kSaturated = std::numeric_limits<std::int64_t>::max() / 4;
+  if (s.tat_ms - now > (kSaturated - s.tat_frac) / r.rate) return kSaturated;
   return (s.tat_ms - now) * r.rate + s.tat_frac;
 }
 
@@ -179,7 +186,8 @@ Decision gcra(const RateRule& r, GcraState& s, std::int64_t now, std::int64_t co
     debt += cost * p;
     if (commit) set_tat(r, s, now, debt);
   }
-  d.remaining = (tolerance - debt) / p;
+  // (Debt beyond the tolerance only when the clock went back: nothing remains.)
+  d.remaining = std::max<std::int64_t>(0, (tolerance - debt) / p);
   d.reset_ms = ceil_div(debt, r.rate);
   d.retry_after_ms = d.allowed ? 0 : cost > r.capacity() ? -1 : ceil_div(debt + cost * p - tolerance, r.rate);
   return d;

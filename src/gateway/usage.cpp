@@ -19,7 +19,13 @@ void UsageTap::start(unsigned st, std::string_view content_type) {
 
 void UsageTap::feed(const char* data, std::size_t n) {
   if (!sse) {
-    if (body.size() + n <= kMaxBody) body.append(data, n);
+    // An answer over kMaxBody is not read at all (not the parts that fit).
+    if (too_long_ || body.size() + n > kMaxBody) {
+      too_long_ = true;
+      body.clear();
+    } else {
+      body.append(data, n);
+    }
     return;
   }
   body.append(data, n);
@@ -68,8 +74,9 @@ void UsageTap::read_usage(const json::object& o) {
   const auto* u = o.if_contains("usage");
   if (!u || !u->is_object()) return;
   const auto& uo = u->as_object();
+  // A count: a negative one is not believed (the refund is reservation − usage).
   if (const auto* t = uo.if_contains("total_tokens"); t && t->is_int64()) {
-    usage_total = t->as_int64();
+    if (t->as_int64() >= 0) usage_total = t->as_int64();
   } else if (t && t->is_uint64()) {
     usage_total = static_cast<std::int64_t>(std::min<std::uint64_t>(t->as_uint64(), kMaxCost));
   }

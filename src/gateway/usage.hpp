@@ -33,6 +33,7 @@ struct UsageTap {
   void finish();
 
  private:
+  bool too_long_ = false;  // a JSON answer over kMaxBody: its usage is not read
   void line(std::string_view l);
   void read_usage(const boost::json::object& o);
 };

@@ -1,6 +1,7 @@
 #include "redis/url.hpp"
 
 #include "core/number.hpp"
+#include "core/text.hpp"
 
 #include <optional>
 
@@ -101,7 +102,7 @@ std::optional<std::string> parse_hostport(std::string_view hostport, Endpoint& e
   if (!port.empty()) {
     const auto value = core::parse_number<unsigned>(port);
     if (!value || *value == 0 || *value > 65535) {
-      return "port must be a number 1..65535, got '" + std::string(port) + "'";
+      return "port must be a number 1..65535, got '" + core::escape_controls(port) + "'";
     }
     ep.port = static_cast<std::uint16_t>(*value);
   }
@@ -112,7 +113,7 @@ std::optional<std::string> parse_db(std::string_view db, Endpoint& ep) {
   if (db.empty()) return std::nullopt;
   const auto value = core::parse_number<decltype(ep.db)>(db);
   if (!value || *value < 0 || *value > 65535)
-    return "database must be a number 0..65535, got '" + std::string(db) + "'";
+    return "database must be a number 0..65535, got '" + core::escape_controls(db) + "'";
   ep.db = *value;
   return std::nullopt;
 }
@@ -149,7 +150,7 @@ std::optional<std::string> parse_query(std::string_view& rest, TlsOptions& tls) 
     query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
     if (pair.empty()) continue;
     const auto eq = pair.find('=');
-    const std::string key(pair.substr(0, eq));
+    const std::string key = core::escape_controls(pair.substr(0, eq));  // (echoed in the problems below)
     std::string value;
     if (eq == std::string_view::npos || !percent_decode(pair.substr(eq + 1), value))
       return "query parameter '" + key + "': expected " + key + "=VALUE (percent-escaped)";

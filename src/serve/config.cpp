@@ -16,6 +16,7 @@
 #include "serve/cors.hpp"
 
 #include "core/settings_table.hpp"
+#include "core/text.hpp"
 
 #include <toml++/toml.h>
 
@@ -37,8 +38,10 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// What the file, the environment or a flag gave is echoed with its control
+// characters escaped: what() stays one line.
 [[noreturn]] void fail(std::string_view field, std::string_view problem) {
-  throw ConfigError(fmt::format("{}: {}", field, problem));
+  throw ConfigError(core::escape_controls(fmt::format("{}: {}", field, problem)));
 }
 
 std::string_view type_name(const toml::node& node) {

@@ -44,6 +44,17 @@ bool normalize_authority(std::string& authority, bool https, std::string& proble
     }
     if (value == (https ? 443u : 80u)) authority.erase(colon);
   }
+  // The host: a name or IPv4 address without ':' or brackets, or "[IPv6]".
+  const std::string_view host(authority.data(),
+                              colon != std::string::npos && (bracket == std::string::npos || colon > bracket)
+                                  ? std::min(colon, authority.size())
+                                  : authority.size());
+  const bool ipv6 = host.size() > 2 && host.front() == '[' && host.back() == ']' &&
+                    host.substr(1, host.size() - 2).find_first_of("[]") == std::string_view::npos;
+  if (!ipv6 && host.find_first_of(":[]") != std::string_view::npos) {
+    problem = "the host is a name, an IPv4 address or an [IPv6] address in brackets";
+    return false;
+  }
   return true;
 }
 

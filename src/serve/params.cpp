@@ -4,6 +4,7 @@
 
 #include "core/number.hpp"
 #include "core/settings_table.hpp"
+#include "core/text.hpp"
 
 #include <fmt/format.h>
 #include <boost/json.hpp>
@@ -102,7 +103,7 @@ bool read_params(const Target& target, std::string_view body, std::span<const Pa
       if (param.name == key) return &param;
     std::string names;
     for (const auto& param : known) names += fmt::format("{}{}", names.empty() ? "" : ", ", param.name);
-    error.message = fmt::format("unknown parameter \"{}\" (use {})", key.substr(0, 32), names);
+    error.message = fmt::format("unknown parameter {} (use {})", core::quoted(key, 32), names);
     return nullptr;
   };
   for (const auto& [key, value] : target.query) {
@@ -114,7 +115,7 @@ bool read_params(const Target& target, std::string_view body, std::span<const Pa
     }
     const auto v = core::parse_number<std::int64_t>(value);
     if (!v) {
-      error.message = fmt::format("{}: \"{}\" is not a whole number", key, value.substr(0, 32));
+      error.message = fmt::format("{}: {} is not a whole number", key, core::quoted(value, 32));
       return false;
     }
     if (!set(param->name, ParamValue(*v))) return false;
@@ -254,12 +255,12 @@ std::optional<StatusQuery> parse_status_query(const Target& target, BadRequest& 
   StatusQuery q;
   for (const auto& [key, value] : target.query) {
     if (key != "offset" && key != "limit") {
-      error.message = fmt::format("unknown parameter \"{}\" (use offset, limit)", key.substr(0, 32));
+      error.message = fmt::format("unknown parameter {} (use offset, limit)", core::quoted(key, 32));
       return std::nullopt;
     }
     const auto v = core::parse_number<std::int64_t>(value);
     if (!v) {
-      error.message = fmt::format("{}: \"{}\" is not a whole number", key, value.substr(0, 32));
+      error.message = fmt::format("{}: {} is not a whole number", key, core::quoted(value, 32));
       return std::nullopt;
     }
     const std::int64_t max = key == "limit" ? static_cast<std::int64_t>(kMaxStatusLimit) : 1'000'000'000;
@@ -289,7 +290,7 @@ std::optional<SettingsUpdate> parse_settings_update(std::string_view body, BadRe
     const std::string_view key(k.data(), k.size());
     const core::SettingSpec* spec = core::setting_by_key(key);
     if (spec == nullptr || spec->key != key || !spec->http)
-      return bad(fmt::format("unknown field \"{}\" (use {})", key.substr(0, 32),
+      return bad(fmt::format("unknown field {} (use {})", core::quoted(key, 32),
                              core::join_settings(settable, true)));
     switch (spec->kind) {
       case core::SettingKind::count:
@@ -380,7 +381,7 @@ std::optional<RateCheckParams> parse_rate_check(std::string_view body, BadReques
       if (!c) return std::nullopt;
       p.cost = *c;
     } else {
-      error.message = fmt::format("unknown field \"{}\" (use key, cost)", key.substr(0, 32));
+      error.message = fmt::format("unknown field {} (use key, cost)", core::quoted(key, 32));
       return std::nullopt;
     }
   }
@@ -415,8 +416,8 @@ std::optional<RateRefundParams> parse_rate_refund(std::string_view body, BadRequ
       p.amount = *c;
       has_amount = true;
     } else if (key == "decision") {
-      const bool ok = v.is_string() && [&] {
-        const std::string text(v.as_string().data(), v.as_string().size());
+      const bool ok = v.is_string() && [&p](const json::string& s) {
+        const std::string text(s.data(), s.size());
         std::int64_t* out[] = {&p.at_ms, &p.at_us, &p.cost};
         std::size_t start = 0;
         for (int i = 0; i < 3; ++i) {
@@ -429,14 +430,14 @@ std::optional<RateRefundParams> parse_rate_refund(std::string_view body, BadRequ
           start = dot + 1;
         }
         return p.cost >= 1;
-      }();
+      }(v.as_string());
       if (!ok) {
         error.message = "decision: must be the \"decision\" of an allowed answer (\"AT_MS.AT_US.COST\")";
         return std::nullopt;
       }
       has_decision = true;
     } else {
-      error.message = fmt::format("unknown field \"{}\" (use key, decision, amount)", key.substr(0, 32));
+      error.message = fmt::format("unknown field {} (use key, decision, amount)", core::quoted(key, 32));
       return std::nullopt;
     }
   }
@@ -477,14 +478,14 @@ std::optional<RateRule> parse_rate_rule_update(std::string_view body, RateRule c
         const auto a = parse_rate_algorithm(text);
         if (!a)
           return bad(fmt::format(
-              "algorithm: \"{}\" is not one of fixed_window, sliding_log, sliding_window, token_bucket, gcra",
-              text.substr(0, 32)));
+              "algorithm: {} is not one of fixed_window, sliding_log, sliding_window, token_bucket, gcra",
+              core::quoted(text, 32)));
         r.algorithm = *a;
       } else {
         const auto p = parse_redis_down_policy(text);
         if (!p)
           return bad(
-              fmt::format("on_redis_down: \"{}\" is not one of local, open, closed", text.substr(0, 32)));
+              fmt::format("on_redis_down: {} is not one of local, open, closed", core::quoted(text, 32)));
         r.on_redis_down = *p;
       }
     } else if (key == "rate" || key == "period_ms" || key == "burst" || key == "local_divisor") {
@@ -500,8 +501,8 @@ std::optional<RateRule> parse_rate_rule_update(std::string_view body, RateRule c
         r.local_divisor = *i;
     } else {
       return bad(fmt::format(
-          "unknown field \"{}\" (use algorithm, rate, period_ms, burst, on_redis_down, local_divisor, mode)",
-          key.substr(0, 32)));
+          "unknown field {} (use algorithm, rate, period_ms, burst, on_redis_down, local_divisor, mode)",
+          core::quoted(key, 32)));
     }
   }
   return r;

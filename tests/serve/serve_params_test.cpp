@@ -334,6 +334,12 @@ TEST(ServeCors, OriginsAreNormalizedAsBrowsersSendThem) {
   EXPECT_NE(origin_problem("https://example.com:8x").find("port"), std::string::npos);
   EXPECT_NE(origin_problem("https://").find("no host"), std::string::npos);
   EXPECT_NE(origin_problem("null").find("\"*\""), std::string::npos);
+  // A colon belongs to the port, or inside an [IPv6] literal (found by tests/fuzz/fuzz_values).
+  EXPECT_NE(origin_problem("https://app.s:example.com:443").find("[IPv6]"), std::string::npos);
+  EXPECT_NE(origin_problem("http://::1").find("[IPv6]"), std::string::npos);
+  EXPECT_NE(origin_problem("http://[::1]x:8080").find("[IPv6]"), std::string::npos);
+  EXPECT_NE(origin_problem("http://a]b").find("[IPv6]"), std::string::npos);
+  EXPECT_EQ(origin_of("http://[::1]"), "http://[::1]");
 }
 
 TEST(ServeCors, OnlyListedOriginsAreAllowed) {

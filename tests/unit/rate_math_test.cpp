@@ -184,6 +184,29 @@ TEST(RateMath, ARefusalConsumesNothing) {
   }
 }
 
+// Redis' clock may go back (a failover to a replica whose clock is behind):
+// every algorithm refuses what it must, and says nothing remains rather than
+// a negative count (X-RateLimit-Remaining), however far it went back — gcra's
+// debt once went negative here, and overflowed at a high rate (found by
+// tests/fuzz/fuzz_rate_math).
+TEST(RateMath, AClockThatWentBackLeavesNothingNegativeAndDoesNotOverflow) {
+  for (RateAlgorithm a : kAll) {
+    for (const std::int64_t rate : {std::int64_t{5}, fairgate::kMaxRate}) {
+      const RateRule r = rule(a, rate, 1000);
+      rate::State s = rate::initial_state(a);
+      ASSERT_TRUE(rate::decide(r, s, 90'000'000'000, rate).allowed) << fairgate::to_string(a);
+      for (const std::int64_t back : {std::int64_t{10}, std::int64_t{60'000}, std::int64_t{80'000'000'000}}) {
+        const auto d = rate::decide(r, s, 90'000'000'000 - back, 1);
+        EXPECT_GE(d.remaining, 0) << fairgate::to_string(a) << " back " << back;
+        EXPECT_GE(d.reset_ms, 0) << fairgate::to_string(a) << " back " << back;
+        if (!d.allowed) {
+          EXPECT_GE(d.retry_after_ms, 1) << fairgate::to_string(a) << " back " << back;
+        }
+      }
+    }
+  }
+}
+
 TEST(RateMath, RefundsNeverExceedWhatWasTakenNorOutliveTheWindow) {
   for (RateAlgorithm a : kAll) {
     SCOPED_TRACE(fairgate::to_string(a));

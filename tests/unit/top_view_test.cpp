@@ -132,6 +132,23 @@ TEST(TopView, ThousandWaitersFitEightyByTwentyFour) {
   EXPECT_NE(lines.back().find("more"), std::string::npos) << all;
 }
 
+// Names, tenants and ids come from the server: a tab, an escape or a UTF-8
+// byte would move the cursor or take a column the layout did not count.
+TEST(TopView, WhatTheServerSentIsDrawnAsPrintableAscii) {
+  Screen sc = busy_screen(2, 1, 1);
+  sc.rows[1].name = "caf\xc3\xa9\t\x1b[2J";
+  sc.detail->holders[0].tenant = "t\x1b]0;title\x07";
+  const auto lines = render(sc, 80, 24);
+  std::string all;
+  for (const auto& l : lines) {
+    EXPECT_LE(l.size(), 80u) << l;
+    for (const unsigned char c : l) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << l;
+    all += l + "\n";
+  }
+  EXPECT_NE(all.find("caf????[2J"), std::string::npos) << all;
+  EXPECT_NE(all.find("t?]0;title?"), std::string::npos) << all;
+}
+
 // The server lists the first page (100) of every instance's holders and queue
 // with the totals: the summary and the "... N more" count the totals.
 TEST(TopView, TotalsBeyondTheListedPageAreCounted) {

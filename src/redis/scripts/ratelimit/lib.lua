@@ -302,7 +302,8 @@ A[5] = {
       debt = debt + cost * p
       if commit then s.ms = now + floor_div(debt, r.rate); s.frac = debt % r.rate end
     end
-    d.remaining = floor_div(tolerance - debt, p)
+    -- (debt beyond the tolerance only when the clock went back: nothing remains)
+    d.remaining = math.max(0, floor_div(tolerance - debt, p))
     d.reset = ceil_div(debt, r.rate)
     if d.allowed then d.retry = 0 elseif cost > r.cap then d.retry = -1 else d.retry = ceil_div(debt + cost * p - tolerance, r.rate) end
     return d
