@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what fairgate needs to build, test and demo, from Debian 12's
 # packages. Does nothing when everything is already installed.
-#   usage: scripts/setup.sh [--with-dev-tools]   (adds clang, clang-format, clang-tidy)
+#   usage: scripts/setup.sh [--with-dev-tools]   (adds clang, clang-format, clang-tidy and
+#          clang's runtimes: libFuzzer and the sanitizers, for scripts/fuzz.sh)
 set -euo pipefail
 
 packages=(
@@ -20,7 +21,7 @@ packages=(
   tmux
 )
 if [[ "${1:-}" == "--with-dev-tools" ]]; then
-  packages+=(clang clang-format clang-tidy)
+  packages+=(clang clang-format clang-tidy libclang-rt-dev)
 fi
 
 missing=()
