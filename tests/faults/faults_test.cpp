@@ -263,6 +263,35 @@ TEST(Faults, ProxyStallsCutsAndDelays) {
   EXPECT_GT(r.grants, 20u);
 }
 
+// --- bad replies ---------------------------------------------------------------------
+
+// A Redis that now and then answers nonsense: the proxy replaces 30 % of the
+// script replies (EVALSHA: acquire, release, cancel, heartbeat, restore) two
+// instances get with ones of the wrong type or shape, or errors
+// (an integer for an array, nil, -ERR, -MOVED to nowhere, -NOSCRIPT, an
+// unknown verdict; no false "granted": a Redis that lies well-formed is not a
+// fault anything can detect). No crash, no overshoot, every request ends
+// exactly once, the instances and Redis agree again once the replies are
+// sound, and nothing stays in Redis. An acquire answered with nonsense may be
+// rejected "unavailable": a clear answer at once, not a hang.
+TEST(Faults, BadRepliesNeverCrashStrandOrLeak) {
+  RunOptions o = run();
+  Cluster c(o);
+  c.start(Route::proxy);
+  c.start(Route::proxy);
+  c.start();
+  c.go();
+  sleep(800ms);
+  c.proxy().mangle_replies(0.3, 2026, "EVALSHA");
+  sleep(2000ms);
+  c.proxy().mangle_replies(0);
+  EXPECT_GT(c.proxy().replies_mangled(), 10u);
+  EXPECT_TRUE(c.wait_whole(20s).has_value()) << "the instances and Redis agree again";
+  const Report r = c.finish(finish_within(o), /*expect_unavailable=*/true);
+  EXPECT_RUN_OK(r);
+  EXPECT_GT(r.grants, 20u);
+}
+
 // --- crashes -----------------------------------------------------------------------
 
 TEST(Faults, KillMinus9OfInstancesInALoop) {

@@ -354,6 +354,39 @@ TEST_F(TcpProxyTest, RefuseClosesNewConnectionsAtOnce) {
   EXPECT_EQ(client()->cmd({"PING"}), "PONG");
 }
 
+TEST_F(TcpProxyTest, MangleRepliesReplacesWholeRepliesOneForOneUntilStopped) {
+  auto c = client();
+  ASSERT_TRUE(c->connected());
+  // A reply far longer than one read, so it reaches the proxy in pieces.
+  const std::string big(200 * 1024, 'x');
+  ASSERT_EQ(c->cmd({"SET", "mangle:big", big}), "OK");
+  proxy_.mangle_replies(1.0, 7);
+  int changed = 0;
+  for (int i = 0; i < 40; ++i) changed += c->cmd({"PING"}) != "PONG";
+  EXPECT_EQ(changed, 40);
+  EXPECT_EQ(proxy_.replies_mangled(), 40u);
+  // On but (almost) never firing: whole replies pass as they were, however cut.
+  proxy_.mangle_replies(1e-12, 7);
+  EXPECT_EQ(c->cmd({"GET", "mangle:big"}), big);
+  // A pipeline: each reply replaced by exactly one, so the stream stays in step.
+  proxy_.mangle_replies(0.5, 11);
+  for (int i = 0; i < 50; ++i) c->send({"ECHO", "echo-" + std::to_string(i)});
+  int kept = 0;
+  for (int i = 0; i < 50; ++i) kept += c->receive() == "echo-" + std::to_string(i);
+  // Only the replies to one command.
+  proxy_.mangle_replies(1.0, 3, "echo");
+  EXPECT_EQ(c->cmd({"PING"}), "PONG");
+  EXPECT_NE(c->cmd({"ECHO", "x"}), "x");
+  EXPECT_EQ(c->cmd({"PING"}), "PONG");
+  proxy_.mangle_replies(0);
+  EXPECT_EQ(c->cmd({"PING"}), "PONG") << "one reply per command, in order";
+  EXPECT_EQ(c->cmd({"ECHO", "y"}), "y");
+  EXPECT_GT(kept, 0);
+  EXPECT_LT(kept, 50);
+  EXPECT_EQ(proxy_.replies_mangled(), 40u + (50u - static_cast<unsigned>(kept)) + 1u);
+  EXPECT_EQ(c->cmd({"DEL", "mangle:big"}), "1");
+}
+
 TEST(TcpProxyLifetime, TargetRefusingClosesTheClient) {
   RedisServer gone(RedisServer::Options{});
   TcpProxy proxy(gone.host(), gone.port());

@@ -4,10 +4,15 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
+#include <cstdlib>
 #include <deque>
 #include <future>
+#include <iterator>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace fairgate::test {
@@ -16,6 +21,79 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using boost::system::error_code;
+
+namespace {
+
+/// The length of the whole RESP2 reply at the start of `b`: 0 when it is not
+/// all there yet, -1 when `b` is not RESP2.
+std::ptrdiff_t resp_reply_length(std::string_view b, int depth = 0) {
+  if (b.empty()) return 0;
+  if (depth > 32) return -1;
+  const auto crlf = b.find("\r\n");
+  if (crlf == std::string_view::npos) return b.size() > 64 * 1024 ? -1 : 0;
+  const auto line = static_cast<std::ptrdiff_t>(crlf + 2);
+  const std::string_view head = b.substr(1, crlf - 1);
+  switch (b.front()) {
+    case '+':
+    case '-':
+    case ':': return line;
+    case '$': {
+      const long long n = std::strtoll(std::string(head).c_str(), nullptr, 10);
+      if (n < 0) return line;
+      const auto total = line + static_cast<std::ptrdiff_t>(n) + 2;
+      return static_cast<std::ptrdiff_t>(b.size()) >= total ? total : 0;
+    }
+    case '*': {
+      const long long n = std::strtoll(std::string(head).c_str(), nullptr, 10);
+      std::ptrdiff_t at = line;
+      for (long long k = 0; k < n; ++k) {
+        const auto e = resp_reply_length(b.substr(static_cast<std::size_t>(at)), depth + 1);
+        if (e <= 0) return e;
+        at += e;
+      }
+      return at;
+    }
+    default: return -1;
+  }
+}
+
+/// The name of the command `b` (a whole RESP2 array of bulk strings),
+/// upper-case; empty when it is not one.
+std::string command_name(std::string_view b) {
+  const auto first = b.find("\r\n");
+  if (b.empty() || b.front() != '*' || first == std::string_view::npos) return {};
+  std::string_view rest = b.substr(first + 2);
+  const auto crlf = rest.find("\r\n");
+  if (rest.empty() || rest.front() != '$' || crlf == std::string_view::npos) return {};
+  const long long n = std::strtoll(std::string(rest.substr(1, crlf - 1)).c_str(), nullptr, 10);
+  if (n < 0 || rest.size() < crlf + 2 + static_cast<std::size_t>(n)) return {};
+  std::string name(rest.substr(crlf + 2, static_cast<std::size_t>(n)));
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name;
+}
+
+/// What a mangled reply becomes: wrong types and shapes, errors — never a
+/// well-formed verdict that could be true ("granted", "queued").
+constexpr std::string_view kBadReplies[] = {
+    ":7\r\n",
+    ":-9223372036854775808\r\n",
+    "$-1\r\n",
+    "*-1\r\n",
+    "*0\r\n",
+    "+OK\r\n",
+    "$5\r\nhello\r\n",
+    "-ERR mangled by the test proxy\r\n",
+    "-NOSCRIPT No matching script (mangled)\r\n",
+    "-MOVED 1 127.0.0.1:1\r\n",
+    "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+    "*2\r\n*1\r\n:1\r\n*0\r\n",
+    "*1\r\n$9\r\nnonsense!\r\n",
+    "*2\r\n$8\r\nrejected\r\n:42\r\n",
+    "*3\r\n:1\r\n$-1\r\n*1\r\n+x\r\n",
+    "*5\r\n$0\r\n\r\n$0\r\n\r\n:0\r\n:0\r\n:0\r\n",
+};
+
+}  // namespace
 
 // One client connection and its upstream connection, with a pump per
 // direction. Lives on the proxy's thread only; every handler holds a
@@ -60,8 +138,16 @@ struct TcpProxy::Session : std::enable_shared_from_this<Session> {
         return self->kick(i);
       }
       if (ec) return self->close();
+      std::string bytes(pump.buf.data(), n);
+      if (!self->raw) {
+        if (i == 0) {
+          self->track(bytes);
+        } else {
+          bytes = self->mangle(std::move(bytes));
+        }
+      }
       pump.queue.emplace_back(Clock::now() + std::chrono::milliseconds(self->proxy.delay_ms_.load()),
-                              std::string(pump.buf.data(), n));
+                              std::move(bytes));
       self->kick(i);
       self->read(i);
     });
@@ -102,6 +188,61 @@ struct TcpProxy::Session : std::enable_shared_from_this<Session> {
                       });
   }
 
+  // Notes the name of each whole command the client sent (bytes go on as
+  // they are), so each reply can be matched with its command. A connection
+  // that subscribes gets pushes, not one reply per command: raw from then on.
+  void track(const std::string& bytes) {
+    sent_partial += bytes;
+    std::string_view rest = sent_partial;
+    for (;;) {
+      const auto len = resp_reply_length(rest);
+      if (len < 0) return go_raw();
+      if (len == 0) break;
+      std::string name = command_name(rest.substr(0, static_cast<std::size_t>(len)));
+      if (name.empty() || name == "SUBSCRIBE" || name == "SSUBSCRIBE" || name == "PSUBSCRIBE" ||
+          name == "MONITOR")
+        return go_raw();
+      commands.push_back(std::move(name));
+      rest.remove_prefix(static_cast<std::size_t>(len));
+    }
+    sent_partial = std::string(rest);
+  }
+
+  // The whole replies of partial + bytes, each (a reply to a command that
+  // mangle_replies() names) replaced with the proxy's probability; a reply
+  // cut short stays in partial.
+  std::string mangle(std::string bytes) {
+    partial += bytes;
+    std::string out;
+    std::string_view rest = partial;
+    for (;;) {
+      const auto len = resp_reply_length(rest);
+      if (len == 0) break;
+      if (len < 0 || commands.empty()) {  // not RESP2, or not a reply to a command: pass it all on
+        out += rest;
+        go_raw();
+        return out;
+      }
+      const bool named = proxy.mangle_only_.empty() || commands.front() == proxy.mangle_only_;
+      commands.pop_front();
+      if (named && proxy.mangle_p_ > 0 && std::bernoulli_distribution(proxy.mangle_p_)(proxy.mangle_rng_)) {
+        out += kBadReplies[proxy.mangled_++ % std::size(kBadReplies)];  // each kind in turn
+      } else {
+        out += rest.substr(0, static_cast<std::size_t>(len));
+      }
+      rest.remove_prefix(static_cast<std::size_t>(len));
+    }
+    partial = std::string(rest);
+    return out;
+  }
+
+  void go_raw() {
+    raw = true;
+    partial.clear();
+    sent_partial.clear();
+    commands.clear();
+  }
+
   // Ends any wait, so each writer looks at the proxy's settings again.
   void wake() {
     for (Pump& p : pumps) p.timer.cancel();
@@ -123,6 +264,12 @@ struct TcpProxy::Session : std::enable_shared_from_this<Session> {
   tcp::socket upstream;
   Pump pumps[2];  // [0]: client -> upstream, [1]: upstream -> client
   bool closed = false;
+  // Matching replies with commands (for mangle_replies): the start of a
+  // command and of a reply not yet whole, and the commands not yet answered.
+  std::string sent_partial;
+  std::string partial;
+  std::deque<std::string> commands;
+  bool raw = false;  // not RESP2, or a subscriber: passed on as it is, never mangled
 };
 
 TcpProxy::TcpProxy(const std::string& target_host, std::uint16_t target_port)
@@ -199,6 +346,15 @@ void TcpProxy::cut() {
 
 void TcpProxy::refuse(bool on) {
   run_here([&] { refusing_ = on; });
+}
+
+void TcpProxy::mangle_replies(double probability, std::uint64_t seed, const std::string& only_command) {
+  run_here([&] {
+    mangle_p_ = std::clamp(probability, 0.0, 1.0);
+    mangle_rng_.seed(seed);
+    mangle_only_ = only_command;
+    for (char& c : mangle_only_) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  });
 }
 
 }  // namespace fairgate::test

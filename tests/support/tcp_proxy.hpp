@@ -16,6 +16,18 @@
 //   cut()         closes every current connection, both sides, at once (the
 //                 client reads EOF, as when the peer closes).
 //   refuse(true)  new connections are accepted and closed at once.
+//   mangle_replies(p, seed, command)
+//                 each reply the target sends to `command` (e.g. "EVALSHA";
+//                 empty: any command) is, with probability p, replaced by the
+//                 next of a fixed set of replies of the wrong type or shape,
+//                 or errors (an integer for an array, nil, "-ERR", "-MOVED"
+//                 to nowhere, an unknown verdict, nested arrays, ...) — bad
+//                 replies, not well-formed lies (no false "granted"): what the
+//                 client makes of a Redis that answers nonsense. 0 stops.
+//                 The proxy matches replies with commands by reading both
+//                 streams as RESP2 (a reply is forwarded once whole); a
+//                 connection that subscribes, or is not RESP2, is passed on
+//                 untouched.
 //
 // All controls may be called from any thread, are idempotent, and return
 // once they apply on the proxy's thread (after cut(), connections() is 0).
@@ -32,6 +44,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -57,6 +70,10 @@ class TcpProxy {
   void resume();
   void cut();
   void refuse(bool on);
+  void mangle_replies(double probability, std::uint64_t seed = 1, const std::string& only_command = "");
+
+  /// Replies replaced by mangle_replies() so far.
+  std::uint64_t replies_mangled() const { return mangled_.load(); }
 
   /// Client connections open now (accepted and not yet closed).
   std::size_t connections() const { return open_.load(); }
@@ -79,6 +96,10 @@ class TcpProxy {
   std::atomic<bool> refusing_{false};
   std::atomic<std::size_t> open_{0};
   std::atomic<std::uint64_t> forwarded_{0};
+  double mangle_p_ = 0;         // the proxy's thread only
+  std::mt19937_64 mangle_rng_;  // the proxy's thread only
+  std::string mangle_only_;     // the proxy's thread only
+  std::atomic<std::uint64_t> mangled_{0};
   std::thread thread_;  // last: starts after everything it uses
 };
 
