@@ -30,7 +30,16 @@ bool normalize_authority(std::string& authority, bool https, std::string& proble
   }
   const auto colon = authority.rfind(':');
   const auto bracket = authority.rfind(']');  // IPv6 literal "[::1]:8080"
-  if (colon != std::string::npos && (bracket == std::string::npos || colon > bracket)) {
+  const bool has_port = colon != std::string::npos && (bracket == std::string::npos || colon > bracket);
+  // The host: a name or IPv4 address without ':' or brackets, or "[IPv6]".
+  const std::string_view host(authority.data(), has_port ? colon : authority.size());
+  const bool ipv6 = host.size() > 2 && host.front() == '[' && host.back() == ']' &&
+                    host.substr(1, host.size() - 2).find_first_of("[]") == std::string_view::npos;
+  if (!ipv6 && host.find_first_of(":[]") != std::string_view::npos) {
+    problem = "the host is a name, an IPv4 address or an [IPv6] address in brackets";
+    return false;
+  }
+  if (has_port) {
     const std::string_view port(authority.data() + colon + 1, authority.size() - colon - 1);
     unsigned value = 0;
     const auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
@@ -43,17 +52,6 @@ bool normalize_authority(std::string& authority, bool https, std::string& proble
       return false;
     }
     if (value == (https ? 443u : 80u)) authority.erase(colon);
-  }
-  // The host: a name or IPv4 address without ':' or brackets, or "[IPv6]".
-  const std::string_view host(authority.data(),
-                              colon != std::string::npos && (bracket == std::string::npos || colon > bracket)
-                                  ? std::min(colon, authority.size())
-                                  : authority.size());
-  const bool ipv6 = host.size() > 2 && host.front() == '[' && host.back() == ']' &&
-                    host.substr(1, host.size() - 2).find_first_of("[]") == std::string_view::npos;
-  if (!ipv6 && host.find_first_of(":[]") != std::string_view::npos) {
-    problem = "the host is a name, an IPv4 address or an [IPv6] address in brackets";
-    return false;
   }
   return true;
 }
