@@ -6,8 +6,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-
 namespace fairgate::serve {
 
 using net::awaitable;
@@ -51,7 +49,7 @@ void refund_token_budgets(Shared& sh, const RouteRates& rates, const UsageTap& t
     } else {
       used = d.cost;  // an answer without usage: keep the reservation
     }
-    const std::int64_t back = d.cost - std::max<std::int64_t>(0, used);  // never more than it took
+    const std::int64_t back = d.cost - used;  // (usage is never negative: UsageTap ignores a negative one)
     if (back <= 0 || d.at_us == 0) continue;  // used it all, or decided without the store (degraded)
     sh.rates.async_refund(d, back, [](RefundResult) {});
   }

@@ -26,6 +26,13 @@ inline bool is_clear_message(std::string_view m) {
   return true;
 }
 
+/// A parser's answer: `ok`, or else what it said must be a clear message.
+/// Returns `ok`.
+inline bool ok_or_clear(bool ok, std::string_view message) {
+  if (!ok) FUZZ_CHECK(is_clear_message(message), message);
+  return ok;
+}
+
 /// The fuzz input as text, and a reader that takes it apart piece by piece.
 class Input {
  public:

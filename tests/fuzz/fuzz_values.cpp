@@ -44,10 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   switch (op) {
     case 0: {
       const auto d = cli::parse_duration(text);
-      if (!d) {
-        FUZZ_CHECK(is_clear_message(d.error), d.error);
-        break;
-      }
+      if (!fuzz::ok_or_clear(d.value.has_value(), d.error)) break;
       FUZZ_CHECK(d.value->count() >= 0 && *d.value <= cli::kMaxDuration, "0..kMaxDuration");
       // format_duration: "the shortest text parse_duration reads back as d".
       const std::string again = cli::format_duration(*d.value);
@@ -58,30 +55,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 1: {
       const std::uint64_t lo = std::min(a, b) * 1000, hi = std::max(a, b) * 1000 + b;
       const auto n = cli::parse_count(text, lo, hi);
-      if (!n) {
-        FUZZ_CHECK(is_clear_message(n.error), n.error);
-        break;
-      }
+      if (!fuzz::ok_or_clear(n.value.has_value(), n.error)) break;
       FUZZ_CHECK(*n.value >= lo && *n.value <= hi, "in lo..hi");
       break;
     }
     case 2: {
       const double lo = -static_cast<double>(a), hi = static_cast<double>(b) / 4;
       const auto n = cli::parse_number(text, lo, hi);
-      if (!n) {
-        FUZZ_CHECK(is_clear_message(n.error), n.error);
-        break;
-      }
+      if (!fuzz::ok_or_clear(n.value.has_value(), n.error)) break;
       FUZZ_CHECK(std::isfinite(*n.value) && *n.value >= lo && *n.value <= hi, "finite, in lo..hi");
       break;
     }
     case 3: {
       std::string error;
       const auto l = http::parse_listen(text, error);
-      if (!l) {
-        FUZZ_CHECK(is_clear_message(error), error);
-        break;
-      }
+      if (!fuzz::ok_or_clear(l.has_value(), error)) break;
       FUZZ_CHECK(!l->host.empty(), "a host");
       serve::ServeConfig cfg;
       serve::parse_listen(text, "listen", cfg);  // the config's reading agrees: no throw
@@ -109,10 +97,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 5: {
       std::string problem;
       const auto o = serve::normalize_origin(text, problem);
-      if (!o) {
-        FUZZ_CHECK(is_clear_message(problem), problem);
-        break;
-      }
+      if (!fuzz::ok_or_clear(o.has_value(), problem)) break;
       // The normal form is its own normal form, and is allowed by a list of itself.
       std::string again_problem;
       const auto again = serve::normalize_origin(*o, again_problem);
