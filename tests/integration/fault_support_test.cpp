@@ -19,6 +19,7 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -98,7 +99,35 @@ class Client {
     return text;
   }
 
+  /// The elements of an array reply, each in a readable form ("\"a\"", "7",
+  /// "nil", "[1]"); empty for any other reply.
+  std::vector<std::string> elements(const std::vector<std::string>& args) {
+    send(args);
+    void* r = nullptr;
+    if (!connected() || redisGetReply(c_, &r) != REDIS_OK || !r) return {};
+    auto* reply = static_cast<redisReply*>(r);
+    std::vector<std::string> out;
+    if (reply->type == REDIS_REPLY_ARRAY) {
+      for (std::size_t i = 0; i < reply->elements; ++i) out.push_back(describe(reply->element[i]));
+    }
+    freeReplyObject(reply);
+    return out;
+  }
+
  private:
+  static std::string describe(const redisReply* r) {
+    switch (r->type) {
+      case REDIS_REPLY_INTEGER: return std::to_string(r->integer);
+      case REDIS_REPLY_NIL: return "nil";
+      case REDIS_REPLY_ARRAY: {
+        std::string s = "[";
+        for (std::size_t i = 0; i < r->elements; ++i) s += (i ? "," : "") + describe(r->element[i]);
+        return s + "]";
+      }
+      default: return "\"" + std::string(r->str, r->len) + "\"";
+    }
+  }
+
   redisContext* c_ = nullptr;
 };
 
@@ -385,6 +414,36 @@ TEST_F(TcpProxyTest, MangleRepliesReplacesWholeRepliesOneForOneUntilStopped) {
   EXPECT_LT(kept, 50);
   EXPECT_EQ(proxy_.replies_mangled(), 40u + (50u - static_cast<unsigned>(kept)) + 1u);
   EXPECT_EQ(c->cmd({"DEL", "mangle:big"}), "1");
+}
+
+TEST_F(TcpProxyTest, MangleInnerReplacesOneFieldOfAnArrayReplyWithAnotherType) {
+  auto c = client();
+  ASSERT_TRUE(c->connected());
+  c->cmd({"DEL", "mangle:list"});
+  ASSERT_EQ(c->cmd({"RPUSH", "mangle:list", "a", "b", "c"}), "3");
+  const std::vector<std::string> sound = c->elements({"LRANGE", "mangle:list", "0", "-1"});
+  ASSERT_EQ(sound, (std::vector<std::string>{"\"a\"", "\"b\"", "\"c\""}));
+  proxy_.mangle_replies(1.0, 9, "", fairgate::test::Mangling::inner);
+  std::set<std::string> seen;
+  for (int i = 0; i < 30; ++i) {
+    const auto got = c->elements({"LRANGE", "mangle:list", "0", "-1"});
+    ASSERT_EQ(got.size(), sound.size()) << "the frame stays: one element for one";
+    int changed = 0;
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      if (got[k] == sound[k]) continue;
+      ++changed;
+      seen.insert(got[k]);
+      EXPECT_NE(got[k].front(), '"') << "a string becomes another type: " << got[k];
+    }
+    EXPECT_EQ(changed, 1);
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"nil", "[]", "[1]"})) << "each replacement of a string in turn";
+  // A reply with nothing inside passes as it is, and is not counted.
+  EXPECT_EQ(c->cmd({"PING"}), "PONG");
+  EXPECT_EQ(proxy_.replies_mangled(), 30u);
+  proxy_.mangle_replies(0);
+  EXPECT_EQ(c->elements({"LRANGE", "mangle:list", "0", "-1"}), sound);
+  EXPECT_EQ(c->cmd({"DEL", "mangle:list"}), "1");
 }
 
 TEST(TcpProxyLifetime, TargetRefusingClosesTheClient) {

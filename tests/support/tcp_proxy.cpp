@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace fairgate::test {
 
@@ -92,6 +93,47 @@ constexpr std::string_view kBadReplies[] = {
     "*3\r\n:1\r\n$-1\r\n*1\r\n+x\r\n",
     "*5\r\n$0\r\n\r\n$0\r\n\r\n:0\r\n:0\r\n:0\r\n",
 };
+
+/// The elements of the RESP2 reply `b` (whole, well-formed) at any depth
+/// below the top, as (offset, length) of their bytes, nils left out.
+void inner_elements(std::string_view b, std::size_t at, int depth,
+                    std::vector<std::pair<std::size_t, std::size_t>>& out) {
+  const auto len = static_cast<std::size_t>(resp_reply_length(b.substr(at)));
+  const bool nil = b.substr(at, 3) == "$-1" || b.substr(at, 3) == "*-1";
+  if (depth > 0 && !nil) out.emplace_back(at, len);
+  if (b[at] != '*' || nil) return;
+  const auto crlf = b.find("\r\n", at);
+  const long long n = std::strtoll(std::string(b.substr(at + 1, crlf - at - 1)).c_str(), nullptr, 10);
+  std::size_t next = crlf + 2;
+  for (long long k = 0; k < n; ++k) {
+    const auto e = static_cast<std::size_t>(resp_reply_length(b.substr(next)));
+    inner_elements(b, next, depth + 1, out);
+    next += e;
+  }
+}
+
+/// `reply` with one element inside replaced by one of another type (see
+/// Mangling::inner), picked with `rng`; empty when it has no such element.
+std::string mangle_inner(std::string_view reply, std::mt19937_64& rng) {
+  std::vector<std::pair<std::size_t, std::size_t>> elements;
+  inner_elements(reply, 0, 0, elements);
+  if (elements.empty()) return {};
+  const auto [at, len] = elements[std::uniform_int_distribution<std::size_t>(0, elements.size() - 1)(rng)];
+  static constexpr std::string_view kForNumber[] = {"$7\r\nmangled\r\n", "$-1\r\n", "*0\r\n"};
+  static constexpr std::string_view kForString[] = {"$-1\r\n", "*0\r\n", "*1\r\n:1\r\n"};
+  static constexpr std::string_view kForArray[] = {":7\r\n", "$7\r\nmangled\r\n"};
+  const auto pick = [&](const auto& options) {
+    return options[std::uniform_int_distribution<std::size_t>(0, std::size(options) - 1)(rng)];
+  };
+  const char type = reply[at];
+  const std::string_view with = type == ':'   ? pick(kForNumber)
+                                : type == '*' ? pick(kForArray)
+                                              : pick(kForString);
+  std::string out(reply.substr(0, at));
+  out += with;
+  out += reply.substr(at + len);
+  return out;
+}
 
 }  // namespace
 
@@ -225,10 +267,18 @@ struct TcpProxy::Session : std::enable_shared_from_this<Session> {
       }
       const bool named = proxy.mangle_only_.empty() || commands.front() == proxy.mangle_only_;
       commands.pop_front();
-      if (named && proxy.mangle_p_ > 0 && std::bernoulli_distribution(proxy.mangle_p_)(proxy.mangle_rng_)) {
+      const std::string_view reply = rest.substr(0, static_cast<std::size_t>(len));
+      std::string inner;
+      if (!named || proxy.mangle_p_ <= 0 ||
+          !std::bernoulli_distribution(proxy.mangle_p_)(proxy.mangle_rng_)) {
+        out += reply;
+      } else if (proxy.mangling_ == Mangling::whole) {
         out += kBadReplies[proxy.mangled_++ % std::size(kBadReplies)];  // each kind in turn
+      } else if (inner = mangle_inner(reply, proxy.mangle_rng_); !inner.empty()) {
+        out += inner;
+        ++proxy.mangled_;
       } else {
-        out += rest.substr(0, static_cast<std::size_t>(len));
+        out += reply;
       }
       rest.remove_prefix(static_cast<std::size_t>(len));
     }
@@ -348,8 +398,10 @@ void TcpProxy::refuse(bool on) {
   run_here([&] { refusing_ = on; });
 }
 
-void TcpProxy::mangle_replies(double probability, std::uint64_t seed, const std::string& only_command) {
+void TcpProxy::mangle_replies(double probability, std::uint64_t seed, const std::string& only_command,
+                              Mangling how) {
   run_here([&] {
+    mangling_ = how;
     mangle_p_ = std::clamp(probability, 0.0, 1.0);
     mangle_rng_.seed(seed);
     mangle_only_ = only_command;

@@ -28,6 +28,15 @@
 //                 streams as RESP2 (a reply is forwarded once whole); a
 //                 connection that subscribes, or is not RESP2, is passed on
 //                 untouched.
+//   mangle_replies(p, seed, command, Mangling::inner)
+//                 the same, but what is replaced is one element inside a
+//                 reply that is an array (at any depth, never a nil): a
+//                 number becomes a word, nil or [], a string becomes nil,
+//                 [] or [1], an array becomes 7 or a word. The frame stays
+//                 right and the rest of the reply true, so this tries the
+//                 client's reading of each field, not only of the verdict.
+//                 Replies with no such element pass as they are (not
+//                 counted).
 //
 // All controls may be called from any thread, are idempotent, and return
 // once they apply on the proxy's thread (after cut(), connections() is 0).
@@ -51,6 +60,9 @@
 
 namespace fairgate::test {
 
+/// What mangle_replies() replaces: the whole reply, or one element inside.
+enum class Mangling { whole, inner };
+
 class TcpProxy {
  public:
   /// Forwards to target_host (an IP address) : target_port. Throws if it
@@ -70,7 +82,8 @@ class TcpProxy {
   void resume();
   void cut();
   void refuse(bool on);
-  void mangle_replies(double probability, std::uint64_t seed = 1, const std::string& only_command = "");
+  void mangle_replies(double probability, std::uint64_t seed = 1, const std::string& only_command = "",
+                      Mangling how = Mangling::whole);
 
   /// Replies replaced by mangle_replies() so far.
   std::uint64_t replies_mangled() const { return mangled_.load(); }
@@ -96,9 +109,10 @@ class TcpProxy {
   std::atomic<bool> refusing_{false};
   std::atomic<std::size_t> open_{0};
   std::atomic<std::uint64_t> forwarded_{0};
-  double mangle_p_ = 0;         // the proxy's thread only
-  std::mt19937_64 mangle_rng_;  // the proxy's thread only
-  std::string mangle_only_;     // the proxy's thread only
+  double mangle_p_ = 0;                  // the proxy's thread only
+  std::mt19937_64 mangle_rng_;           // the proxy's thread only
+  std::string mangle_only_;              // the proxy's thread only
+  Mangling mangling_ = Mangling::whole;  // the proxy's thread only
   std::atomic<std::uint64_t> mangled_{0};
   std::thread thread_;  // last: starts after everything it uses
 };
