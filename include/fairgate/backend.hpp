@@ -26,7 +26,7 @@ struct BackendHealth {
   std::uint64_t errors = 0;
   std::uint64_t timeouts = 0;       ///< commands without a reply in time
   std::uint64_t disconnects = 0;    ///< commands lost with a connection, or sent while there was none
-  std::uint64_t error_replies = 0;  ///< commands Redis answered with an error
+  std::uint64_t error_replies = 0;  ///< commands Redis answered with an error, or a reply of the wrong shape
   /// Limiters running on their on_redis_down policy (Redis unreachable).
   std::size_t degraded_limiters = 0;
 };

@@ -74,22 +74,6 @@ class ErrorCategory final : public boost::system::error_category {
 
 }  // namespace
 
-std::string Reply::debug_string() const {
-  switch (type) {
-    case Type::nil: return "nil";
-    case Type::string: return "\"" + str + "\"";
-    case Type::status: return str;
-    case Type::error: return "(error) " + str;
-    case Type::integer: return std::to_string(integer);
-    case Type::array: {
-      std::string s = "[";
-      for (std::size_t i = 0; i < elements.size(); ++i) s += (i ? "," : "") + elements[i].debug_string();
-      return s + "]";
-    }
-  }
-  return "?";
-}
-
 const boost::system::error_category& error_category() noexcept {
   static const ErrorCategory category;
   return category;

@@ -32,9 +32,11 @@ bool is_array(const Reply& r, std::size_t at_least) {
   return r.type == Reply::Type::array && r.elements.size() >= at_least;
 }
 
-std::int64_t integer_of(const Reply& r) {
-  if (r.type == Reply::Type::integer) return r.integer;
-  return parse_number<std::int64_t>(r.str).value_or(0);
+using namespace shapes;
+
+/// Whether `reply` is {verdict} or, when `shape` is given, verdict first and of that shape.
+bool is_verdict(const Reply& reply, std::string_view verdict, std::string_view shape = kVerdict) {
+  return has_shape(reply, shape) && reply.elements[0].str == verdict;
 }
 
 std::size_t count_of(const Reply& r) {
@@ -337,12 +339,11 @@ void RedisLimiter::on_acquire_reply(const RequestPtr& request, boost::system::er
     return;
   }
   note_success();
-  const std::string& kind = reply.elements[0].str;
-  if (kind == "granted") {
+  if (is_verdict(reply, "granted")) {
     on_granted(request->n, id, false);
     return;
   }
-  if (kind == "queued" && is_array(reply, 3)) {
+  if (is_verdict(reply, "queued", kQueued)) {
     std::lock_guard lock(mu_);
     if (request->ticket.pending() && request->phase == Phase::sending) {
       request->phase = Phase::queued;
@@ -351,7 +352,7 @@ void RedisLimiter::on_acquire_reply(const RequestPtr& request, boost::system::er
       queued_ = std::max(queued_, position);
       // The estimate Redis made from the cluster-wide pace (-1: none yet).
       std::optional<milliseconds> estimate;
-      if (is_array(reply, 4) && integer_of(reply.elements[3]) >= 0)
+      if (reply.elements.size() > 3 && integer_of(reply.elements[3]) >= 0)
         estimate = milliseconds(integer_of(reply.elements[3]));
       if (request->on_queued) {
         request->told_position = position;
@@ -361,7 +362,7 @@ void RedisLimiter::on_acquire_reply(const RequestPtr& request, boost::system::er
     }
     return;
   }
-  if (kind == "rejected" && is_array(reply, 2)) {
+  if (is_verdict(reply, "rejected", kRejected)) {
     const std::string& reason_text = reply.elements[1].str;
     const RejectReason reason = reason_text == "queue_full"       ? RejectReason::queue_full
                                 : reason_text == "disabled"       ? RejectReason::disabled
@@ -375,7 +376,7 @@ void RedisLimiter::on_acquire_reply(const RequestPtr& request, boost::system::er
     if (request->ticket.resume(event) == core::TicketAction::deliver) end_locked(request, reason);
     return;
   }
-  if (kind == "lost") {
+  if (is_verdict(reply, "lost")) {
     {
       std::lock_guard lock(mu_);
       restore_needed_ = true;  // the heartbeat it triggers says lost too (and drops stale wakes)
@@ -506,7 +507,7 @@ void RedisLimiter::send_release(const std::string& id, const char* /*what*/, con
   if (tenant) args.push_back(*tenant);
   call(scripts::kRelease, std::move(args),
        [self = std::weak_ptr<LimiterImpl>(weak_from_this()), id](boost::system::error_code ec, Reply reply) {
-         if (!ec && !reply.is_error()) return;
+         if (!ec && has_shape(reply, kReleased)) return;
          // A permit whose release is lost is still ours in Redis: the next
          // heartbeat lists it, nobody owns it here, and it is released as an orphan.
          auto s = self.lock();
@@ -530,7 +531,9 @@ void RedisLimiter::on_release_failed(std::uint64_t n, boost::system::error_code 
 void RedisLimiter::send_cancel(std::uint64_t n) {
   call(scripts::kCancel, {permit_id(n)},
        [self = std::weak_ptr<LimiterImpl>(weak_from_this())](boost::system::error_code ec, Reply reply) {
-         if (!ec && !reply.is_error()) return;
+         if (!ec &&
+             (is_verdict(reply, "removed") || is_verdict(reply, "released") || is_verdict(reply, "unknown")))
+           return;
          auto s = self.lock();
          if (!s) return;
          auto& me = static_cast<RedisLimiter&>(*s);
@@ -760,7 +763,7 @@ void RedisLimiter::heartbeat(bool force) {
            std::lock_guard lock(me.mu_);
            me.heartbeat_in_flight_ = false;
          }
-         if (ec || !is_array(reply, 15)) {
+         if (ec || !has_shape(reply, kHeartbeat)) {
            me.context_->count_failure(ec);
            if (ec) {
              me.note_failure(ec);
@@ -773,7 +776,7 @@ void RedisLimiter::heartbeat(bool force) {
          me.note_success();
          {
            std::lock_guard lock(me.mu_);
-           if (reply.elements[0].integer == 0) me.last_good_beat_sent_ = sent_at;
+           if (integer_of(reply.elements[0]) == 0) me.last_good_beat_sent_ = sent_at;
          }
          me.on_heartbeat_reply(reply, sent_holders, sent_queued, sent_inflight, generation);
        });
@@ -976,7 +979,7 @@ void RedisLimiter::send_restore() {
          auto s = self.lock();
          if (!s) return;
          auto& me = static_cast<RedisLimiter&>(*s);
-         if (ec || reply.is_error() || !is_array(reply, 1)) {
+         if (ec || !(is_verdict(reply, "ok", kRestored) || is_verdict(reply, "lost"))) {
            me.context_->count_failure(ec);
            if (ec) {
              me.note_failure(ec);
@@ -1001,7 +1004,7 @@ void RedisLimiter::send_restore() {
          me.note_success();
          {
            std::lock_guard lock(me.mu_);
-           if (is_array(reply, 1) && reply.elements[0].str == "ok") me.last_good_beat_sent_ = sent_at;
+           if (is_verdict(reply, "ok", kRestored)) me.last_good_beat_sent_ = sent_at;
          }
          me.on_restore_reply(reply);
        });
@@ -1016,7 +1019,7 @@ void RedisLimiter::on_restore_reply(const Reply& reply) {
   {
     std::lock_guard lock(mu_);
     restore_in_flight_ = false;
-    if (e[0].str != "ok" || !is_array(reply, 10)) {
+    if (!is_verdict(reply, "ok", kRestored)) {
       // The state went away again before the restore ran: the next heartbeat
       // re-creates it, and the restore follows.
       restore_needed_ = true;
@@ -1035,15 +1038,16 @@ void RedisLimiter::on_restore_reply(const Reply& reply) {
       const bool was_open = link_ == Link::recovering && settings_.on_redis_down == RedisDownPolicy::open;
       if (link_ == Link::recovering) leave_degraded_locked(now, logs);
       for (const auto& g : e[3].elements) {
-        if (auto n = parse_number<std::uint64_t>(g.str)) grants.emplace_back(*n, permit_id(*n));
+        if (const auto n = integer_of(g); n > 0)
+          grants.emplace_back(static_cast<std::uint64_t>(n), permit_id(static_cast<std::uint64_t>(n)));
       }
       // Degraded meanwhile (this restore went through, later calls did not):
       // the local fallback keeps serving; the restore that ends it follows.
       const bool still_degraded = link_ == Link::degraded;
       const auto& orders = still_degraded ? std::vector<Reply>{} : e[4].elements;
       for (std::size_t i = 0; i + 1 < orders.size(); i += 2) {
-        const auto n = parse_number<std::uint64_t>(orders[i].str);
-        auto it = n ? requests_.find(*n) : requests_.end();
+        const auto n = integer_of(orders[i]);
+        auto it = n > 0 ? requests_.find(static_cast<std::uint64_t>(n)) : requests_.end();
         if (it == requests_.end() || !it->second->ticket.pending()) continue;
         it->second->phase = Phase::queued;
         it->second->order = integer_of(orders[i + 1]);
@@ -1091,7 +1095,7 @@ void RedisLimiter::on_restore_reply(const Reply& reply) {
   release_orphans(orphans);
   for (const auto& line : logs) log(line);
   send_all(to_send);
-  if (!is_array(reply, 10)) heartbeat();
+  if (!is_verdict(reply, "ok", kRestored)) heartbeat();
 }
 
 void RedisLimiter::note_fence_locked(Clock::time_point now, milliseconds left) {
@@ -1346,14 +1350,9 @@ void RedisLimiter::start_status(const StatusQuery& query,
            return (*box)->complete(std::move(r));
          }
          auto& me = static_cast<RedisLimiter&>(*s);
-         const bool ok =
-             !ec && !reply.is_error() && is_array(reply, 1) && reply.elements[0].str == "ok" &&
-             is_array(reply, 7) && reply.elements[4].type == Reply::Type::array &&
-             reply.elements[5].type == Reply::Type::array && reply.elements[6].type == Reply::Type::array &&
-             reply.elements[4].elements.size() % 3 == 0 && reply.elements[5].elements.size() % 4 == 0;
-         if (!ok) {
+         if (ec || !is_verdict(reply, "ok", kSnapshot)) {
            r.error = make_error_code(Errc::unavailable);
-           if (!ec && is_array(reply, 1) && reply.elements[0].str == "lost") {
+           if (!ec && is_verdict(reply, "lost")) {
              r.message =
                  "the limiter's state in Redis is gone (expired, flushed or lost in a failover): the "
                  "instances re-create and restore it at their next heartbeat";
@@ -1441,11 +1440,11 @@ boost::system::result<Settings, SettingsError> RedisLimiter::configure(const Set
            auto s = self.lock();
            if (!s) return;
            auto& me = static_cast<RedisLimiter&>(*s);
-           if (ec || !is_array(reply, 1) || reply.is_error()) {
+           if (ec || !(is_verdict(reply, "ok", kConfigured) || is_verdict(reply, "lost"))) {
              me.context_->count_failure(ec);
              me.log("configure failed (Redis did not confirm; its settings win at the next heartbeat): " +
                     why(ec, reply));
-           } else if (reply.elements[0].str == "lost") {
+           } else if (is_verdict(reply, "lost")) {
              me.heartbeat();  // re-creates the state with the settings in force here
            }
          });
@@ -1498,7 +1497,7 @@ void RedisLimiter::send_configure(std::vector<std::string> fields,
          auto s = self.lock();
          if (!s) return;
          auto& me = static_cast<RedisLimiter&>(*s);
-         const bool lost = !ec && is_array(reply, 1) && reply.elements[0].str == "lost";
+         const bool lost = !ec && is_verdict(reply, "lost");
          if (lost && attempt < 2) {
            // The state is gone: a heartbeat re-creates it (with the settings in
            // force here) and runs before the second try, on the same connection.
@@ -1509,7 +1508,7 @@ void RedisLimiter::send_configure(std::vector<std::string> fields,
          ConfigureResult r;
          {
            std::lock_guard lock(me.mu_);
-           if (ec || reply.is_error() || !is_array(reply, 2) || reply.elements[0].str != "ok") {
+           if (ec || !is_verdict(reply, "ok", kConfigured)) {
              me.context_->count_failure(ec);
              r.error = make_error_code(Errc::unavailable);
              r.message = "Redis did not confirm the change: " +

@@ -14,11 +14,17 @@
 
 #include <fairgate/rate_limiter.hpp>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace fairgate {
 
 namespace {
+
+// Each element of a decision is a number, each of the rules hash a string: a
+// reply with anything else is a bad reply, never read as 0 or "".
+bool is_integer(const redis::Reply& r) { return redis::element_has_shape(r, "i"); }
+bool is_string(const redis::Reply& r) { return redis::element_has_shape(r, "s"); }
 
 class RedisRateStore final : public detail::RateStore {
  public:
@@ -82,20 +88,21 @@ class RedisRateStore final : public detail::RateStore {
           } else if (reply.is_error()) {
             a.error = make_error_code(Errc::unavailable);
             a.message = "Redis: " + reply.str;
-          } else if (reply.type != redis::Reply::Type::array || reply.elements.size() != 3 + 4 * n) {
+          } else if (reply.type != redis::Reply::Type::array || reply.elements.size() != 3 + 4 * n ||
+                     !std::all_of(reply.elements.begin(), reply.elements.end(), is_integer)) {
             a.error = make_error_code(Errc::unavailable);
             a.message = "unexpected reply " + reply.debug_string();
           } else {
             const auto& e = reply.elements;
-            a.allowed = e[0].integer == 1;
-            a.at_ms = e[1].integer;
-            a.at_us = e[2].integer;
+            a.allowed = redis::integer_of(e[0]) == 1;
+            a.at_ms = redis::integer_of(e[1]);
+            a.at_us = redis::integer_of(e[2]);
             for (std::size_t i = 0; i < n; ++i) {
               core::rate::Decision d;
-              d.allowed = e[3 + 4 * i].integer == 1;
-              d.remaining = e[4 + 4 * i].integer;
-              d.reset_ms = e[5 + 4 * i].integer;
-              d.retry_after_ms = e[6 + 4 * i].integer;
+              d.allowed = redis::integer_of(e[3 + 4 * i]) == 1;
+              d.remaining = redis::integer_of(e[4 + 4 * i]);
+              d.reset_ms = redis::integer_of(e[5 + 4 * i]);
+              d.retry_after_ms = redis::integer_of(e[6 + 4 * i]);
               a.decisions.push_back(d);
             }
           }
@@ -115,9 +122,10 @@ class RedisRateStore final : public detail::RateStore {
                            if (ec) return done(ec, ec.message(), 0);
                            if (reply.is_error())
                              return done(make_error_code(Errc::unavailable), reply.str, 0);
-                           if (reply.type != redis::Reply::Type::array || reply.elements.size() != 2)
-                             return done(make_error_code(Errc::unavailable), "unexpected reply", 0);
-                           done({}, {}, reply.elements[0].integer);
+                           if (!redis::has_shape(reply, "ii"))
+                             return done(make_error_code(Errc::unavailable),
+                                         "unexpected reply " + reply.debug_string().substr(0, 200), 0);
+                           done({}, {}, redis::integer_of(reply.elements[0]));
                          },
                          {});
   }
@@ -135,17 +143,20 @@ class RedisRateStore final : public detail::RateStore {
 
   void load_rules(RulesCallback done) override {
     const std::string key = prefix_ + ":rl-rules";
-    client_->exec(
-        key, {"HGETALL", key}, [done = std::move(done)](boost::system::error_code ec, redis::Reply reply) {
-          std::vector<std::pair<std::string, std::string>> out;
-          if (ec) return done(ec, ec.message(), out);
-          if (reply.is_error()) return done(make_error_code(Errc::unavailable), "Redis: " + reply.str, out);
-          if (reply.type != redis::Reply::Type::array || reply.elements.size() % 2 != 0)
-            return done(make_error_code(Errc::unavailable), "unexpected reply " + reply.debug_string(), out);
-          for (std::size_t i = 0; i + 1 < reply.elements.size(); i += 2)
-            out.emplace_back(reply.elements[i].str, reply.elements[i + 1].str);
-          done({}, {}, std::move(out));
-        });
+    client_->exec(key, {"HGETALL", key},
+                  [done = std::move(done)](boost::system::error_code ec, redis::Reply reply) {
+                    std::vector<std::pair<std::string, std::string>> out;
+                    if (ec) return done(ec, ec.message(), out);
+                    if (reply.is_error())
+                      return done(make_error_code(Errc::unavailable), "Redis: " + reply.str, out);
+                    if (reply.type != redis::Reply::Type::array || reply.elements.size() % 2 != 0 ||
+                        !std::all_of(reply.elements.begin(), reply.elements.end(), is_string))
+                      return done(make_error_code(Errc::unavailable),
+                                  "unexpected reply " + reply.debug_string().substr(0, 200), out);
+                    for (std::size_t i = 0; i + 1 < reply.elements.size(); i += 2)
+                      out.emplace_back(reply.elements[i].str, reply.elements[i + 1].str);
+                    done({}, {}, std::move(out));
+                  });
   }
 
   bool remote() const noexcept override { return true; }

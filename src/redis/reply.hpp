@@ -31,6 +31,25 @@ struct Reply {
   std::string debug_string() const;
 };
 
+/// Whether `reply` is an array whose elements have, one by one, the types
+/// `shape` names — so that no field of a malformed reply is ever read as a
+/// plausible value (a word as 0, nil as an empty list). One letter per element:
+///   i   an integer, or a string holding one (Lua hands numbers both ways)
+///   s   a string (bulk or status; never nil)
+///   [p] an array of elements matching p, repeated: [s] a list of strings,
+///       [si] pairs of a string and an integer (the length a multiple of 2)
+/// Elements after a '|' may be absent; none may follow the last. Spaces are
+/// ignored. E.g. "sii|i": a string and two integers, then maybe a third.
+/// A malformed shape matches nothing.
+bool has_shape(const Reply& reply, std::string_view shape);
+
+/// Whether one element has the type one letter of a shape names ("i", "s",
+/// "[si]"; see has_shape).
+bool element_has_shape(const Reply& element, std::string_view token);
+
+/// The integer of an `i` element (see has_shape); 0 for anything else.
+std::int64_t integer_of(const Reply& r);
+
 /// Failures of the client (a Redis error reply is not one of these: it is a
 /// Reply of Type::error).
 enum class Error : int {

@@ -89,4 +89,15 @@ void call_script(Connection& connection, const Script& script, const std::vector
       timeout, asking);
 }
 
+std::vector<std::string_view> shapes::of(const Script& script) {
+  if (&script == &scripts::kAcquire) return {kVerdict, kQueued, kRejected};
+  if (&script == &scripts::kRelease) return {kReleased};
+  if (&script == &scripts::kCancel) return {kVerdict};
+  if (&script == &scripts::kHeartbeat) return {kHeartbeat};
+  if (&script == &scripts::kRestore) return {kVerdict, kRestored};
+  if (&script == &scripts::kConfigure) return {kVerdict, kConfigured};
+  if (&script == &scripts::kSnapshot) return {kVerdict, kSnapshot};
+  return {};
+}
+
 }  // namespace fairgate::redis

@@ -39,6 +39,30 @@ extern const Script kSnapshot;
 std::vector<std::vector<std::string>> preload_commands();
 }  // namespace scripts
 
+/// The shapes of the scripts' replies (has_shape, redis/reply.hpp), verdict
+/// first where there is one; each script's header says what each element is.
+/// The limiter reads a reply of any other shape as a bad reply (a failure),
+/// never one of its fields as a plausible value.
+namespace shapes {
+inline constexpr std::string_view kVerdict = "s";         // {'granted'}, {'lost'}, {'removed'}, ...
+inline constexpr std::string_view kQueued = "sii|i";      // {'queued', order, position, estimate}
+inline constexpr std::string_view kRejected = "ss";       // {'rejected', reason}
+inline constexpr std::string_view kReleased = "ii";       // {released, grants made}
+inline constexpr std::string_view kConfigured = "s[ss]";  // {'ok', the cfg hash}
+/// lost, held, head_order, queued, in_use, the cfg hash, reaped, granted,
+/// created, away, fence_left, my_waiters, epoch, older, instances, Redis' now.
+inline constexpr std::string_view kHeartbeat = "i[s]iii[ss]iiiiiiii[s]|i";
+/// 'ok', permits, waiters, granted, orders (n, order), held, in_use,
+/// fence_left, was_registered, fenced.
+inline constexpr std::string_view kRestored = "sii[i][ii][s]iiii";
+/// 'ok', now, in_use, queued, holders (id, tenant, granted), waiters (id,
+/// tenant, arrived, position), instances.
+inline constexpr std::string_view kSnapshot = "siii[ssi][ssii][s]";
+
+/// Every shape a reply of `script` may have.
+std::vector<std::string_view> of(const Script& script);
+}  // namespace shapes
+
 /// Calls `script` with EVALSHA. Scripts are loaded on every (re)connect before
 /// any call (Connection::set_preload), so NOSCRIPT means the script cache was
 /// flushed while connected (SCRIPT FLUSH). The call did not run then, but calls

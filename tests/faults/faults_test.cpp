@@ -25,6 +25,7 @@ using fairgate::faults::Report;
 using fairgate::faults::Route;
 using fairgate::faults::RunOptions;
 using fairgate::faults::Worker;
+using fairgate::test::Mangling;
 using fairgate::test::RedisServer;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
@@ -275,7 +276,13 @@ TEST(Faults, ProxyStallsCutsAndDelays) {
 // exactly once, the instances and Redis agree again once the replies are
 // sound, and nothing stays in Redis. An acquire answered with nonsense may be
 // rejected "unavailable": a clear answer at once, not a hang.
-TEST(Faults, BadRepliesNeverCrashStrandOrLeak) {
+//
+// Mangling::inner replaces instead one element inside an array reply with
+// one of another type (a word for a number, nil or [] for a string, 7 for
+// an array): the verdict may be intact and the frame sound, so this tries the
+// reading of every field — a field read leniently (a word read as 0, nil as
+// an empty list) must not become a plausible value.
+void bad_replies(Mangling how) {
   RunOptions o = run();
   Cluster c(o);
   c.start(Route::proxy);
@@ -283,18 +290,30 @@ TEST(Faults, BadRepliesNeverCrashStrandOrLeak) {
   c.start();
   c.go();
   sleep(800ms);
-  c.proxy().mangle_replies(0.3, 2026, "EVALSHA");
+  c.proxy().mangle_replies(0.3, 2026, "EVALSHA", how);
   sleep(2000ms);
   c.proxy().mangle_replies(0);
   EXPECT_GT(c.proxy().replies_mangled(), 10u);
   EXPECT_TRUE(c.wait_whole(20s).has_value()) << "the instances and Redis agree again";
+  // Each bad reply was seen as one (counted in the backend's health), not
+  // read as a plausible answer.
+  const auto mangled = static_cast<std::int64_t>(c.proxy().replies_mangled());
+  const std::int64_t noticed = sum(c, "error_replies");
   const Report r = c.finish(finish_within(o), /*expect_unavailable=*/true);
   // The figures docs/faults.md ("Bad replies") quotes.
-  std::printf("bad replies: %llu mangled; %s\n", static_cast<unsigned long long>(c.proxy().replies_mangled()),
-              r.summary().c_str());
+  std::printf("bad replies (%s): %lld mangled, %lld seen as bad; %s\n",
+              how == Mangling::whole ? "whole" : "inner", static_cast<long long>(mangled),
+              static_cast<long long>(noticed), r.summary().c_str());
+  if (how == Mangling::inner) {
+    EXPECT_EQ(noticed, mangled);
+  }
   EXPECT_RUN_OK(r);
   EXPECT_GT(r.grants, 20u);
 }
+
+TEST(Faults, BadRepliesNeverCrashStrandOrLeak) { bad_replies(Mangling::whole); }
+
+TEST(Faults, BadFieldsInRepliesNeverCrashStrandOrLeak) { bad_replies(Mangling::inner); }
 
 // --- crashes -----------------------------------------------------------------------
 

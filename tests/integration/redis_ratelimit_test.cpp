@@ -5,6 +5,7 @@
 #include "support/rate_checks.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
+#include "support/tcp_proxy.hpp"
 
 #include <fairgate/rate_limiter.hpp>
 
@@ -383,6 +384,39 @@ TEST_F(RedisRateLimitTest, RedisDownFollowsOnRedisDown) {
   const auto rules = l.rules();
   EXPECT_GE(rules[0].stats.store_errors, 1u);
   EXPECT_GE(rules[0].stats.degraded, 1u);
+}
+
+// A decision whose reply has one field of the wrong type (the test proxy
+// spoils every script reply, Mangling::inner) is a store error, decided by
+// on_redis_down — never read as an allow or a refusal, nor its figures as 0.
+TEST_F(RedisRateLimitTest, ABadReplyIsAStoreErrorNeverADecision) {
+  fairgate::test::TcpProxy proxy("127.0.0.1", server().port());
+  fairgate::RateLimiterRedisOptions o;
+  o.url = "redis://127.0.0.1:" + std::to_string(proxy.port());
+  o.key_prefix = prefix_;
+  o.command_timeout = 2s;
+  limiters_.push_back(RateLimiter::redis(io_.get_executor(), o, false));
+  RateLimiter l = limiters_.back();
+  RateRule rule = make_rule(RateAlgorithm::token_bucket, 1000, 60'000);
+  rule.on_redis_down = fairgate::RedisDownPolicy::closed;
+  ASSERT_TRUE(l.set_rule("r", rule));
+  ASSERT_TRUE(check(l, "r", "k").allowed);
+  proxy.mangle_replies(1.0, 5, "EVALSHA", fairgate::test::Mangling::inner);
+  constexpr int kChecks = 40;
+  for (int i = 0; i < kChecks; ++i) {
+    const RateResult r = check(l, "r", "k");
+    EXPECT_FALSE(r.allowed);
+    EXPECT_EQ(r.reason, fairgate::RejectReason::unavailable) << r.message;
+    EXPECT_EQ(r.source, fairgate::RateSource::degraded);
+    EXPECT_NE(r.message.find("unexpected reply"), std::string::npos) << r.message;
+  }
+  EXPECT_EQ(proxy.replies_mangled(), static_cast<std::uint64_t>(kChecks));
+  EXPECT_EQ(l.rules().at(0).stats.store_errors, static_cast<std::uint64_t>(kChecks));
+  proxy.mangle_replies(0);
+  const RateResult sound = check(l, "r", "k");
+  EXPECT_TRUE(sound.allowed);
+  EXPECT_EQ(sound.source, fairgate::RateSource::store);
+  l.shutdown();  // before the proxy goes
 }
 
 INSTANTIATE_TEST_SUITE_P(All, RedisRateExactness,

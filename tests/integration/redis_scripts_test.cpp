@@ -10,6 +10,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -60,6 +61,12 @@ class RedisScriptsTest : public ::testing::Test {
     auto [ec, reply] = done.get_future().get();
     EXPECT_FALSE(ec) << s.name() << ": " << ec.message();
     EXPECT_FALSE(reply.is_error()) << s.name() << ": " << reply.str;
+    // Every reply in these tests has a shape the limiter accepts as sound
+    // (redis/scripts.hpp): a script that changes its reply changes its shape.
+    const auto shapes = fairgate::redis::shapes::of(s);
+    EXPECT_TRUE(std::any_of(shapes.begin(), shapes.end(),
+                            [&](std::string_view shape) { return fairgate::redis::has_shape(reply, shape); }))
+        << s.name() << " answered " << reply.debug_string();
     return reply;
   }
   /// A heartbeat of `inst` that holds `holders` permits (0: nothing to restore, so it
@@ -338,6 +345,94 @@ TEST_F(RedisScriptsTest, RestorePutsBackALostInstancesState) {
   EXPECT_EQ(again.elements.at(1).integer, 0) << "idempotent";
   EXPECT_EQ(again.elements.at(2).integer, 0);
   EXPECT_EQ(zcard(2), 3);
+}
+
+// --- the shapes of the replies (redis/scripts.hpp) ---------------------------
+
+/// Calls `check` with `root` after each element inside it (at any depth, not
+/// nil) is in turn replaced by each value of another type — the values the
+/// fault tests' proxy puts there (TcpProxy, Mangling::inner) — then restores it.
+void each_wrong_field(Reply& root, Reply& node, int depth, const std::function<void()>& check) {
+  using T = Reply::Type;
+  const auto text = [](T type, std::string s) {
+    Reply r;
+    r.type = type;
+    r.str = std::move(s);
+    return r;
+  };
+  const auto number = [](std::int64_t v) {
+    Reply r;
+    r.type = T::integer;
+    r.integer = v;
+    return r;
+  };
+  const auto list = [](std::vector<Reply> e) {
+    Reply r;
+    r.type = T::array;
+    r.elements = std::move(e);
+    return r;
+  };
+  if (depth > 0 && node.type != T::nil) {
+    std::vector<Reply> instead;
+    if (node.type == T::integer) instead = {text(T::string, "mangled"), Reply{}, list({})};
+    if (node.type == T::string || node.type == T::status) instead = {Reply{}, list({}), list({number(1)})};
+    if (node.type == T::array) instead = {number(7), text(T::string, "mangled")};
+    const Reply kept = node;
+    for (auto& bad : instead) {
+      node = bad;
+      check();
+    }
+    node = kept;
+  }
+  for (auto& e : node.elements) each_wrong_field(root, e, depth + 1, check);
+}
+
+// A reply with one field of the wrong type has no shape its script may
+// answer with, so the limiter reads it as a bad reply: never a word as 0, nil
+// as an empty list, a list as "". Tried on real replies of every kind, with
+// every list they carry filled.
+TEST_F(RedisScriptsTest, AReplyWithAnyFieldOfTheWrongTypeHasNoSoundShape) {
+  std::vector<std::pair<const Script*, Reply>> replies;
+  const auto keep = [&](const Script& s, Reply r) { replies.emplace_back(&s, std::move(r)); };
+  keep(scripts::kHeartbeat, heartbeat("a", 1, 3000, "1"));
+  keep(scripts::kAcquire, acquire("a", 1));
+  keep(scripts::kAcquire, acquire("a", 2));
+  keep(scripts::kAcquire, acquire("a", 3));  // the queue (max 1) is full
+  keep(scripts::kHeartbeat, heartbeat("a", 1, 3000, "1"));
+  keep(scripts::kSnapshot, call(scripts::kSnapshot, {"0", "100"}));
+  keep(scripts::kConfigure, call(scripts::kConfigure, {"max_wait_ms", "5000"}));
+  keep(scripts::kRelease, call(scripts::kRelease, {"a|1", ""}));
+  keep(scripts::kCancel, call(scripts::kCancel, {"a|2"}));
+  // A restore that lists a holder Redis lost and a waiter it still has.
+  heartbeat("b", 1, 3000, "9");
+  acquire("b", 1);
+  acquire("b", 2);
+  server().command({"ZREMRANGEBYLEX", keys_[1], "[b|1|", "(b|1}"});
+  keep(scripts::kRestore, call(scripts::kRestore, {"b", "3000", "0", "", "1", "1", "", "r", "100", "2", "",
+                                                   "99999", "0", "1", ""}));
+  for (auto& [script, reply] : replies) {
+    const auto shapes = fairgate::redis::shapes::of(*script);
+    const auto sound = [&] {
+      return std::any_of(shapes.begin(), shapes.end(),
+                         [&](std::string_view shape) { return fairgate::redis::has_shape(reply, shape); });
+    };
+    ASSERT_TRUE(sound()) << script->name() << ": " << reply.debug_string();
+    int tried = 0;
+    each_wrong_field(reply, reply, 0, [&] {
+      ++tried;
+      EXPECT_FALSE(sound()) << script->name() << " read as sound: " << reply.debug_string();
+    });
+    EXPECT_GT(tried, 0) << script->name();
+  }
+  // The lists were filled: held (heartbeat), holders and waiters (snapshot),
+  // granted or orders (restore).
+  EXPECT_FALSE(replies[4].second.elements.at(1).elements.empty()) << replies[4].second.debug_string();
+  EXPECT_FALSE(replies[5].second.elements.at(4).elements.empty());
+  EXPECT_FALSE(replies[5].second.elements.at(5).elements.empty());
+  const auto& restored = replies.back().second;
+  ASSERT_EQ(restored.elements.at(0).str, "ok") << restored.debug_string();
+  EXPECT_FALSE(restored.elements.at(3).elements.empty() && restored.elements.at(4).elements.empty())
+      << restored.debug_string();
 }
 
 // --- recovery (docs/design.md, "Recovery") --------------------------------
