@@ -21,35 +21,6 @@ namespace {
 
 constexpr std::size_t kReadChunk = 64 * 1024;
 
-Reply convert(const redisReply* r) {
-  Reply out;
-  switch (r->type) {
-    case REDIS_REPLY_STRING:
-      out.type = Reply::Type::string;
-      out.str.assign(r->str, r->len);
-      break;
-    case REDIS_REPLY_STATUS:
-      out.type = Reply::Type::status;
-      out.str.assign(r->str, r->len);
-      break;
-    case REDIS_REPLY_ERROR:
-      out.type = Reply::Type::error;
-      out.str.assign(r->str, r->len);
-      break;
-    case REDIS_REPLY_INTEGER:
-      out.type = Reply::Type::integer;
-      out.integer = r->integer;
-      break;
-    case REDIS_REPLY_ARRAY:
-      out.type = Reply::Type::array;
-      out.elements.reserve(r->elements);
-      for (std::size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i]));
-      break;
-    default: out.type = Reply::Type::nil; break;
-  }
-  return out;
-}
-
 bool is_push(const Reply& r) {
   if (r.type != Reply::Type::array || r.elements.empty()) return false;
   const std::string& kind = r.elements.front().str;
@@ -308,7 +279,7 @@ void Connection::on_connected() {
   error_code ignored;
   socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
   if (reader_) redisReaderFree(reader_);
-  reader_ = redisReaderCreate();
+  reader_ = make_reply_reader();
   received_ = false;
   read();
 
@@ -414,7 +385,7 @@ void Connection::on_read(std::size_t n) {
     void* raw = nullptr;
     if (redisReaderGetReply(reader_, &raw) != REDIS_OK) return reset("protocol error");
     if (!raw) break;
-    Reply reply = convert(static_cast<redisReply*>(raw));
+    Reply reply = reply_of(static_cast<const redisReply*>(raw));
     freeReplyObject(raw);
     on_reply(std::move(reply));
     if (gen != generation_) return;  // a handler reset or closed the connection

@@ -3,7 +3,58 @@
 
 #include "core/number.hpp"
 
+#include <hiredis/hiredis.h>
+
 namespace fairgate::redis {
+
+redisReader* make_reply_reader() {
+  redisReader* reader = redisReaderCreate();
+  if (!reader) return nullptr;
+  // hiredis' own reply functions (every reader starts with them), with its
+  // array constructor behind a bound on the announced length; a null object
+  // is what hiredis expects of a constructor that cannot make one (it reads
+  // as an error, and the connection is reset).
+  static const redisReplyObjectFunctions defaults = *reader->fn;
+  static redisReplyObjectFunctions bounded = [] {
+    redisReplyObjectFunctions f = defaults;
+    f.createArray = [](const redisReadTask* task, auto elements) -> void* {
+      if (elements < 0 || static_cast<std::size_t>(elements) > kMaxReplyElements) return nullptr;
+      return defaults.createArray(task, elements);
+    };
+    return f;
+  }();
+  reader->fn = &bounded;
+  return reader;
+}
+
+Reply reply_of(const redisReply* r) {
+  Reply out;
+  switch (r->type) {
+    case REDIS_REPLY_STRING:
+      out.type = Reply::Type::string;
+      out.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_STATUS:
+      out.type = Reply::Type::status;
+      out.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_ERROR:
+      out.type = Reply::Type::error;
+      out.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_INTEGER:
+      out.type = Reply::Type::integer;
+      out.integer = r->integer;
+      break;
+    case REDIS_REPLY_ARRAY:
+      out.type = Reply::Type::array;
+      out.elements.reserve(r->elements);
+      for (std::size_t i = 0; i < r->elements; ++i) out.elements.push_back(reply_of(r->element[i]));
+      break;
+    default: out.type = Reply::Type::nil; break;
+  }
+  return out;
+}
 
 std::string Reply::debug_string() const {
   switch (type) {

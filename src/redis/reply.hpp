@@ -11,6 +11,9 @@
 #include <type_traits>
 #include <vector>
 
+struct redisReply;
+struct redisReader;
+
 namespace fairgate::redis {
 
 struct Reply {
@@ -49,6 +52,21 @@ bool element_has_shape(const Reply& element, std::string_view token);
 
 /// The integer of an `i` element (see has_shape); 0 for anything else.
 std::int64_t integer_of(const Reply& r);
+
+/// The most elements an array reply may announce: more than any reply
+/// fairgate asks for (a heartbeat lists this instance's holders, at most
+/// max_concurrent: 10^6). A longer header is a protocol error, not an
+/// allocation of its size (hiredis allocates the array when it reads the
+/// header: "*2000000000" would be 16 GB).
+inline constexpr std::size_t kMaxReplyElements = 4 * 1024 * 1024;
+
+/// A hiredis reader (RESP2) that refuses arrays longer than
+/// kMaxReplyElements; free it with redisReaderFree.
+redisReader* make_reply_reader();
+
+/// What hiredis' reader made of the bytes, as a Reply. RESP3 types (never
+/// asked for: the connections speak RESP2) become nil.
+Reply reply_of(const redisReply* r);
 
 /// Failures of the client (a Redis error reply is not one of these: it is a
 /// Reply of Type::error).

@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
 
+#include <array>
 #include <future>
 #include <mutex>
 #include <string>
@@ -334,6 +337,35 @@ TEST_F(RedisConnectionTest, UnreachableServerFailsCommandsAsNotSent) {
   EXPECT_EQ(r.ec, Error::not_sent);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
   EXPECT_FALSE(c->connected());
+}
+
+// A peer that announces an array longer than any reply fairgate asks for
+// (a server gone wrong, or the URL pointing at something that is not Redis):
+// a protocol error at once, the connection reset — not an allocation of the
+// announced size (hiredis allocates the array when it reads the header: 16 GB
+// here) followed by a wait for elements that never come.
+TEST_F(RedisConnectionTest, AnArrayHeaderLongerThanAnyReplyIsAProtocolError) {
+  asio::io_context peer_io;
+  asio::ip::tcp::acceptor acceptor(peer_io, {asio::ip::address_v4::loopback(), 0});
+  std::thread peer([&] {
+    boost::system::error_code ec;
+    asio::ip::tcp::socket s(peer_io);
+    acceptor.accept(s, ec);
+    std::array<char, 256> buf{};
+    if (!ec) s.read_some(asio::buffer(buf), ec);  // the PING
+    if (!ec) asio::write(s, asio::buffer(std::string_view("*2147483647\r\n")), ec);
+    if (!ec) s.read_some(asio::buffer(buf), ec);  // until the client closes
+  });
+  ConnectionOptions o;
+  o.endpoint.port = acceptor.local_endpoint().port();
+  o.reconnect_min = 10s;  // one connection is enough
+  auto c = connect(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Result r = exec(*c, {"PING"}, 5s);
+  EXPECT_EQ(r.ec, Error::disconnected) << r.ec.message();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 4s) << "at once, not at the command timeout";
+  c->close();
+  peer.join();
 }
 
 TEST_F(RedisConnectionTest, CloseFailsWaitingCommands) {

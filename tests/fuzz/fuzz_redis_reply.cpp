@@ -1,0 +1,137 @@
+// tests/fuzz/fuzz_redis_reply.cpp — what fairgate makes of the bytes a Redis
+// server sends: hiredis' reader, the conversion to a Reply
+// (src/redis/reply.cpp, reply_of) and the check of a reply's shape
+// (has_shape, the shapes of src/redis/scripts.hpp) that decides whether any
+// field of it is read (docs/faults.md, "Bad replies").
+//
+// Checks: the replies read do not depend on how the bytes were cut into
+// reads; a reply written back as RESP reads back the same; a reply that has
+// one of the scripts' shapes has the element count and types that shape
+// says; a shape with a letter it does not know matches nothing.
+//
+// Input: a shape to try (up to the first '\n'), split points, then the bytes.
+#include "fuzz/check.hpp"
+
+#include "core/number.hpp"
+#include "redis/reply.hpp"
+#include "redis/scripts.hpp"
+
+#include <hiredis/hiredis.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+using fairgate::redis::Reply;
+
+namespace {
+
+/// The replies in `bytes`, fed in pieces cut at `cuts`; stops at a protocol
+/// error (reported in `error`), a bounded number of replies.
+std::vector<Reply> read_all(std::string_view bytes, const std::vector<std::size_t>& cuts, bool& error) {
+  std::vector<Reply> out;
+  redisReader* reader = fairgate::redis::make_reply_reader();
+  error = false;
+  std::size_t at = 0;
+  const auto drain = [&] {
+    for (;;) {
+      void* raw = nullptr;
+      if (redisReaderGetReply(reader, &raw) != REDIS_OK) {
+        error = true;
+        return;
+      }
+      if (!raw) return;
+      out.push_back(fairgate::redis::reply_of(static_cast<const redisReply*>(raw)));
+      freeReplyObject(raw);
+    }
+  };
+  const auto feed = [&](std::size_t n) {
+    if (error || n == 0) return;
+    if (redisReaderFeed(reader, bytes.data() + at, n) != REDIS_OK) error = true;
+    at += n;
+    if (!error) drain();
+  };
+  for (const std::size_t c : cuts) feed(std::min(c, bytes.size() - at));
+  feed(bytes.size() - at);
+  redisReaderFree(reader);
+  return out;
+}
+
+/// `r` as RESP2 (nil as a nil bulk string, as Redis sends it).
+void write(const Reply& r, std::string& out) {
+  switch (r.type) {
+    case Reply::Type::nil: out += "$-1\r\n"; return;
+    case Reply::Type::status: out += "+" + r.str + "\r\n"; return;
+    case Reply::Type::error: out += "-" + r.str + "\r\n"; return;
+    case Reply::Type::integer: out += ":" + std::to_string(r.integer) + "\r\n"; return;
+    case Reply::Type::string: out += "$" + std::to_string(r.str.size()) + "\r\n" + r.str + "\r\n"; return;
+    case Reply::Type::array:
+      out += "*" + std::to_string(r.elements.size()) + "\r\n";
+      for (const auto& e : r.elements) write(e, out);
+      return;
+  }
+}
+
+bool is_string(const Reply& r) { return r.type == Reply::Type::string || r.type == Reply::Type::status; }
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  fairgate::fuzz::Input in(data, size);
+  const std::string shape(in.line());
+  std::vector<std::size_t> cuts;
+  for (unsigned n = in.byte() % 8; n > 0; --n) cuts.push_back(in.byte());
+  const std::string_view bytes = in.rest();
+
+  bool error_whole = false, error_cut = false;
+  const auto whole = read_all(bytes, {}, error_whole);
+  const auto cut = read_all(bytes, cuts, error_cut);
+  FUZZ_CHECK(error_whole == error_cut, "a protocol error does not depend on how the bytes were cut");
+  FUZZ_CHECK(whole.size() == cut.size(), "the same replies, however the bytes were cut");
+  for (std::size_t i = 0; i < whole.size(); ++i)
+    FUZZ_CHECK(whole[i].debug_string() == cut[i].debug_string(), "the same replies, however cut");
+
+  const auto scripts_shapes = {fairgate::redis::shapes::kVerdict,    fairgate::redis::shapes::kQueued,
+                               fairgate::redis::shapes::kRejected,   fairgate::redis::shapes::kReleased,
+                               fairgate::redis::shapes::kConfigured, fairgate::redis::shapes::kHeartbeat,
+                               fairgate::redis::shapes::kRestored,   fairgate::redis::shapes::kSnapshot};
+  const bool unknown_letter = shape.find_first_not_of("is[]| ") != std::string::npos;
+  for (const Reply& r : whole) {
+    // Written back as RESP and read again: the same reply.
+    std::string resp;
+    write(r, resp);
+    bool error = false;
+    const auto again = read_all(resp, {}, error);
+    FUZZ_CHECK(!error && again.size() == 1 && again[0].debug_string() == r.debug_string(),
+               "a reply written back reads back the same");
+
+    const bool matched = fairgate::redis::has_shape(r, shape);
+    if (unknown_letter) FUZZ_CHECK(!matched, "a shape with an unknown letter matches nothing");
+    if (matched) FUZZ_CHECK(r.type == Reply::Type::array, "only an array has a shape");
+
+    for (const std::string_view s : scripts_shapes) {
+      if (!fairgate::redis::has_shape(r, s)) continue;
+      // The top-level letters: every 'i' an integer, every 's' a string, every '[' an array.
+      std::size_t k = 0, depth = 0;
+      for (const char c : s) {
+        if (c == '|' || c == ' ') continue;
+        if (c == ']') {
+          --depth;
+          continue;
+        }
+        if (depth == 0) {
+          if (k >= r.elements.size()) break;  // the optional tail is absent
+          const Reply& e = r.elements[k++];
+          if (c == 'i') FUZZ_CHECK(e.type == Reply::Type::integer || is_string(e), "an 'i' is a number");
+          if (c == 'i' && is_string(e))
+            FUZZ_CHECK(fairgate::core::parse_number<std::int64_t>(e.str), "an 'i' string holds a number");
+          if (c == 's') FUZZ_CHECK(is_string(e), "an 's' is a string");
+          if (c == '[') FUZZ_CHECK(e.type == Reply::Type::array, "a '[' is a list");
+        }
+        if (c == '[') ++depth;
+      }
+      FUZZ_CHECK(k == r.elements.size(), "no element beyond the shape");
+    }
+  }
+  return 0;
+}
