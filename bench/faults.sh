@@ -6,8 +6,10 @@
 # timestamps. Prints one JSON line per fault kind (and a table), also written
 # to bench/faults.jsonl.
 #   usage: bench/faults.sh [--cycles N (20)] [--kill-cycles N (100)] [--kind K[,K...]]
+# Kinds: kill9 restart aof flushall script_flush sigstop debug_sleep client_kill
+# partition bad_replies bad_fields (all by default).
 # Needs root for the partition (a network namespace with nftables); takes
-# about 15 minutes with the defaults on a 2-core machine.
+# about 17 minutes with the defaults on a 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh

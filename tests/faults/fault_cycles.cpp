@@ -11,6 +11,7 @@
 //    grants were held back after a re-creation, as Redis said), "problems"}
 //   usage: fault_cycles [--kind K[,K...]] [--cycles N] [--kill-cycles N]
 //   kinds: kill9 restart aof flushall script_flush sigstop debug_sleep client_kill partition
+//          bad_replies bad_fields (30 % of two instances' script replies spoiled for 1 s)
 #include "faults/harness.hpp"
 
 #include <boost/json.hpp>
@@ -101,27 +102,29 @@ RunOptions base(const std::string& limiter, milliseconds duration) {
 }
 
 /// One long run with `cycles` injections of a Redis fault; `inject` returns
-/// when the fault is over (Redis back).
+/// when the fault is over (Redis back). The first instance reaches Redis by
+/// `route` (netns, or proxy: then the second too), the others directly.
+/// With `expect_unavailable`, requests rejected "unavailable" are no problem
+/// (an acquire answered with nonsense is rejected so, at once).
 Figures redis_fault(const std::string& kind, std::size_t cycles, milliseconds period,
-                    const std::function<void(Cluster&)>& inject,
-                    fairgate::test::RedisServer::Options redis = {}, bool netns = false) {
+                    const std::function<void(Cluster&, std::size_t)>& inject,
+                    fairgate::test::RedisServer::Options redis = {}, Route route = Route::direct,
+                    bool expect_unavailable = false) {
+  const bool netns = route == Route::netns;
   Figures f;
   f.fault = kind;
   f.cycles = cycles;
   const auto per_cycle = period + 6s;
   Cluster c(base("cycles-" + kind, per_cycle * static_cast<long>(cycles) + 5s), std::move(redis), netns);
-  if (netns)
-    c.start(Route::netns);
-  else
-    c.start();
-  c.start();
+  c.start(route);
+  c.start(route == Route::proxy ? Route::proxy : Route::direct);
   c.start();
   c.go();
   const auto t0 = fairgate::faults::Clock::now();
   for (std::size_t i = 0; i < cycles; ++i) {
     sleep(period);
     const std::string before = epoch_and_fence(c).first;
-    inject(c);
+    inject(c, i);
     if (auto whole = c.wait_whole(20s)) {
       ++f.survived;
       f.back_ms.push_back(static_cast<double>(whole->count()));
@@ -138,7 +141,7 @@ Figures redis_fault(const std::string& kind, std::size_t cycles, milliseconds pe
   }
   (void)t0;
   for (auto* w : c.live()) w->send("stop");
-  f.report = c.finish(60s);
+  f.report = c.finish(60s, expect_unavailable);
   return f;
 }
 
@@ -184,7 +187,9 @@ Figures kill9(std::size_t cycles) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string kinds = "kill9,restart,aof,flushall,script_flush,sigstop,debug_sleep,client_kill,partition";
+  std::string kinds =
+      "kill9,restart,aof,flushall,script_flush,sigstop,debug_sleep,client_kill,partition,bad_replies,bad_"
+      "fields";
   std::size_t cycles = 20, kill_cycles = 100;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -204,7 +209,9 @@ int main(int argc, char** argv) {
     } else if (a == "--help" || a == "-h") {
       std::puts(
           "usage: fault_cycles [--kind K[,K...]] [--cycles N (20)] [--kill-cycles N (100)]\n"
-          "kinds: kill9 restart aof flushall script_flush sigstop debug_sleep client_kill partition\n"
+          "kinds: kill9 restart aof flushall script_flush sigstop debug_sleep client_kill partition "
+          "bad_replies "
+          "bad_fields\n"
           "One JSON line per kind on stdout (see the top of tests/faults/fault_cycles.cpp); progress on "
           "stderr.");
       return 0;
@@ -223,34 +230,36 @@ int main(int argc, char** argv) {
     } else if (kind == "restart") {
       // Longer than the recovery fence (1.25 s): a state lost again and again
       // within its fence stays fenced (safe, but then nothing is served).
-      f = redis_fault(kind, cycles, 2500ms, [](Cluster& c) { c.redis().restart(); });
+      f = redis_fault(kind, cycles, 2500ms, [](Cluster& c, std::size_t) { c.redis().restart(); });
     } else if (kind == "aof") {
       fairgate::test::RedisServer::Options aof;
       aof.appendonly = true;
       f = redis_fault(
           kind, cycles, 1000ms,
-          [](Cluster& c) {
+          [](Cluster& c, std::size_t) {
             c.redis().kill_hard();
             sleep(c.options().ttl + 500ms);
             c.redis().start_again();
           },
           aof);
     } else if (kind == "flushall") {
-      f = redis_fault(kind, cycles, 2500ms, [](Cluster& c) { c.redis().command({"FLUSHALL"}); });
+      f = redis_fault(kind, cycles, 2500ms, [](Cluster& c, std::size_t) { c.redis().command({"FLUSHALL"}); });
     } else if (kind == "script_flush") {
-      f = redis_fault(kind, cycles, 500ms, [](Cluster& c) { c.redis().command({"SCRIPT", "FLUSH"}); });
+      f = redis_fault(kind, cycles, 500ms, [](Cluster& c, std::size_t) {
+        c.redis().command({"SCRIPT", "FLUSH"});
+      });
     } else if (kind == "sigstop") {
-      f = redis_fault(kind, cycles, 1000ms, [](Cluster& c) {
+      f = redis_fault(kind, cycles, 1000ms, [](Cluster& c, std::size_t) {
         c.redis().stop_process();
         sleep(c.options().ttl + 500ms);
         c.redis().continue_process();
       });
     } else if (kind == "debug_sleep") {
-      f = redis_fault(kind, cycles, 800ms, [](Cluster& c) {
+      f = redis_fault(kind, cycles, 800ms, [](Cluster& c, std::size_t) {
         c.redis().command({"DEBUG", "SLEEP", "0.6"}, 10s);
       });
     } else if (kind == "client_kill") {
-      f = redis_fault(kind, cycles, 500ms, [](Cluster& c) {
+      f = redis_fault(kind, cycles, 500ms, [](Cluster& c, std::size_t) {
         c.redis().command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
         c.redis().command({"CLIENT", "KILL", "TYPE", "pubsub"});
       });
@@ -262,12 +271,25 @@ int main(int argc, char** argv) {
       }
       f = redis_fault(
           kind, cycles, 1000ms,
-          [](Cluster& c) {
+          [](Cluster& c, std::size_t) {
             c.netns().partition();
             sleep(c.options().ttl * 2);
             c.netns().heal();
           },
-          {}, /*netns=*/true);
+          {}, Route::netns);
+    } else if (kind == "bad_replies" || kind == "bad_fields") {
+      // 30 % of two instances' script replies spoiled for 1 s: whole (wrong
+      // type or shape, errors) or one field inside (docs/faults.md, "Bad replies").
+      const auto how =
+          kind == "bad_replies" ? fairgate::test::Mangling::whole : fairgate::test::Mangling::inner;
+      f = redis_fault(
+          kind, cycles, 800ms,
+          [how](Cluster& c, std::size_t i) {
+            c.proxy().mangle_replies(0.3, 1000 + i, "EVALSHA", how);
+            sleep(1000ms);
+            c.proxy().mangle_replies(0);
+          },
+          {}, Route::proxy, /*expect_unavailable=*/true);
     } else {
       std::fprintf(stderr, "fault_cycles: %s: unknown kind\n", kind.c_str());
       return 2;
