@@ -310,7 +310,8 @@ class SentinelClient final : public SingleClient {
                  auto s = w.lock();
                  if (!s) return;
                  asio::post(s->strand_, [s, ec, r = std::move(r), i] {
-                   if (ec || r.type != Reply::Type::array || r.elements.size() != 2) return s->ask(i + 1);
+                   // {host, port}; nil (no such master) or anything else: the next sentinel.
+                   if (ec || !has_shape(r, "si") || r.elements[0].str.empty()) return s->ask(i + 1);
                    unsigned port = 0;
                    const auto& p = r.elements[1].str;
                    if (std::from_chars(p.data(), p.data() + p.size(), port).ec != std::errc{} || port == 0 ||
