@@ -1,5 +1,7 @@
 #include "redis/database_check.hpp"
 
+#include "redis/reply.hpp"
+
 #include <hiredis/hiredis.h>
 
 #include <sys/time.h>
@@ -52,6 +54,7 @@ std::optional<std::string> database_problem(const Endpoint& endpoint, std::chron
   const timeval tv{static_cast<time_t>(us / 1'000'000), static_cast<suseconds_t>(us % 1'000'000)};
   ContextPtr c(redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port, tv));
   if (!c || c->err != 0) return std::nullopt;  // no server there (yet): serve starts degraded
+  bound_arrays(c->reader);
   if (redisSetTimeout(c.get(), tv) != REDIS_OK) return std::nullopt;
   if (!endpoint.password.empty()) {
     const ReplyPtr r = command(*c, auth_command(endpoint));

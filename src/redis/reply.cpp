@@ -7,9 +7,8 @@
 
 namespace fairgate::redis {
 
-redisReader* make_reply_reader() {
-  redisReader* reader = redisReaderCreate();
-  if (!reader) return nullptr;
+void bound_arrays(redisReader* reader) {
+  if (!reader) return;
   // hiredis' own reply functions (every reader starts with them), with its
   // array constructor behind a bound on the announced length; a null object
   // is what hiredis expects of a constructor that cannot make one (it reads
@@ -24,6 +23,11 @@ redisReader* make_reply_reader() {
     return f;
   }();
   reader->fn = &bounded;
+}
+
+redisReader* make_reply_reader() {
+  redisReader* reader = redisReaderCreate();
+  bound_arrays(reader);
   return reader;
 }
 

@@ -63,6 +63,8 @@ inline constexpr std::size_t kMaxReplyElements = 4 * 1024 * 1024;
 /// A hiredis reader (RESP2) that refuses arrays longer than
 /// kMaxReplyElements; free it with redisReaderFree.
 redisReader* make_reply_reader();
+/// Makes `reader` (e.g. a redisContext's) refuse arrays longer than kMaxReplyElements.
+void bound_arrays(redisReader* reader);
 
 /// What hiredis' reader made of the bytes, as a Reply. RESP3 types (never
 /// asked for: the connections speak RESP2) become nil.

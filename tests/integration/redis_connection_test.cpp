@@ -344,20 +344,34 @@ TEST_F(RedisConnectionTest, UnreachableServerFailsCommandsAsNotSent) {
 // a protocol error at once, the connection reset — not an allocation of the
 // announced size (hiredis allocates the array when it reads the header: 16 GB
 // here) followed by a wait for elements that never come.
+/// A peer on a free loopback port that answers the first thing it reads with
+/// an array header of 2^31 - 1 elements, then waits for the client to close.
+class HugeArrayPeer {
+ public:
+  HugeArrayPeer() : acceptor_(io_, {asio::ip::address_v4::loopback(), 0}) {
+    thread_ = std::thread([this] {
+      boost::system::error_code ec;
+      asio::ip::tcp::socket s(io_);
+      acceptor_.accept(s, ec);
+      std::array<char, 256> buf{};
+      if (!ec) s.read_some(asio::buffer(buf), ec);
+      if (!ec) asio::write(s, asio::buffer(std::string_view("*2147483647\r\n")), ec);
+      if (!ec) s.read_some(asio::buffer(buf), ec);  // until the client closes
+    });
+  }
+  ~HugeArrayPeer() { thread_.join(); }
+  std::uint16_t port() const { return acceptor_.local_endpoint().port(); }
+
+ private:
+  asio::io_context io_;
+  asio::ip::tcp::acceptor acceptor_;
+  std::thread thread_;
+};
+
 TEST_F(RedisConnectionTest, AnArrayHeaderLongerThanAnyReplyIsAProtocolError) {
-  asio::io_context peer_io;
-  asio::ip::tcp::acceptor acceptor(peer_io, {asio::ip::address_v4::loopback(), 0});
-  std::thread peer([&] {
-    boost::system::error_code ec;
-    asio::ip::tcp::socket s(peer_io);
-    acceptor.accept(s, ec);
-    std::array<char, 256> buf{};
-    if (!ec) s.read_some(asio::buffer(buf), ec);  // the PING
-    if (!ec) asio::write(s, asio::buffer(std::string_view("*2147483647\r\n")), ec);
-    if (!ec) s.read_some(asio::buffer(buf), ec);  // until the client closes
-  });
+  HugeArrayPeer peer;
   ConnectionOptions o;
-  o.endpoint.port = acceptor.local_endpoint().port();
+  o.endpoint.port = peer.port();
   o.reconnect_min = 10s;  // one connection is enough
   auto c = connect(o);
   const auto t0 = std::chrono::steady_clock::now();
@@ -365,7 +379,18 @@ TEST_F(RedisConnectionTest, AnArrayHeaderLongerThanAnyReplyIsAProtocolError) {
   EXPECT_EQ(r.ec, Error::disconnected) << r.ec.message();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 4s) << "at once, not at the command timeout";
   c->close();
-  peer.join();
+}
+
+// The same for the start-up check of the database number (its own blocking
+// hiredis context): no answer to read, at once.
+TEST(RedisDatabaseCheck, AnArrayHeaderLongerThanAnyReplyEndsTheCheckAtOnce) {
+  HugeArrayPeer peer;
+  fairgate::redis::Endpoint e;
+  e.port = peer.port();
+  e.db = 3;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(fairgate::redis::database_problem(e, 5s), std::nullopt) << "what it cannot tell is no problem";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 4s) << "at once, not at the timeout";
 }
 
 TEST_F(RedisConnectionTest, CloseFailsWaitingCommands) {
