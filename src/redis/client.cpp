@@ -762,7 +762,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
                          if (!ec && r.is_error() && !s->told_not_cluster_) {
                            s->told_not_cluster_ = true;
                            log_line(s->options_, "Redis Cluster: " + node->endpoint.redacted() +
-                                                     " answered CLUSTER SLOTS with: " + r.str +
+                                                     " answered CLUSTER SLOTS with: " + r.excerpt() +
                                                      " (is it a cluster node? redis+cluster:// needs one)");
                          }
                          return s->ask_slots(std::move(candidates), i + 1);

@@ -45,8 +45,8 @@ std::size_t count_of(const Reply& r) {
 
 std::string why(boost::system::error_code ec, const Reply& reply) {
   if (ec) return ec.message();
-  if (reply.is_error()) return reply.str;
-  return "unexpected reply " + reply.debug_string().substr(0, 200);
+  if (reply.is_error()) return reply.excerpt();
+  return "unexpected reply " + reply.excerpt();
 }
 
 std::string seconds(milliseconds ms) {
@@ -386,7 +386,7 @@ void RedisLimiter::on_acquire_reply(const RequestPtr& request, boost::system::er
     return;
   }
   context_->count_failure({});
-  log("unexpected acquire reply: " + reply.debug_string().substr(0, 200));
+  log("unexpected acquire reply: " + reply.excerpt());
   bool cancel = false;
   {
     std::lock_guard lock(mu_);

@@ -87,11 +87,11 @@ class RedisRateStore final : public detail::RateStore {
             a.message = ec.message();
           } else if (reply.is_error()) {
             a.error = make_error_code(Errc::unavailable);
-            a.message = "Redis: " + reply.str;
+            a.message = "Redis: " + reply.excerpt();
           } else if (reply.type != redis::Reply::Type::array || reply.elements.size() != 3 + 4 * n ||
                      !std::all_of(reply.elements.begin(), reply.elements.end(), is_integer)) {
             a.error = make_error_code(Errc::unavailable);
-            a.message = "unexpected reply " + reply.debug_string();
+            a.message = "unexpected reply " + reply.excerpt();
           } else {
             const auto& e = reply.elements;
             a.allowed = redis::integer_of(e[0]) == 1;
@@ -121,10 +121,10 @@ class RedisRateStore final : public detail::RateStore {
                          [done = std::move(done)](boost::system::error_code ec, redis::Reply reply) {
                            if (ec) return done(ec, ec.message(), 0);
                            if (reply.is_error())
-                             return done(make_error_code(Errc::unavailable), reply.str, 0);
+                             return done(make_error_code(Errc::unavailable), reply.excerpt(), 0);
                            if (!redis::has_shape(reply, "ii"))
                              return done(make_error_code(Errc::unavailable),
-                                         "unexpected reply " + reply.debug_string().substr(0, 200), 0);
+                                         "unexpected reply " + reply.excerpt(), 0);
                            done({}, {}, redis::integer_of(reply.elements[0]));
                          },
                          {});
@@ -136,27 +136,26 @@ class RedisRateStore final : public detail::RateStore {
                   [done = std::move(done)](boost::system::error_code ec, redis::Reply reply) {
                     if (ec) return done(ec, ec.message());
                     if (reply.is_error())
-                      return done(make_error_code(Errc::unavailable), "Redis: " + reply.str);
+                      return done(make_error_code(Errc::unavailable), "Redis: " + reply.excerpt());
                     done({}, {});
                   });
   }
 
   void load_rules(RulesCallback done) override {
     const std::string key = prefix_ + ":rl-rules";
-    client_->exec(key, {"HGETALL", key},
-                  [done = std::move(done)](boost::system::error_code ec, redis::Reply reply) {
-                    std::vector<std::pair<std::string, std::string>> out;
-                    if (ec) return done(ec, ec.message(), out);
-                    if (reply.is_error())
-                      return done(make_error_code(Errc::unavailable), "Redis: " + reply.str, out);
-                    if (reply.type != redis::Reply::Type::array || reply.elements.size() % 2 != 0 ||
-                        !std::all_of(reply.elements.begin(), reply.elements.end(), is_string))
-                      return done(make_error_code(Errc::unavailable),
-                                  "unexpected reply " + reply.debug_string().substr(0, 200), out);
-                    for (std::size_t i = 0; i + 1 < reply.elements.size(); i += 2)
-                      out.emplace_back(reply.elements[i].str, reply.elements[i + 1].str);
-                    done({}, {}, std::move(out));
-                  });
+    client_->exec(
+        key, {"HGETALL", key}, [done = std::move(done)](boost::system::error_code ec, redis::Reply reply) {
+          std::vector<std::pair<std::string, std::string>> out;
+          if (ec) return done(ec, ec.message(), out);
+          if (reply.is_error())
+            return done(make_error_code(Errc::unavailable), "Redis: " + reply.excerpt(), out);
+          if (reply.type != redis::Reply::Type::array || reply.elements.size() % 2 != 0 ||
+              !std::all_of(reply.elements.begin(), reply.elements.end(), is_string))
+            return done(make_error_code(Errc::unavailable), "unexpected reply " + reply.excerpt(), out);
+          for (std::size_t i = 0; i + 1 < reply.elements.size(); i += 2)
+            out.emplace_back(reply.elements[i].str, reply.elements[i + 1].str);
+          done({}, {}, std::move(out));
+        });
   }
 
   bool remote() const noexcept override { return true; }

@@ -2,6 +2,7 @@
 #include "redis/reply.hpp"
 
 #include "core/number.hpp"
+#include "core/text.hpp"
 
 #include <hiredis/hiredis.h>
 
@@ -78,6 +79,30 @@ std::string Reply::debug_string() const {
 
 namespace {
 
+void append_excerpt(const Reply& r, std::string& out, std::size_t max) {
+  if (out.size() > max) return;
+  const std::size_t room = max - out.size() + 1;
+  switch (r.type) {
+    case Reply::Type::nil: out += "nil"; return;
+    case Reply::Type::integer: out += std::to_string(r.integer); return;
+    case Reply::Type::status:
+    case Reply::Type::error: out += core::escape_controls(std::string_view(r.str).substr(0, room)); return;
+    case Reply::Type::string:
+      out += '"';
+      out += core::escape_controls(std::string_view(r.str).substr(0, room));
+      out += '"';
+      return;
+    case Reply::Type::array:
+      out += '[';
+      for (std::size_t i = 0; i < r.elements.size() && out.size() <= max; ++i) {
+        if (i) out += ',';
+        append_excerpt(r.elements[i], out, max);
+      }
+      out += ']';
+      return;
+  }
+}
+
 bool is_string(const Reply& r) { return r.type == Reply::Type::string || r.type == Reply::Type::status; }
 
 /// A shape as its element tokens ("i", "s", "[...]"), and how many are required.
@@ -138,6 +163,17 @@ bool matches(const Reply& r, std::string_view token) {
 }
 
 }  // namespace
+
+std::string Reply::excerpt(std::size_t max) const {
+  std::string out;
+  append_excerpt(*this, out, max);
+  if (out.empty()) return "(empty)";  // an empty status or error
+  if (out.size() > max) {
+    out.resize(max);
+    out += "...";
+  }
+  return out;
+}
 
 bool element_has_shape(const Reply& element, std::string_view token) {
   const Pattern p = parse(token);

@@ -32,6 +32,10 @@ struct Reply {
   }
   /// Readable form for logs and test failures, e.g. ["message","ch","x"].
   std::string debug_string() const;
+  /// For a message or a log line: the readable form (an error reply: its
+  /// text) with control characters escaped, cut at about `max` bytes ("..."
+  /// then) without building the rest.
+  std::string excerpt(std::size_t max = 200) const;
 };
 
 /// Whether `reply` is an array whose elements have, one by one, the types

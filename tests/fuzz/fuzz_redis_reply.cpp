@@ -5,7 +5,8 @@
 // field of it is read (docs/faults.md, "Bad replies").
 //
 // Checks: the replies read do not depend on how the bytes were cut into
-// reads; a reply written back as RESP reads back the same; a reply that has
+// reads; a reply written back as RESP reads back the same; what a message
+// quotes of it (excerpt) is one clear line within its bound; a reply that has
 // one of the scripts' shapes has the element count and types that shape
 // says; a shape with a letter it does not know matches nothing.
 //
@@ -104,6 +105,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto again = read_all(resp, {}, error);
     FUZZ_CHECK(!error && again.size() == 1 && again[0].debug_string() == r.debug_string(),
                "a reply written back reads back the same");
+
+    // What messages and logs quote of a reply: one clear line, bounded.
+    const std::string excerpt = r.excerpt(60);
+    FUZZ_CHECK(fairgate::fuzz::is_clear_message(excerpt), excerpt);
+    FUZZ_CHECK(excerpt.size() <= 63, "an excerpt is cut at its bound");
 
     const bool matched = fairgate::redis::has_shape(r, shape);
     if (unknown_letter) FUZZ_CHECK(!matched, "a shape with an unknown letter matches nothing");
