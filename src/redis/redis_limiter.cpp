@@ -531,9 +531,10 @@ void RedisLimiter::on_release_failed(std::uint64_t n, boost::system::error_code 
 void RedisLimiter::send_cancel(std::uint64_t n) {
   call(scripts::kCancel, {permit_id(n)},
        [self = std::weak_ptr<LimiterImpl>(weak_from_this())](boost::system::error_code ec, Reply reply) {
-         if (!ec &&
-             (is_verdict(reply, "removed") || is_verdict(reply, "released") || is_verdict(reply, "unknown")))
-           return;
+         if (!ec && has_shape(reply, kVerdict)) {
+           const std::string& verdict = reply.elements[0].str;
+           if (verdict == "removed" || verdict == "released" || verdict == "unknown") return;
+         }
          auto s = self.lock();
          if (!s) return;
          auto& me = static_cast<RedisLimiter&>(*s);

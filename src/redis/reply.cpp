@@ -1,4 +1,5 @@
-// redis/reply.cpp — a reply's readable form, and the check of its shape.
+// redis/reply.cpp — replies from hiredis' reader, their readable form, and
+// the check of their shape.
 #include "redis/reply.hpp"
 
 #include "core/number.hpp"
@@ -36,15 +37,11 @@ Reply reply_of(const redisReply* r) {
   Reply out;
   switch (r->type) {
     case REDIS_REPLY_STRING:
-      out.type = Reply::Type::string;
-      out.str.assign(r->str, r->len);
-      break;
     case REDIS_REPLY_STATUS:
-      out.type = Reply::Type::status;
-      out.str.assign(r->str, r->len);
-      break;
     case REDIS_REPLY_ERROR:
-      out.type = Reply::Type::error;
+      out.type = r->type == REDIS_REPLY_STRING   ? Reply::Type::string
+                 : r->type == REDIS_REPLY_STATUS ? Reply::Type::status
+                                                 : Reply::Type::error;
       out.str.assign(r->str, r->len);
       break;
     case REDIS_REPLY_INTEGER:
@@ -59,22 +56,6 @@ Reply reply_of(const redisReply* r) {
     default: out.type = Reply::Type::nil; break;
   }
   return out;
-}
-
-std::string Reply::debug_string() const {
-  switch (type) {
-    case Type::nil: return "nil";
-    case Type::string: return "\"" + str + "\"";
-    case Type::status: return str;
-    case Type::error: return "(error) " + str;
-    case Type::integer: return std::to_string(integer);
-    case Type::array: {
-      std::string s = "[";
-      for (std::size_t i = 0; i < elements.size(); ++i) s += (i ? "," : "") + elements[i].debug_string();
-      return s + "]";
-    }
-  }
-  return "?";
 }
 
 namespace {
@@ -105,46 +86,42 @@ void append_excerpt(const Reply& r, std::string& out, std::size_t max) {
 
 bool is_string(const Reply& r) { return r.type == Reply::Type::string || r.type == Reply::Type::status; }
 
-/// A shape as its element tokens ("i", "s", "[...]"), and how many are required.
-struct Pattern {
-  std::vector<std::string_view> tokens;
-  std::size_t required = 0;
-  bool ok = false;
-};
+// Shapes are read where they are matched, without building anything: a reply
+// is checked on every call's completion.
 
-Pattern parse(std::string_view shape) {
-  Pattern p;
-  bool optional = false;
-  std::size_t at = 0;
-  while (at < shape.size()) {
-    const char c = shape[at];
-    if (c == ' ') {
-      ++at;
-    } else if (c == '|') {
-      if (optional) return p;
-      optional = true;
-      p.required = p.tokens.size();
-      ++at;
-    } else if (c == 'i' || c == 's') {
-      p.tokens.push_back(shape.substr(at++, 1));
-    } else if (c == '[') {
-      std::size_t end = at, depth = 0;
-      for (; end < shape.size(); ++end) {
-        if (shape[end] == '[') ++depth;
-        if (shape[end] == ']' && --depth == 0) break;
-      }
-      if (end == shape.size()) return p;  // unbalanced
-      p.tokens.push_back(shape.substr(at, end - at + 1));
-      at = end + 1;
-    } else {
-      return p;
-    }
+/// The length of the token at the front of `shape`: 1 for a letter, the
+/// group's length for "[...]"; 0 when the front is not a whole token.
+std::size_t token_length(std::string_view shape) {
+  if (shape.empty()) return 0;
+  if (shape.front() == 'i' || shape.front() == 's') return 1;
+  if (shape.front() != '[') return 0;
+  std::size_t depth = 0;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == '[') ++depth;
+    if (shape[i] == ']' && --depth == 0) return i + 1;
   }
-  if (!optional) p.required = p.tokens.size();
-  p.ok = true;
-  return p;
+  return 0;  // unbalanced
 }
 
+/// Whether `shape` is tokens only, groups not empty and well formed, with at
+/// most one '|' (none in a group: `top` false).
+bool well_formed(std::string_view shape, bool top) {
+  bool bar = false;
+  while (!shape.empty()) {
+    if (shape.front() == '|') {
+      if (!top || bar) return false;
+      bar = true;
+      shape.remove_prefix(1);
+      continue;
+    }
+    const std::size_t n = token_length(shape);
+    if (n == 0 || (n > 1 && (n == 2 || !well_formed(shape.substr(1, n - 2), false)))) return false;
+    shape.remove_prefix(n);
+  }
+  return true;
+}
+
+/// Whether `r` has the type of the (well-formed) `token`.
 bool matches(const Reply& r, std::string_view token) {
   switch (token.front()) {
     case 'i':
@@ -153,13 +130,15 @@ bool matches(const Reply& r, std::string_view token) {
     default: break;  // '['
   }
   if (r.type != Reply::Type::array) return false;
-  const Pattern p = parse(token.substr(1, token.size() - 2));
-  if (!p.ok || p.tokens.empty() || p.required != p.tokens.size()) return false;
-  if (r.elements.size() % p.tokens.size() != 0) return false;
-  for (std::size_t i = 0; i < r.elements.size(); ++i) {
-    if (!matches(r.elements[i], p.tokens[i % p.tokens.size()])) return false;
+  // The group's tokens, over and over: the length a multiple of their number.
+  const std::string_view group = token.substr(1, token.size() - 2);
+  std::size_t at = 0;
+  for (const Reply& e : r.elements) {
+    const std::size_t n = token_length(group.substr(at));
+    if (!matches(e, group.substr(at, n))) return false;
+    at = at + n == group.size() ? 0 : at + n;
   }
-  return true;
+  return at == 0;
 }
 
 }  // namespace
@@ -176,18 +155,23 @@ std::string Reply::excerpt(std::size_t max) const {
 }
 
 bool element_has_shape(const Reply& element, std::string_view token) {
-  const Pattern p = parse(token);
-  return p.ok && p.tokens.size() == 1 && p.required == 1 && matches(element, p.tokens.front());
+  return !token.empty() && token_length(token) == token.size() && well_formed(token, false) &&
+         matches(element, token);
 }
 
 bool has_shape(const Reply& reply, std::string_view shape) {
-  if (reply.type != Reply::Type::array) return false;
-  const Pattern p = parse(shape);
-  if (!p.ok || reply.elements.size() < p.required || reply.elements.size() > p.tokens.size()) return false;
-  for (std::size_t i = 0; i < reply.elements.size(); ++i) {
-    if (!matches(reply.elements[i], p.tokens[i])) return false;
+  if (reply.type != Reply::Type::array || !well_formed(shape, true)) return false;
+  bool optional = false;  // past the '|': the rest may be absent
+  for (const Reply& e : reply.elements) {
+    if (!shape.empty() && shape.front() == '|') {
+      optional = true;
+      shape.remove_prefix(1);
+    }
+    const std::size_t n = token_length(shape);
+    if (n == 0 || !matches(e, shape.substr(0, n))) return false;  // n == 0: more elements than tokens
+    shape.remove_prefix(n);
   }
-  return true;
+  return optional || shape.empty() || shape.front() == '|';
 }
 
 std::int64_t integer_of(const Reply& r) {

@@ -30,12 +30,12 @@ struct Reply {
     if (type == Type::integer) return integer;
     return std::nullopt;
   }
-  /// Readable form for logs and test failures, e.g. ["message","ch","x"].
-  std::string debug_string() const;
-  /// For a message or a log line: the readable form (an error reply: its
-  /// text) with control characters escaped, cut at about `max` bytes ("..."
-  /// then) without building the rest.
+  /// For a message, a log line or a test failure: a readable form, e.g.
+  /// ["message","ch",7] (an error reply: its text), with control characters
+  /// escaped, cut at about `max` bytes ("..." then) without building the rest.
   std::string excerpt(std::size_t max = 200) const;
+
+  bool operator==(const Reply&) const = default;
 };
 
 /// Whether `reply` is an array whose elements have, one by one, the types
@@ -45,8 +45,8 @@ struct Reply {
 ///   s   a string (bulk or status; never nil)
 ///   [p] an array of elements matching p, repeated: [s] a list of strings,
 ///       [si] pairs of a string and an integer (the length a multiple of 2)
-/// Elements after a '|' may be absent; none may follow the last. Spaces are
-/// ignored. E.g. "sii|i": a string and two integers, then maybe a third.
+/// Elements after a '|' may be absent; none may follow the last. E.g.
+/// "sii|i": a string and two integers, then maybe a third.
 /// A malformed shape matches nothing.
 bool has_shape(const Reply& reply, std::string_view shape);
 

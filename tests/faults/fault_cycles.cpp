@@ -184,12 +184,14 @@ Figures kill9(std::size_t cycles) {
   return f;
 }
 
+constexpr const char* kKinds =
+    "kill9,restart,aof,flushall,script_flush,sigstop,debug_sleep,"
+    "client_kill,partition,bad_replies,bad_fields";
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string kinds =
-      "kill9,restart,aof,flushall,script_flush,sigstop,debug_sleep,client_kill,partition,bad_replies,bad_"
-      "fields";
+  std::string kinds = kKinds;
   std::size_t cycles = 20, kill_cycles = 100;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -207,13 +209,12 @@ int main(int argc, char** argv) {
     } else if (a == "--kill-cycles") {
       kill_cycles = std::stoul(value());
     } else if (a == "--help" || a == "-h") {
-      std::puts(
+      std::printf(
           "usage: fault_cycles [--kind K[,K...]] [--cycles N (20)] [--kill-cycles N (100)]\n"
-          "kinds: kill9 restart aof flushall script_flush sigstop debug_sleep client_kill partition "
-          "bad_replies "
-          "bad_fields\n"
+          "kinds (all by default): %s\n"
           "One JSON line per kind on stdout (see the top of tests/faults/fault_cycles.cpp); progress on "
-          "stderr.");
+          "stderr.\n",
+          kKinds);
       return 0;
     } else {
       std::fprintf(stderr, "fault_cycles: %s: unknown option\n", a.c_str());

@@ -213,7 +213,7 @@ TEST_F(RedisConnectionTest, AuthSelectsDatabaseAndRejectsWrongPassword) {
   wrong.endpoint.password = "nope";
   auto w = connect(wrong);
   auto r = exec(*w, {"GET", "k"}, 500ms);
-  EXPECT_TRUE(r.ec || r.reply.is_error()) << "a wrong password never reads data: " << r.reply.debug_string();
+  EXPECT_TRUE(r.ec || r.reply.is_error()) << "a wrong password never reads data: " << r.reply.excerpt();
 }
 
 // What a connection logs. Shared with the log callback, so that it outlives
@@ -249,7 +249,7 @@ TEST_F(RedisConnectionTest, ADatabaseTheServerLacksIsNeverDatabaseZero) {
   c->set_preload({{"SET", "select:preload", "in-db-0"}});
   c->start();
   auto r = exec(*c, {"SET", "select:k", "in-db-0"}, 300ms);
-  EXPECT_EQ(r.ec, Error::not_sent) << r.ec.message() << " " << r.reply.debug_string();
+  EXPECT_EQ(r.ec, Error::not_sent) << r.ec.message() << " " << r.reply.excerpt();
   EXPECT_FALSE(c->connected());
   EXPECT_EQ(c->connects(), 0u);
   EXPECT_GE(c->commands_sent(), 2u) << "SELECT once per attempt: it connects again";
@@ -436,12 +436,12 @@ TEST_F(RedisConnectionTest, PreloadRunsBeforeEveryCommandOnEachConnect) {
   c->start();
   auto r = first.get_future().get();
   ASSERT_FALSE(r.ec) << r.ec.message();
-  EXPECT_EQ(r.reply.str, "preloaded") << r.reply.debug_string();
+  EXPECT_EQ(r.reply.str, "preloaded") << r.reply.excerpt();
   // Redis restarts (script cache empty); the reconnect preloads again.
   server.restart();
   auto again = exec(*c, {"EVALSHA", sha, "0"}, 5s);
   ASSERT_FALSE(again.ec) << again.ec.message();
-  EXPECT_EQ(again.reply.str, "preloaded") << again.reply.debug_string();
+  EXPECT_EQ(again.reply.str, "preloaded") << again.reply.excerpt();
 }
 
 // While a command waits, the reconnect backoff never exceeds its timeout: once

@@ -66,7 +66,7 @@ class RedisScriptsTest : public ::testing::Test {
     const auto shapes = fairgate::redis::shapes::of(s);
     EXPECT_TRUE(std::any_of(shapes.begin(), shapes.end(),
                             [&](std::string_view shape) { return fairgate::redis::has_shape(reply, shape); }))
-        << s.name() << " answered " << reply.debug_string();
+        << s.name() << " answered " << reply.excerpt(4096);
     return reply;
   }
   /// A heartbeat of `inst` that holds `holders` permits (0: nothing to restore, so it
@@ -349,10 +349,10 @@ TEST_F(RedisScriptsTest, RestorePutsBackALostInstancesState) {
 
 // --- the shapes of the replies (redis/scripts.hpp) ---------------------------
 
-/// Calls `check` with `root` after each element inside it (at any depth, not
-/// nil) is in turn replaced by each value of another type — the values the
+/// Calls `check` after each element inside `node` (at any depth, not nil) is
+/// in turn replaced by each value of another type — the values the
 /// fault tests' proxy puts there (TcpProxy, Mangling::inner) — then restores it.
-void each_wrong_field(Reply& root, Reply& node, int depth, const std::function<void()>& check) {
+void each_wrong_field(Reply& node, int depth, const std::function<void()>& check) {
   using T = Reply::Type;
   const auto text = [](T type, std::string s) {
     Reply r;
@@ -384,7 +384,7 @@ void each_wrong_field(Reply& root, Reply& node, int depth, const std::function<v
     }
     node = kept;
   }
-  for (auto& e : node.elements) each_wrong_field(root, e, depth + 1, check);
+  for (auto& e : node.elements) each_wrong_field(e, depth + 1, check);
 }
 
 // A reply with one field of the wrong type has no shape its script may
@@ -416,23 +416,23 @@ TEST_F(RedisScriptsTest, AReplyWithAnyFieldOfTheWrongTypeHasNoSoundShape) {
       return std::any_of(shapes.begin(), shapes.end(),
                          [&](std::string_view shape) { return fairgate::redis::has_shape(reply, shape); });
     };
-    ASSERT_TRUE(sound()) << script->name() << ": " << reply.debug_string();
+    ASSERT_TRUE(sound()) << script->name() << ": " << reply.excerpt(4096);
     int tried = 0;
-    each_wrong_field(reply, reply, 0, [&] {
+    each_wrong_field(reply, 0, [&] {
       ++tried;
-      EXPECT_FALSE(sound()) << script->name() << " read as sound: " << reply.debug_string();
+      EXPECT_FALSE(sound()) << script->name() << " read as sound: " << reply.excerpt(4096);
     });
     EXPECT_GT(tried, 0) << script->name();
   }
   // The lists were filled: held (heartbeat), holders and waiters (snapshot),
   // granted or orders (restore).
-  EXPECT_FALSE(replies[4].second.elements.at(1).elements.empty()) << replies[4].second.debug_string();
+  EXPECT_FALSE(replies[4].second.elements.at(1).elements.empty()) << replies[4].second.excerpt(4096);
   EXPECT_FALSE(replies[5].second.elements.at(4).elements.empty());
   EXPECT_FALSE(replies[5].second.elements.at(5).elements.empty());
   const auto& restored = replies.back().second;
-  ASSERT_EQ(restored.elements.at(0).str, "ok") << restored.debug_string();
+  ASSERT_EQ(restored.elements.at(0).str, "ok") << restored.excerpt(4096);
   EXPECT_FALSE(restored.elements.at(3).elements.empty() && restored.elements.at(4).elements.empty())
-      << restored.debug_string();
+      << restored.excerpt(4096);
 }
 
 // --- recovery (docs/design.md, "Recovery") --------------------------------

@@ -94,22 +94,25 @@ constexpr std::string_view kBadReplies[] = {
     "*5\r\n$0\r\n\r\n$0\r\n\r\n:0\r\n:0\r\n:0\r\n",
 };
 
-/// The elements of the RESP2 reply `b` (whole, well-formed) at any depth
-/// below the top, as (offset, length) of their bytes, nils left out.
-void inner_elements(std::string_view b, std::size_t at, int depth,
-                    std::vector<std::pair<std::size_t, std::size_t>>& out) {
-  const auto len = static_cast<std::size_t>(resp_reply_length(b.substr(at)));
+/// The elements of the RESP2 reply at `at` in `b` (whole, well-formed) below
+/// `depth` 0, as (offset, length) of their bytes, nils left out, in the order
+/// they start; returns the reply's length (read once, element by element).
+std::size_t inner_elements(std::string_view b, std::size_t at, int depth,
+                           std::vector<std::pair<std::size_t, std::size_t>>& out) {
   const bool nil = b.substr(at, 3) == "$-1" || b.substr(at, 3) == "*-1";
-  if (depth > 0 && !nil) out.emplace_back(at, len);
-  if (b[at] != '*' || nil) return;
+  if (b[at] != '*' || nil) {
+    const auto len = static_cast<std::size_t>(resp_reply_length(b.substr(at)));
+    if (depth > 0 && !nil) out.emplace_back(at, len);
+    return len;
+  }
+  const std::size_t slot = out.size();
+  if (depth > 0) out.emplace_back(at, 0);  // its length once its elements are read
   const auto crlf = b.find("\r\n", at);
   const long long n = std::strtoll(std::string(b.substr(at + 1, crlf - at - 1)).c_str(), nullptr, 10);
   std::size_t next = crlf + 2;
-  for (long long k = 0; k < n; ++k) {
-    const auto e = static_cast<std::size_t>(resp_reply_length(b.substr(next)));
-    inner_elements(b, next, depth + 1, out);
-    next += e;
-  }
+  for (long long k = 0; k < n; ++k) next += inner_elements(b, next, depth + 1, out);
+  if (depth > 0) out[slot].second = next - at;
+  return next - at;
 }
 
 /// `reply` with one element inside replaced by one of another type (see
