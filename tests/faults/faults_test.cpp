@@ -290,22 +290,30 @@ void bad_replies(Mangling how) {
   c.start();
   c.go();
   sleep(800ms);
+  const auto transport_before = sum(c, "command_timeouts") + sum(c, "disconnects");
   c.proxy().mangle_replies(0.3, 2026, "EVALSHA", how);
   sleep(2000ms);
   c.proxy().mangle_replies(0);
   EXPECT_GT(c.proxy().replies_mangled(), 10u);
   EXPECT_TRUE(c.wait_whole(20s).has_value()) << "the instances and Redis agree again";
   // Each bad reply was seen as one (counted in the backend's health), not
-  // read as a plausible answer.
+  // read as a plausible answer — unless its command had already ended: a
+  // reply later than the command timeout is discarded unread (counted as a
+  // timeout), and one cut off with its connection never arrives (a
+  // disconnect). On a loaded machine that happened once in CI (60 spoiled,
+  // 59 seen); it is counted here, not ignored.
   const auto mangled = static_cast<std::int64_t>(c.proxy().replies_mangled());
   const std::int64_t noticed = sum(c, "error_replies");
+  const std::int64_t unread = sum(c, "command_timeouts") + sum(c, "disconnects") - transport_before;
   const Report r = c.finish(finish_within(o), /*expect_unavailable=*/true);
   // The figures docs/faults.md ("Bad replies") quotes.
-  std::printf("bad replies (%s): %lld mangled, %lld seen as bad; %s\n",
+  std::printf("bad replies (%s): %lld mangled, %lld seen as bad, %lld commands ended unanswered; %s\n",
               how == Mangling::whole ? "whole" : "inner", static_cast<long long>(mangled),
-              static_cast<long long>(noticed), r.summary().c_str());
+              static_cast<long long>(noticed), static_cast<long long>(unread), r.summary().c_str());
   if (how == Mangling::inner) {
-    EXPECT_EQ(noticed, mangled);
+    // Only spoiled replies are bad, and every spoiled one was seen as bad or never read.
+    EXPECT_LE(noticed, mangled);
+    EXPECT_GE(noticed + unread, mangled);
   }
   EXPECT_RUN_OK(r);
   EXPECT_GT(r.grants, 20u);
