@@ -156,7 +156,11 @@ struct EngineStatus {
   std::chrono::milliseconds degraded_time{0};  ///< time spent degraded in all
   std::uint64_t restores = 0;                  ///< restores Redis acknowledged
   std::uint64_t state_recreations = 0;         ///< times this instance found the state gone and created it
-  std::chrono::milliseconds fenced_time{0};    ///< time seen fenced in all
+  /// Times this instance saw the state on another Redis than before (a new
+  /// replication id: a failover or a restart, which may have lost the last
+  /// grants), fenced by the script that found it.
+  std::uint64_t redis_switches = 0;
+  std::chrono::milliseconds fenced_time{0};  ///< time seen fenced in all
   /// Permits this instance put back although the cap was already reached (its
   /// work kept running while Redis had reaped it: a pause or a partition
   /// longer than the liveness TTL).

@@ -210,13 +210,13 @@ class Worker : public std::enable_shared_from_this<Worker> {
     const auto& e = snap.engine;
     const BackendHealth health = backend_ ? backend_->health() : BackendHealth{};
     event(fmt::format(
-        R"({{"ev":"status","t":{},"degraded":{},"local_cap":{},"fence_left_ms":{},"restores":{},"recreations":{},)"
+        R"({{"ev":"status","t":{},"degraded":{},"local_cap":{},"fence_left_ms":{},"restores":{},"recreations":{},"redis_switches":{},)"
         R"("degraded_entries":{},"overshoot_restored":{},"settings_source":"{}","in_use":{},"queued":{},)"
         R"("holders":{},"waiters":{},"max_concurrent":{},"lost_wakes_recovered":{},"orphans_released":{},)"
         R"("error_replies":{},"command_timeouts":{},"disconnects":{}}})",
         now_ns(), e.degraded ? "true" : "false", e.local_cap, e.fence_left.count(), e.restores,
-        e.state_recreations, e.degraded_entries, e.overshoot_restored, e.settings_source, snap.in_use,
-        snap.queued, snap.holders.size(), snap.waiters.size(), snap.settings.max_concurrent,
+        e.state_recreations, e.redis_switches, e.degraded_entries, e.overshoot_restored, e.settings_source,
+        snap.in_use, snap.queued, snap.holders.size(), snap.waiters.size(), snap.settings.max_concurrent,
         impl_ ? impl_->lost_wakes_recovered() : 0, impl_ ? impl_->orphans_released() : 0,
         health.error_replies, health.timeouts, health.disconnects));
   }

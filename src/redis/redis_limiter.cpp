@@ -811,6 +811,21 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const std::set<std::ui
     for (const auto& id : e[14].elements) instances_.push_back(id.str);
     const milliseconds fence_left(integer_of(e[10]));
     note_fence_locked(now, fence_left);
+    // Which Redis the state's grants are made on (docs/design.md, recovery rule 14).
+    const auto& fields = e[5].elements;
+    for (std::size_t i = 0; i + 1 < fields.size(); i += 2) {
+      if (fields[i].str != "source") continue;
+      const std::string& source = fields[i + 1].str;
+      if (!source_.empty() && source != source_ && integer_of(e[8]) == 0) {
+        ++engine_.redis_switches;
+        logs.push_back(fmt::format(
+            "the limiter's state is on another Redis than before (replication id {} was {}: a failover or "
+            "a restart, which may have lost the last grants): fenced for {} (grants only in place of "
+            "released permits until every instance has restored what it runs)",
+            source.substr(0, 8), source_.substr(0, 8), seconds(fence_left)));
+      }
+      source_ = source;
+    }
     if (integer_of(e[8]) != 0) {
       ++engine_.state_recreations;
       logs.push_back(

@@ -247,6 +247,7 @@ class RedisLimiter final : public detail::LimiterImpl {
   std::size_t queued_ = 0;  // cluster-wide, from the last heartbeat
   std::int64_t head_order_ = 0, epoch_ = 0;
   std::size_t older_ = 0;               // waiters below the epoch (restored from an older state)
+  std::string source_;                  // cfg source as last seen: the Redis the state's grants were made on
   std::vector<std::string> instances_;  // registered instances at the last heartbeat
   // The cluster-wide pace (release.lua measures it in Redis time), as of the
   // last heartbeat reply, received at pace_seen_ (core/service_pace.hpp).

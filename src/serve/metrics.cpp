@@ -58,6 +58,10 @@ void render_limiter_state(std::string& out, const std::vector<Snapshot>& snaps) 
   counter("fairgate_state_recreations_total",
           "Times this instance found the limiter's state gone from Redis and created it again.",
           [](const Snapshot& s) { return s.engine.state_recreations; });
+  counter("fairgate_redis_switches_total",
+          "Times this instance saw the limiter's state on another Redis (new replication id: a failover or "
+          "a restart): fenced, since the last grants may be lost.",
+          [](const Snapshot& s) { return s.engine.redis_switches; });
   counter("fairgate_overshoot_restored_total",
           "Permits this instance restored above the cap (its work outlived its liveness in Redis).",
           [](const Snapshot& s) { return s.engine.overshoot_restored; });

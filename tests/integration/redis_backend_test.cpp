@@ -417,6 +417,75 @@ TEST(RedisBackendTest, CrashedHolderIsReapedWithinTtlPlusInterval) {
   ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 0 && zcard(name, "queue") == 0; }, 5s));
 }
 
+// A Redis that lost only its last writes — here a restart from an RDB
+// snapshot taken before a grant (Redis' default persistence; a failover to a
+// replica that had not received the grant is the same): the state is there,
+// both instances registered, but the grant is not. The instance that holds
+// it is frozen, so its heartbeat cannot report it first. The other one's
+// acquire must not get that seat: Redis has a new replication id, so the
+// script fences the state before granting (docs/design.md, recovery rule 14);
+// the holder comes back, restores its permit, and the waiter is granted only
+// after its release. Judged from the clients' own times.
+TEST(RedisBackendTest, ARestartThatLostAGrantFencesTheStateBeforeGrantingAgain) {
+  const std::string name = test_name();
+  RedisServer redis;  // its own: restarted from a snapshot
+  auto o = fast_options();
+  o.url = redis.url();
+  o.liveness_ttl = 4000ms;  // the frozen holder is not reaped meanwhile
+  o.recovery_fence = 3000ms;
+  Instance holder_instance(o);
+  Instance other(o);
+  Limiter lh = holder_instance.open(name, cap(1));
+  Limiter lo = other.open(name, cap(1));
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return holder_instance.impl(name)->ready() && other.impl(name)->ready() &&
+               !lh.snapshot().engine.fence_left.count() && !lo.snapshot().engine.fence_left.count();
+      },
+      10s))
+      << "past the new state's fence";
+  ASSERT_EQ(redis.command({"SAVE"}), "OK");  // both registered, nothing held
+  auto held = acquire(lh);
+  ASSERT_TRUE(wait_until([&] { return held->done(); }));
+  ASSERT_EQ(held->outcome(), Outcome::granted);
+  const std::string id_before = redis.command({"INFO", "replication"});
+  const std::string fence_before = redis.command({"HGET", key(name, "cfg"), "fence_until"});
+
+  holder_instance.freeze();
+  redis.restart();  // kill -9, then up again from the snapshot: the grant is gone
+  ASSERT_EQ(redis.command({"ZCARD", key(name, "holders")}), "0") << "the grant was lost";
+  ASSERT_EQ(redis.command({"ZCARD", key(name, "instances")}), "2") << "the registrations were not";
+  ASSERT_NE(redis.command({"INFO", "replication"}), id_before);
+
+  auto waiter = acquire_queued(lo);  // fails here if granted: two holders with a cap of 1
+  ASSERT_FALSE(waiter->done()) << waiter->message();
+  EXPECT_EQ(redis.command({"ZCARD", key(name, "holders")}), "0");
+  EXPECT_GT(std::stoll(redis.command({"HGET", key(name, "cfg"), "fence_until"})), std::stoll(fence_before))
+      << "fenced by the acquire that found another Redis";
+  EXPECT_TRUE(wait_until([&] { return lo.snapshot().engine.redis_switches == 1; }, 3s))
+      << "seen and counted (fairgate_redis_switches_total) at the next heartbeat";
+
+  holder_instance.thaw();
+  ASSERT_TRUE(wait_until([&] { return holder_instance.impl(name)->restores() >= 1; }, 5s));
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return redis.command({"ZCARD", key(name, "holders")}) == "1";
+      },
+      5s))
+      << "the running permit is counted again";
+  // Past the fence, the seat is still taken: the waiter waits for the release.
+  ASSERT_TRUE(wait_until([&] { return !lo.snapshot().engine.fence_left.count(); }, 10s));
+  std::this_thread::sleep_for(o.heartbeat_interval * 2);
+  EXPECT_FALSE(waiter->done()) << "granted while the restored holder still runs";
+  const auto released_at = Clock::now();
+  held->release();
+  ASSERT_TRUE(wait_until([&] { return waiter->done(); }, 5s));
+  EXPECT_EQ(waiter->outcome(), Outcome::granted) << waiter->message();
+  EXPECT_GE(waiter->at(), released_at) << "never two holders at once";
+  waiter->release();
+  ASSERT_TRUE(wait_until([&] { return redis.command({"ZCARD", key(name, "holders")}) == "0"; }, 5s));
+}
+
 // F6: a lost wake message (Pub/Sub connection killed) is recovered by the
 // waiter's own heartbeat, which lists its granted permits.
 TEST(RedisBackendTest, LostWakeIsRecoveredByTheHeartbeat) {

@@ -15,7 +15,8 @@
 --                                   and asks again
 -- Position: the global arrival rank; with tenant_fairness an estimate (see position_of).
 -- While the state is fenced (after its re-creation) an arrival queues, unless a permit released
--- during the fence is free (see has_room in lib.lua).
+-- during the fence is free (see has_room in lib.lua); a grant first checks that this is the
+-- Redis the count was made on (room_to_grant, "Which Redis" in lib.lua).
 local inst, n, max_wait = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local tenant, weight = ARGV[5] or '', tonumber(ARGV[6] or '1')
 local now = now_ms()
@@ -40,13 +41,14 @@ local queued = redis.call('ZCARD', K_QUEUE)
 if cfg.tmode then
   -- I3': tready is empty unless there is no room, so with room every waiter
   -- belongs to a parked tenant: a newcomer below its own cap passes nobody.
-  if redis.call('ZCARD', K_TREADY) == 0 and has_room(cfg, redis.call('ZCARD', K_HOLDERS), now) and
-      not (cfg.cap and held_by(tenant) >= cfg.cap) then
+  local holders = redis.call('ZCARD', K_TREADY) == 0 and redis.call('ZCARD', K_HOLDERS)
+  if holders and has_room(cfg, holders, now) and not (cfg.cap and held_by(tenant) >= cfg.cap) and
+      room_to_grant(cfg, holders, now) then
     holder_add(cfg, id, tenant)
     took_room(cfg, now)
     return {'granted'}
   end
-elseif queued == 0 and has_room(cfg, redis.call('ZCARD', K_HOLDERS), now) then
+elseif queued == 0 and room_to_grant(cfg, redis.call('ZCARD', K_HOLDERS), now) then
   -- I3 holds before this script, so a non-empty queue means there is no room.
   holder_add(cfg, id, tenant)
   took_room(cfg, now)

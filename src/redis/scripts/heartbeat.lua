@@ -38,10 +38,15 @@ local created, changed = 0, false
 if not h.epoch then
   local epoch = now * 1000
   redis.call('HSET', K_CFG, 'epoch', int(epoch), 'fence_until', int(fence_ms > 0 and now + fence_ms or 0),
-             'fence_credit', 0)
+             'fence_credit', 0, 'source', replication_id() or '')
   local seq = tonumber(redis.call('GET', K_SEQ) or '0')
   if seq < epoch then redis.call('SET', K_SEQ, int(epoch)) end
   created, changed = 1, true
+end
+-- How long a switch of Redis fences the state ("Which Redis" in lib.lua): this instance's fence.
+if h.fence_ms ~= ARGV[5] then
+  redis.call('HSET', K_CFG, 'fence_ms', ARGV[5])
+  changed = true
 end
 for i = 8, #ARGV - 1, 2 do
   if h[ARGV[i]] == nil then

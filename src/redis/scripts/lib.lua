@@ -13,7 +13,10 @@
 --                            every seat taken, or a waiter leaving while full; 0 when a release
 --                            since left a seat free), pace_at (ms of the last gap); the seat
 --                            pace (reject_early): seat_gap, seat_n, seat_last, seat_at, the same
---                            for releases only (a waiter leaving does not free a seat)
+--                            for releases only (a waiter leaving does not free a seat);
+--                            source (the replication id of the Redis that made the last grants,
+--                            see "Which Redis" below), fence_ms (the instances' recovery fence,
+--                            written by their heartbeats: how long a switch fences the state)
 --   KEYS[2] holders    zset  "inst|n|granted_ms|tenant" -> 0 (score 0: lex ranges find one
 --                            instance's permits, "[inst|n|" one permit; the grant time and the
 --                            tenant, '' for none, ride in the member; members written before
@@ -61,6 +64,17 @@
 -- so every instance that was alive has re-registered its permits before the count is trusted:
 -- meanwhile a grant is made only in place of a permit released (fence_credit), never on top.
 -- Every other script answers 'lost' (and changes nothing) when the state is gone.
+--
+-- Which Redis (docs/design.md, recovery rule 14): a state can also lose only its last writes — a failover to a replica that had
+-- not received them, a restart from an RDB snapshot or an AOF written once a second. A grant
+-- among them still runs on its instance while Redis no longer counts it, and until that
+-- instance's next heartbeat finds it missing and restores it, Redis would hand the seat out
+-- again. Such a Redis has a new replication id (master_replid: a promoted replica takes a new
+-- one, and so does every restart). So before any grant a script compares it with cfg.source,
+-- the id the state's grants were made on; when it differs, the state is fenced from that
+-- moment for fence_ms, as a created one (only hand-offs, fence_credit, until every instance
+-- has heartbeated and restored what it runs). Only a script about to grant asks (one INFO per
+-- such script): an idle or saturated limiter does not pay for it.
 --
 -- Invariants every script keeps:
 --   I1 no overshoot: a holder is added only when ZCARD holders < max_concurrent and, while the
@@ -196,9 +210,10 @@ local function q_remove(member)
 end
 
 -- Takes the head of `key` (the queue, or a tenant's queue) out of it: the
--- member, or nil when it is empty. One ZPOPMIN instead of a ZRANGE and a ZREM.
+-- member and its score, or nil when it is empty. One ZPOPMIN instead of a ZRANGE and a ZREM.
 local function pop_head(key)
-  return redis.call('ZPOPMIN', key)[1]
+  local r = redis.call('ZPOPMIN', key)
+  return r[1], r[2]
 end
 
 -- True when no instance's liveness runs past `now`: nobody reached Redis for a whole TTL, so
@@ -238,6 +253,8 @@ local function make_cfg(h)
     fence = tonumber(h.fence_until or '0') or 0,
     credit = tonumber(h.fence_credit or '0') or 0,
     reject_early = h.reject_early == '1',
+    source = h.source,
+    fence_ms = tonumber(h.fence_ms or '0') or 0,
     pace = {gap = tonumber(h.pace_gap or '0') or 0, n = tonumber(h.pace_n or '0') or 0,
             last = tonumber(h.pace_last or '0') or 0, at = tonumber(h.pace_at or '0') or 0},
     seat = {gap = tonumber(h.seat_gap or '0') or 0, n = tonumber(h.seat_n or '0') or 0,
@@ -251,7 +268,8 @@ end
 
 local CFG_FIELDS = {'max_concurrent', 'enabled', 'when_disabled', 'max_queue', 'tenant_fairness',
                     'max_per_tenant', 'epoch', 'fence_until', 'fence_credit', 'reject_early',
-                    'pace_gap', 'pace_n', 'pace_last', 'pace_at', 'seat_gap', 'seat_n', 'seat_last', 'seat_at'}
+                    'pace_gap', 'pace_n', 'pace_last', 'pace_at', 'seat_gap', 'seat_n', 'seat_last', 'seat_at',
+                    'source', 'fence_ms'}
 
 -- The limiter's config and engine fields; nil when the state is gone.
 local function load_cfg()
@@ -373,6 +391,38 @@ local function has_room(cfg, holders, now)
   return not fenced(cfg, now) or cfg.credit > 0
 end
 
+-- This Redis' replication id (master_replid), or nil when INFO is not allowed (an ACL
+-- without it: then no switch is ever seen, as before).
+local function replication_id()
+  local ok, info = pcall(redis.call, 'INFO', 'replication')
+  if not ok or type(info) ~= 'string' then return nil end
+  return string.match(info, 'master_replid:(%x+)')
+end
+
+-- Before a grant: fences the state if this is not the Redis its grants were made on (see
+-- "Which Redis" above). Asks once per script.
+local function check_source(cfg, now)
+  if cfg.source_checked then return end
+  cfg.source_checked = true
+  local id = replication_id()
+  if id == nil or id == cfg.source then return end
+  cfg.source = id
+  if cfg.fence_ms > 0 then
+    cfg.fence, cfg.credit = math.max(cfg.fence, now + cfg.fence_ms), 0
+    redis.call('HSET', K_CFG, 'source', id, 'fence_until', int(cfg.fence), 'fence_credit', 0)
+  else
+    redis.call('HSET', K_CFG, 'source', id)
+  end
+end
+
+-- Room for a grant about to be made now: has_room, on the Redis the count was made on.
+local function room_to_grant(cfg, holders, now)
+  if not has_room(cfg, holders, now) then return false end
+  if not cfg.enabled then return true end  -- pass-through: no cap to keep
+  check_source(cfg, now)
+  return has_room(cfg, holders, now)
+end
+
 -- A grant was made: while fenced it uses up one released permit.
 local function took_room(cfg, now)
   if cfg.enabled and fenced(cfg, now) then
@@ -472,11 +522,11 @@ local function dispatch_tenants(cfg, now, holders)
     if not t then break end
     local held = cfg.cap and held_by(t) or 0
     local key = tq(t)
-    local head = nil
+    local head, score = nil, nil
     if cfg.cap and held >= cfg.cap then
       park(t)  -- its cap was lowered: skip it until one of its permits returns
     else
-      head = pop_head(key)
+      head, score = pop_head(key)
       if not head then
         -- Cannot happen while the keys are whole; never loop on it.
         redis.call('ZREM', K_TREADY, t)
@@ -487,6 +537,12 @@ local function dispatch_tenants(cfg, now, holders)
       q_remove(head)
       local inst, id, deadline, weight = split_waiter(head)
       local ok = deadline > now and alive(inst, now)
+      if ok and not room_to_grant(cfg, holders, now) then
+        -- Fenced this moment (another Redis): back where it was, in both queues.
+        redis.call('ZADD', key, score, head)
+        q_add(head, score)
+        break
+      end
       if ok then
         holder_add(cfg, id, t)
         took_room(cfg, now)
@@ -528,11 +584,16 @@ local function dispatch(cfg, now)
   if cfg.tmode then return dispatch_tenants(cfg, now, holders) end
   local granted = 0
   while has_room(cfg, holders, now) do
-    local head = pop_head(K_QUEUE)
+    local head, score = pop_head(K_QUEUE)
     if not head then break end
-    redis.call('ZREM', K_BYINST, head)  -- I5: out of byinst as it is out of the queue
     local inst, id, deadline, _, t = split_waiter(head)
-    if deadline > now and alive(inst, now) then
+    local ok = deadline > now and alive(inst, now)
+    if ok and not room_to_grant(cfg, holders, now) then
+      redis.call('ZADD', K_QUEUE, score, head)  -- fenced this moment (another Redis): back in place
+      break
+    end
+    redis.call('ZREM', K_BYINST, head)  -- I5: out of byinst as it is out of the queue
+    if ok then
       holder_add(cfg, id, t)
       took_room(cfg, now)
       redis.call('SPUBLISH', WAKE_PREFIX .. inst, id)
