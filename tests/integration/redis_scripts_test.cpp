@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <boost/asio/io_context.hpp>
 
+#include <unistd.h>
 #include <algorithm>
 #include <functional>
 #include <future>
@@ -662,6 +663,30 @@ TEST_F(RedisScriptsTest, AGrantOnAnotherRedisFencesTheStateFirst) {
     server().command({"EVAL", "for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end",
                       "0", "t:" + name_ + ":*"});
   }
+}
+
+// Where an ACL denies INFO, the check of rule 14 is off, and nothing else
+// changes: the scripts grant as before instead of failing every grant.
+TEST_F(RedisScriptsTest, WithoutInfoAllowedAGrantGoesOnUnchecked) {
+  const std::string user = "fg-noinfo-" + std::to_string(::getpid());
+  ASSERT_EQ(server().command({"ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-info"}), "OK");
+  const auto run = [&](std::vector<std::string> args) {
+    std::promise<Reply> done;
+    conn_->exec(std::move(args), [&](boost::system::error_code, Reply r) { done.set_value(std::move(r)); });
+    return done.get_future().get();
+  };
+  ASSERT_EQ(run({"AUTH", user, "pw"}).str, "OK");
+  EXPECT_TRUE(run({"INFO", "replication"}).is_error()) << "INFO is denied to this user";
+  heartbeat("a", 1, 60000, "", 0, /*fence_ms=*/60000);
+  EXPECT_EQ(server().command({"HGET", keys_[0], "source"}), "") << "no id known";
+  server().command({"HSET", keys_[0], "fence_until", "0"});
+  EXPECT_EQ(acquire("a", 1).elements.at(0).str, "granted");
+  EXPECT_EQ(acquire("a", 2).elements.at(0).str, "queued");
+  EXPECT_EQ(call(scripts::kRelease, {"a|1"}).elements.at(1).integer, 1) << "the head granted";
+  EXPECT_TRUE(holds("a|2"));
+  EXPECT_EQ(server().command({"HGET", keys_[0], "fence_until"}), "0") << "never fenced";
+  ASSERT_EQ(run({"AUTH", "default", "any"}).str, "OK");  // back to the default user (nopass)
+  server().command({"ACL", "DELUSER", user});
 }
 
 /// Commands Redis has run (INFO commandstats): all of them, and the INFO ones
