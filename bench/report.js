@@ -301,7 +301,7 @@ if (group('fairgate', 'W2').length) {
   out.push(`| hand-off p50 ≤ 0.5 ms (W2) | ${fmt(p50)} ms | ${check(p50 <= 0.5)} |`);
   out.push(`| hand-off p99 ≤ 2 ms (W2) | ${fmt(p99)} ms | ${check(p99 <= 2)} |`);
   if (cmdMax != null) {
-    out.push(`| Redis cmds / grant ≤ 20, flat ±10 % (10→1,000 waiting) | max ${fmt(cmdMax, 1)}, spread ${fmt(cmdSpread * 100, 1)} % | ${check(cmdMax <= 20 && cmdSpread <= 0.1)} |`);
+    out.push(`| Redis cmds / grant ≤ 20, flat ±10 % (10→1,000 waiting) | max ${fmt(cmdMax, 3)}, spread ${fmt(cmdSpread * 100, 1)} % | ${check(cmdMax <= 20 && cmdSpread <= 0.1)} |`);
     out.push(`| client round trips / grant ≤ 2.5, flat ±10 % | max ${fmt(rtMax, 2)}, spread ${fmt(rtSpread * 100, 1)} % | ${check(rtMax <= 2.5 && rtSpread <= 0.1)} |`);
   }
   if (idleR != null) {

@@ -12,6 +12,8 @@
 //   usage: fault_cycles [--kind K[,K...]] [--cycles N] [--kill-cycles N]
 //   kinds: kill9 restart aof flushall script_flush sigstop debug_sleep client_kill partition
 //          bad_replies bad_fields (30 % of two instances' script replies spoiled for 1 s)
+//          snapshot (SAVE, 300 ms of grants, kill -9, up again from the snapshot: those grants
+//          are lost while their holders, 300-1500 ms here, still run; docs/design.md rule 14)
 #include "faults/harness.hpp"
 
 #include <boost/json.hpp>
@@ -22,8 +24,11 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 namespace {
 
@@ -105,17 +110,21 @@ RunOptions base(const std::string& limiter, milliseconds duration) {
 /// when the fault is over (Redis back). The first instance reaches Redis by
 /// `route` (netns, or proxy: then the second too), the others directly.
 /// With `expect_unavailable`, requests rejected "unavailable" are no problem
-/// (an acquire answered with nonsense is rejected so, at once).
+/// (an acquire answered with nonsense is rejected so, at once). `holds`: the
+/// clients' hold times (default 20-80 ms).
 Figures redis_fault(const std::string& kind, std::size_t cycles, milliseconds period,
                     const std::function<void(Cluster&, std::size_t)>& inject,
                     fairgate::test::RedisServer::Options redis = {}, Route route = Route::direct,
-                    bool expect_unavailable = false) {
+                    bool expect_unavailable = false,
+                    std::optional<std::pair<milliseconds, milliseconds>> holds = std::nullopt) {
   const bool netns = route == Route::netns;
   Figures f;
   f.fault = kind;
   f.cycles = cycles;
   const auto per_cycle = period + 6s;
-  Cluster c(base("cycles-" + kind, per_cycle * static_cast<long>(cycles) + 5s), std::move(redis), netns);
+  RunOptions options = base("cycles-" + kind, per_cycle * static_cast<long>(cycles) + 5s);
+  if (holds) std::tie(options.hold_min, options.hold_max) = *holds;
+  Cluster c(options, std::move(redis), netns);
   c.start(route);
   c.start(route == Route::proxy ? Route::proxy : Route::direct);
   c.start();
@@ -186,7 +195,7 @@ Figures kill9(std::size_t cycles) {
 
 constexpr const char* kKinds =
     "kill9,restart,aof,flushall,script_flush,sigstop,debug_sleep,"
-    "client_kill,partition,bad_replies,bad_fields";
+    "client_kill,partition,bad_replies,bad_fields,snapshot";
 
 }  // namespace
 
@@ -291,6 +300,15 @@ int main(int argc, char** argv) {
             c.proxy().mangle_replies(0);
           },
           {}, Route::proxy, /*expect_unavailable=*/true);
+    } else if (kind == "snapshot") {
+      f = redis_fault(
+          kind, cycles, 2500ms,
+          [](Cluster& c, std::size_t) {
+            c.redis().command({"SAVE"});
+            sleep(300ms);
+            c.redis().restart();
+          },
+          {}, Route::direct, false, std::pair{milliseconds(300), milliseconds(1500)});
     } else {
       std::fprintf(stderr, "fault_cycles: %s: unknown kind\n", kind.c_str());
       return 2;

@@ -65,8 +65,9 @@
 -- meanwhile a grant is made only in place of a permit released (fence_credit), never on top.
 -- Every other script answers 'lost' (and changes nothing) when the state is gone.
 --
--- Which Redis (docs/design.md, recovery rule 14): a state can also lose only its last writes — a failover to a replica that had
--- not received them, a restart from an RDB snapshot or an AOF written once a second. A grant
+-- Which Redis (docs/design.md, recovery rule 14): a state can also lose only its last writes —
+-- a failover to a replica that had not received them, a restart from an RDB snapshot or an AOF
+-- written once a second. A grant
 -- among them still runs on its instance while Redis no longer counts it, and until that
 -- instance's next heartbeat finds it missing and restores it, Redis would hand the seat out
 -- again. Such a Redis has a new replication id (master_replid: a promoted replica takes a new
@@ -74,7 +75,8 @@
 -- the id the state's grants were made on; when it differs, the state is fenced from that
 -- moment for fence_ms, as a created one (only hand-offs, fence_credit, until every instance
 -- has heartbeated and restored what it runs). Only a script about to grant asks (one INFO per
--- such script): an idle or saturated limiter does not pay for it.
+-- such script): a release with nobody waiting, an acquire that queues and an idle heartbeat
+-- do not.
 --
 -- Invariants every script keeps:
 --   I1 no overshoot: a holder is added only when ZCARD holders < max_concurrent and, while the
