@@ -209,16 +209,28 @@ class Worker : public std::enable_shared_from_this<Worker> {
     const Snapshot snap = limiter_.snapshot();
     const auto& e = snap.engine;
     const BackendHealth health = backend_ ? backend_->health() : BackendHealth{};
+    // The permit ids held and waiting ("inst|n": [A-Za-z0-9._-] and '|', nothing to escape),
+    // so a test can check that Redis has exactly these, not merely as many.
+    const auto ids = [](const auto& items, auto id_of) {
+      std::string out = "[";
+      for (const auto& item : items) {
+        if (out.size() > 1) out += ',';
+        out += '"' + id_of(item) + '"';
+      }
+      return out + ']';
+    };
+    const std::string held = ids(snap.holders, [](const HolderInfo& h) { return h.permit; });
+    const std::string waiting = ids(snap.waiters, [](const WaiterInfo& w) { return w.ticket; });
     event(fmt::format(
         R"({{"ev":"status","t":{},"degraded":{},"local_cap":{},"fence_left_ms":{},"restores":{},"recreations":{},"redis_switches":{},)"
         R"("degraded_entries":{},"overshoot_restored":{},"settings_source":"{}","in_use":{},"queued":{},)"
         R"("holders":{},"waiters":{},"max_concurrent":{},"lost_wakes_recovered":{},"orphans_released":{},)"
-        R"("error_replies":{},"command_timeouts":{},"disconnects":{}}})",
+        R"("error_replies":{},"command_timeouts":{},"disconnects":{},"held":{},"waiting":{}}})",
         now_ns(), e.degraded ? "true" : "false", e.local_cap, e.fence_left.count(), e.restores,
         e.state_recreations, e.redis_switches, e.degraded_entries, e.overshoot_restored, e.settings_source,
         snap.in_use, snap.queued, snap.holders.size(), snap.waiters.size(), snap.settings.max_concurrent,
         impl_ ? impl_->lost_wakes_recovered() : 0, impl_ ? impl_->orphans_released() : 0,
-        health.error_replies, health.timeouts, health.disconnects));
+        health.error_replies, health.timeouts, health.disconnects, held, waiting));
   }
 
   /// With `announce`, the release is on the wire before Redis can hand the

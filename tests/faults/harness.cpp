@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstdlib>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 #include <tuple>
@@ -172,6 +173,17 @@ std::string Cluster::key(const std::string& what) const {
   return "faults:{" + options_.limiter + "}:" + what;
 }
 
+std::set<std::string> Cluster::permit_ids(const std::string& what) {
+  // Members start with the permit id "inst|n" (docs/redis-schema.md).
+  std::set<std::string> ids;
+  std::istringstream in(redis_->command({"ZRANGE", key(what), "0", "-1"}));
+  for (std::string member; std::getline(in, member);) {
+    const auto second = member.find('|', member.find('|') + 1);
+    if (!member.empty() && member.find('|') != std::string::npos) ids.insert(member.substr(0, second));
+  }
+  return ids;
+}
+
 long Cluster::zcard(const std::string& what) {
   const std::string r = redis_->command({"ZCARD", key(what)});
   try {
@@ -242,18 +254,21 @@ std::optional<milliseconds> Cluster::wait_whole(milliseconds timeout) {
   const auto t0 = Clock::now();
   const auto deadline = t0 + timeout;
   while (Clock::now() < deadline) {
+    // Redis must have exactly the permits and waiters of the instances (by id,
+    // not merely as many: after a restart from an older snapshot the counts
+    // can match while the permits differ).
     bool whole = true;
-    std::int64_t holders = 0, waiters = 0;
+    std::set<std::string> holders, waiters;
     for (auto* w : live()) {
       const auto st = w->status(milliseconds(2000));
       if (!st || st->at("degraded").as_bool()) {
         whole = false;
         break;
       }
-      holders += st->at("holders").to_number<std::int64_t>();
-      waiters += st->at("waiters").to_number<std::int64_t>();
+      for (const auto& id : st->at("held").as_array()) holders.insert(std::string(id.as_string()));
+      for (const auto& id : st->at("waiting").as_array()) waiters.insert(std::string(id.as_string()));
     }
-    if (whole && zcard("holders") == holders && zcard("queue") == waiters)
+    if (whole && permit_ids("holders") == holders && permit_ids("queue") == waiters)
       return std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
     std::this_thread::sleep_for(milliseconds(20));
   }

@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -142,6 +143,8 @@ class Cluster {
   std::vector<Worker*> all();
   std::string key(const std::string& what) const;
   long zcard(const std::string& what);
+  /// The permit ids ("inst|n") of the members of the zset `what` (holders, queue).
+  std::set<std::string> permit_ids(const std::string& what);
 
   /// Waits until every live instance reports not degraded and Redis holds
   /// exactly the permits and waiters they have; the time it took, or nullopt.

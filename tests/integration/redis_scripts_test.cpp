@@ -665,6 +665,28 @@ TEST_F(RedisScriptsTest, AGrantOnAnotherRedisFencesTheStateFirst) {
   }
 }
 
+// A restore that finds a granted permit missing fences the state (rule 4) on
+// the Redis it runs on: that fence covers a switch to this Redis too, so the
+// first grant after it is not fenced a second time (rule 14).
+TEST_F(RedisScriptsTest, ARestoreThatFencesRecordsTheRedisItFencedOn) {
+  const std::string info = server().command({"INFO", "replication"});
+  const auto at = info.find("master_replid:") + 14;
+  const std::string replid = info.substr(at, info.find_first_of("\r\n", at) - at);
+  heartbeat("a", 2, 60000, "", 0, /*fence_ms=*/60000);
+  server().command({"HSET", keys_[0], "fence_until", "0"});
+  ASSERT_EQ(acquire("a", 1).elements.at(0).str, "granted");
+  // Redis switched and lost that grant.
+  server().command({"DEL", keys_[1]});
+  server().command({"HSET", keys_[0], "source", "another-redis"});
+  const Reply restored = call(scripts::kRestore, {"a", "60000", "60000", "", "1", "1", "", "r", "100"});
+  EXPECT_EQ(restored.elements.at(9).integer, 1) << "fenced: a granted permit was missing";
+  EXPECT_TRUE(holds("a|1"));
+  EXPECT_EQ(server().command({"HGET", keys_[0], "source"}), replid);
+  server().command({"HSET", keys_[0], "fence_until", "0"});  // that fence is over
+  EXPECT_EQ(acquire("a", 2).elements.at(0).str, "granted") << "no second fence";
+  EXPECT_EQ(server().command({"HGET", keys_[0], "fence_until"}), "0");
+}
+
 // Where an ACL denies INFO, the check of rule 14 is off, and nothing else
 // changes: the scripts grant as before instead of failing every grant.
 TEST_F(RedisScriptsTest, WithoutInfoAllowedAGrantGoesOnUnchecked) {

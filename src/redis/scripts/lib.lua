@@ -401,6 +401,15 @@ local function replication_id()
   return string.match(info, 'master_replid:(%x+)')
 end
 
+-- Fences the state from `now` for `ms` (only hand-offs, fence_credit, meanwhile) on this
+-- Redis (replication id `id`, nil: ask): the fence covers a switch to it as well, so the next
+-- grant's check does not fence it a second time.
+local function fence_state(cfg, now, ms, id)
+  cfg.fence, cfg.credit = math.max(cfg.fence, now + ms), 0
+  cfg.source = id or replication_id() or cfg.source
+  redis.call('HSET', K_CFG, 'fence_until', int(cfg.fence), 'fence_credit', 0, 'source', cfg.source or '')
+end
+
 -- Before a grant: fences the state if this is not the Redis its grants were made on (see
 -- "Which Redis" above). Asks once per script.
 local function check_source(cfg, now)
@@ -408,11 +417,10 @@ local function check_source(cfg, now)
   cfg.source_checked = true
   local id = replication_id()
   if id == nil or id == cfg.source then return end
-  cfg.source = id
   if cfg.fence_ms > 0 then
-    cfg.fence, cfg.credit = math.max(cfg.fence, now + cfg.fence_ms), 0
-    redis.call('HSET', K_CFG, 'source', id, 'fence_until', int(cfg.fence), 'fence_credit', 0)
+    fence_state(cfg, now, cfg.fence_ms, id)
   else
+    cfg.source = id
     redis.call('HSET', K_CFG, 'source', id)
   end
 end

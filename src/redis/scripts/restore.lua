@@ -51,8 +51,7 @@ for i = 7, first_waiter - 1, 4 do
 end
 local fenced = 0
 if was_registered and missing_granted > 0 and fence_ms > 0 and cfg.fence < now + fence_ms then
-  cfg.fence, cfg.credit = now + fence_ms, 0
-  redis.call('HSET', K_CFG, 'fence_until', int(cfg.fence), 'fence_credit', 0)
+  fence_state(cfg, now, fence_ms)  -- on this Redis: a switch to it needs no second fence
   fenced = 1
 end
 
