@@ -811,21 +811,6 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const std::set<std::ui
     for (const auto& id : e[14].elements) instances_.push_back(id.str);
     const milliseconds fence_left(integer_of(e[10]));
     note_fence_locked(now, fence_left);
-    // Which Redis the state's grants are made on (docs/design.md, recovery rule 14).
-    const auto& fields = e[5].elements;
-    for (std::size_t i = 0; i + 1 < fields.size(); i += 2) {
-      if (fields[i].str != "source") continue;
-      const std::string& source = fields[i + 1].str;
-      if (!source_.empty() && source != source_ && integer_of(e[8]) == 0) {
-        ++engine_.redis_switches;
-        logs.push_back(fmt::format(
-            "the limiter's state is on another Redis than before (replication id {} was {}: a failover or "
-            "a restart, which may have lost the last grants): fenced for {} (grants only in place of "
-            "released permits until every instance has restored what it runs)",
-            source.substr(0, 8), source_.substr(0, 8), seconds(fence_left)));
-      }
-      source_ = source;
-    }
     if (integer_of(e[8]) != 0) {
       ++engine_.state_recreations;
       logs.push_back(
@@ -840,25 +825,41 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const std::set<std::ui
           "instance's "
           "liveness was extended instead of reaping them");
     }
-    if (e.size() > 15) {
-      // The pace (F7), in Redis time: as of now_ms, seen here now.
-      const std::int64_t redis_now = integer_of(e[15]);
-      core::PaceFigures f;
-      std::int64_t last = 0, at = 0;
-      const auto& cfg = e[5].elements;
-      for (std::size_t i = 0; i + 1 < cfg.size(); i += 2) {
-        const std::string& field = cfg[i].str;
-        const std::string& value = cfg[i + 1].str;
-        if (field == "pace_gap") {
-          f.gap_ms = std::strtod(value.c_str(), nullptr);
-        } else if (field == "pace_n") {
-          f.samples = parse_number<std::uint32_t>(value).value_or(0);
-        } else if (field == "pace_last") {
-          last = parse_number<std::int64_t>(value).value_or(0);
-        } else if (field == "pace_at") {
-          at = parse_number<std::int64_t>(value).value_or(0);
-        }
+    // One pass over the engine fields of cfg: the pace (F7) and which Redis the
+    // state's grants are made on (docs/design.md, recovery rule 14).
+    core::PaceFigures f;
+    std::int64_t last = 0, at = 0;
+    const std::string* source = nullptr;
+    const auto& cfg = e[5].elements;
+    for (std::size_t i = 0; i + 1 < cfg.size(); i += 2) {
+      const std::string& field = cfg[i].str;
+      const std::string& value = cfg[i + 1].str;
+      if (field == "pace_gap") {
+        f.gap_ms = std::strtod(value.c_str(), nullptr);
+      } else if (field == "pace_n") {
+        f.samples = parse_number<std::uint32_t>(value).value_or(0);
+      } else if (field == "pace_last") {
+        last = parse_number<std::int64_t>(value).value_or(0);
+      } else if (field == "pace_at") {
+        at = parse_number<std::int64_t>(value).value_or(0);
+      } else if (field == "source") {
+        source = &value;
       }
+    }
+    if (source) {
+      if (!source_.empty() && *source != source_ && integer_of(e[8]) == 0) {
+        ++engine_.redis_switches;
+        logs.push_back(fmt::format(
+            "the limiter's state is on another Redis than before (replication id {} was {}: a failover or "
+            "a restart, which may have lost the last grants): fenced for {} (grants only in place of "
+            "released permits until every instance has restored what it runs)",
+            source->substr(0, 8), source_.substr(0, 8), seconds(fence_left)));
+      }
+      source_ = *source;
+    }
+    if (e.size() > 15) {
+      // The pace, in Redis time: as of now_ms, seen here now.
+      const std::int64_t redis_now = integer_of(e[15]);
       if (last > 0) f.since_full_ms = static_cast<double>(std::max<std::int64_t>(0, redis_now - last));
       f.age_ms = static_cast<double>(std::max<std::int64_t>(0, redis_now - at));
       pace_ = f;

@@ -178,8 +178,8 @@ std::set<std::string> Cluster::permit_ids(const std::string& what) {
   std::set<std::string> ids;
   std::istringstream in(redis_->command({"ZRANGE", key(what), "0", "-1"}));
   for (std::string member; std::getline(in, member);) {
-    const auto second = member.find('|', member.find('|') + 1);
-    if (!member.empty() && member.find('|') != std::string::npos) ids.insert(member.substr(0, second));
+    const auto first = member.find('|');
+    if (first != std::string::npos) ids.insert(member.substr(0, member.find('|', first + 1)));
   }
   return ids;
 }

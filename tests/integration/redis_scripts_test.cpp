@@ -612,6 +612,13 @@ TEST_F(RedisScriptsTest, RestoreOfLostGrantedPermitsFencesTheState) {
   EXPECT_EQ(local.elements.at(9).integer, 0) << "a permit granted locally (degraded) is no loss";
 }
 
+/// The shared server's replication id (master_replid), as the scripts read it.
+std::string replication_id() {
+  const std::string info = RedisServer::shared().command({"INFO", "replication"});
+  const auto at = info.find("master_replid:") + 14;
+  return info.substr(at, info.find_first_of("\r\n", at) - at);
+}
+
 // Recovery rule 14 (docs/design.md): a grant about to be made on a Redis whose
 // replication id is not the one the state's grants were made on (cfg source:
 // a failover or a restart may have lost the last ones) fences the state
@@ -619,9 +626,7 @@ TEST_F(RedisScriptsTest, RestoreOfLostGrantedPermitsFencesTheState) {
 // byinst and in its tenant's queue; arrivals queue; once the fence is over
 // it is the first served. The switch is simulated by changing cfg source.
 TEST_F(RedisScriptsTest, AGrantOnAnotherRedisFencesTheStateFirst) {
-  const std::string info = server().command({"INFO", "replication"});
-  const auto at = info.find("master_replid:") + 14;
-  const std::string replid = info.substr(at, info.find_first_of("\r\n", at) - at);
+  const std::string replid = replication_id();
   ASSERT_EQ(replid.size(), 40u);
   const std::string tq = "t:" + name_ + ":tq:t1";
   for (const bool fair : {false, true}) {
@@ -669,9 +674,7 @@ TEST_F(RedisScriptsTest, AGrantOnAnotherRedisFencesTheStateFirst) {
 // the Redis it runs on: that fence covers a switch to this Redis too, so the
 // first grant after it is not fenced a second time (rule 14).
 TEST_F(RedisScriptsTest, ARestoreThatFencesRecordsTheRedisItFencedOn) {
-  const std::string info = server().command({"INFO", "replication"});
-  const auto at = info.find("master_replid:") + 14;
-  const std::string replid = info.substr(at, info.find_first_of("\r\n", at) - at);
+  const std::string replid = replication_id();
   heartbeat("a", 2, 60000, "", 0, /*fence_ms=*/60000);
   server().command({"HSET", keys_[0], "fence_until", "0"});
   ASSERT_EQ(acquire("a", 1).elements.at(0).str, "granted");

@@ -67,10 +67,9 @@
 --
 -- Which Redis (docs/design.md, recovery rule 14): a state can also lose only its last writes —
 -- a failover to a replica that had not received them, a restart from an RDB snapshot or an AOF
--- written once a second. A grant
--- among them still runs on its instance while Redis no longer counts it, and until that
--- instance's next heartbeat finds it missing and restores it, Redis would hand the seat out
--- again. Such a Redis has a new replication id (master_replid: a promoted replica takes a new
+-- written once a second. A grant among them still runs on its instance while Redis no longer
+-- counts it, and until that instance's next heartbeat finds it missing and restores it, Redis
+-- would hand the seat out again. Such a Redis has a new replication id (master_replid: a promoted replica takes a new
 -- one, and so does every restart). So before any grant a script compares it with cfg.source,
 -- the id the state's grants were made on; when it differs, the state is fenced from that
 -- moment for fence_ms, as a created one (only hand-offs, fence_credit, until every instance
@@ -411,26 +410,26 @@ local function fence_state(cfg, now, ms, id)
 end
 
 -- Before a grant: fences the state if this is not the Redis its grants were made on (see
--- "Which Redis" above). Asks once per script.
+-- "Which Redis" above); true when it did. Asks once per script.
 local function check_source(cfg, now)
-  if cfg.source_checked then return end
+  if cfg.source_checked then return false end
   cfg.source_checked = true
   local id = replication_id()
-  if id == nil or id == cfg.source then return end
+  if id == nil or id == cfg.source then return false end
   if cfg.fence_ms > 0 then
     fence_state(cfg, now, cfg.fence_ms, id)
-  else
-    cfg.source = id
-    redis.call('HSET', K_CFG, 'source', id)
+    return true
   end
+  cfg.source = id
+  redis.call('HSET', K_CFG, 'source', id)
+  return false
 end
 
 -- Room for a grant about to be made now: has_room, on the Redis the count was made on.
 local function room_to_grant(cfg, holders, now)
   if not has_room(cfg, holders, now) then return false end
   if not cfg.enabled then return true end  -- pass-through: no cap to keep
-  check_source(cfg, now)
-  return has_room(cfg, holders, now)
+  return not check_source(cfg, now) or has_room(cfg, holders, now)
 end
 
 -- A grant was made: while fenced it uses up one released permit.
