@@ -328,17 +328,27 @@ void bad_replies(Mangling how) {
   c.proxy().mangle_replies(0.3, 2026, "EVALSHA", how);
   sleep(2000ms);
   c.proxy().mangle_replies(0);
-  EXPECT_GT(c.proxy().replies_mangled(), 10u);
-  EXPECT_TRUE(c.wait_whole(20s).has_value()) << "the instances and Redis agree again";
-  // Each bad reply was seen as one (counted in the backend's health), not
+  const auto mangled = static_cast<std::int64_t>(c.proxy().replies_mangled());  // final: set on its thread
+  EXPECT_GT(mangled, 10);
+  // Each bad reply must be seen as one (counted in the backend's health), not
   // read as a plausible answer — unless its command had already ended: a
   // reply later than the command timeout is discarded unread (counted as a
   // timeout), and one cut off with its connection never arrives (a
-  // disconnect). On a loaded machine that happened once in CI (60 spoiled,
-  // 59 seen); it is counted here, not ignored.
-  const auto mangled = static_cast<std::int64_t>(c.proxy().replies_mangled());
-  const std::int64_t noticed = sum(c, "error_replies");
-  const std::int64_t unread = sum(c, "command_timeouts") + sum(c, "disconnects") - transport_before;
+  // disconnect). The proxy counts a reply when it spoils it; the instance
+  // reads it a moment later, on a loaded machine after the test's next status
+  // call (that race was CI's 60 spoiled, 59 seen, and the fresh clone's 62/61:
+  // the late one was always counted just after the test looked). So the count
+  // is awaited, bounded, before anything is compared. (A whole reply spoiled
+  // into -NOSCRIPT is not an error but a script reload: not awaited there.)
+  std::int64_t noticed = 0, unread = 0;
+  const auto counted_by = Clock::now() + 10s;
+  for (;;) {
+    noticed = sum(c, "error_replies");
+    unread = sum(c, "command_timeouts") + sum(c, "disconnects") - transport_before;
+    if (how == Mangling::whole || noticed + unread >= mangled || Clock::now() >= counted_by) break;
+    sleep(20ms);
+  }
+  EXPECT_TRUE(c.wait_whole(20s).has_value()) << "the instances and Redis agree again";
   const Report r = c.finish(finish_within(o), /*expect_unavailable=*/true);
   // The figures docs/faults.md ("Bad replies") quotes.
   std::printf("bad replies (%s): %lld mangled, %lld seen as bad, %lld commands ended unanswered; %s\n",
@@ -346,13 +356,10 @@ void bad_replies(Mangling how) {
               static_cast<long long>(noticed), static_cast<long long>(unread), r.summary().c_str());
   if (how == Mangling::inner) {
     // Only spoiled replies are bad, and every spoiled one was seen as bad or
-    // never read. One spoiled reply in about fifteen runs is neither, with no
-    // command unanswered (CI: 60/59; a fresh clone: 62/61, 0 unanswered) —
-    // not explained yet (docs/faults.md, "Bad replies"): tolerated, one at
-    // most. A field read leniently misses many (the heartbeat's old check:
-    // 59 spoiled, 54 seen), which this still catches.
+    // never read. A field read leniently misses many (the heartbeat's old
+    // check: 59 spoiled, 54 seen).
     EXPECT_LE(noticed, mangled);
-    EXPECT_GE(noticed + unread + 1, mangled);
+    EXPECT_GE(noticed + unread, mangled);
   }
   EXPECT_RUN_OK(r);
   EXPECT_GT(r.grants, 20u);
