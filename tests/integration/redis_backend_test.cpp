@@ -3,6 +3,7 @@
 // io thread) sharing one limiter. Each test uses its own limiter name.
 #include "redis/connection.hpp"
 #include "redis/redis_limiter.hpp"
+#include "support/instance.hpp"
 #include "support/redis_monitor.hpp"
 #include "support/redis_server.hpp"
 #include "support/wait.hpp"
@@ -37,6 +38,9 @@ using fairgate::Permit;
 using fairgate::RedisBackendOptions;
 using fairgate::RejectReason;
 using fairgate::Settings;
+using fairgate::test::acquire;
+using fairgate::test::acquire_queued;
+using fairgate::test::Probe;
 using fairgate::test::RedisServer;
 using fairgate::test::wait_until;
 using namespace std::chrono_literals;
@@ -54,53 +58,18 @@ std::int64_t zcard(const std::string& limiter, const std::string& what) {
   return std::stoll(server().command({"ZCARD", key(limiter, what)}));
 }
 
-/// One instance: a backend with its own io_context and io thread.
-class Instance {
+/// One instance (tests/support/instance.hpp), on the shared server unless
+/// `options` name another.
+class Instance : public fairgate::test::Instance {
  public:
-  explicit Instance(RedisBackendOptions options, int threads = 1) : threads_(threads) {
-    if (options.url == RedisBackendOptions{}.url) options.url = server().url();
-    backend = fairgate::make_redis_backend(io.get_executor(), std::move(options));
-    start();
-  }
-  ~Instance() {
-    if (frozen_) thaw();
-    backend.reset();
-    work_.reset();
-    // Everything closes by itself; a broken close must not hang the test.
-    wait_until([&] { return io.stopped(); }, 3s);
-    io.stop();
-    for (auto& t : threads_v_) t.join();
-  }
-  /// The instance stops dead (no heartbeat, no reply handled), like kill -STOP.
-  void freeze() {
-    frozen_ = true;
-    io.stop();
-    for (auto& t : threads_v_) t.join();
-    threads_v_.clear();
-  }
-  void thaw() {
-    frozen_ = false;
-    io.restart();
-    start();
-  }
-  Limiter open(const std::string& name, const Settings& settings) {
-    return backend->open(name, settings).value();
-  }
-  std::shared_ptr<fairgate::redis::RedisLimiter> impl(const std::string& name) {
-    return fairgate::redis::redis_limiter_of(*backend, name);
-  }
-
-  asio::io_context io;
-  std::shared_ptr<fairgate::Backend> backend;
+  explicit Instance(RedisBackendOptions options, int threads = 1)
+      : fairgate::test::Instance(on_shared_server(std::move(options)), threads) {}
 
  private:
-  void start() {
-    for (int i = 0; i < threads_; ++i) threads_v_.emplace_back([this] { io.run(); });
+  static RedisBackendOptions on_shared_server(RedisBackendOptions o) {
+    if (o.url == RedisBackendOptions{}.url) o.url = server().url();
+    return o;
   }
-  int threads_;
-  bool frozen_ = false;
-  asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(io);
-  std::vector<std::thread> threads_v_;
 };
 
 RedisBackendOptions fast_options() {
@@ -117,70 +86,6 @@ Settings cap(std::uint32_t n, std::chrono::milliseconds max_wait = 20s) {
   s.max_concurrent = n;
   s.max_wait = max_wait;
   return s;
-}
-
-/// The outcome of one acquire, filled in by its handler (on an io thread).
-class Probe {
- public:
-  void set(AcquireResult r) {
-    std::lock_guard lock(mu_);
-    ++ends_;
-    result_ = std::move(r);
-    at_ = Clock::now();
-  }
-  int ends() const {
-    std::lock_guard lock(mu_);
-    return ends_;
-  }
-  bool done() const { return ends() > 0; }
-  Outcome outcome() const {
-    std::lock_guard lock(mu_);
-    return result_.outcome();
-  }
-  RejectReason reason() const {
-    std::lock_guard lock(mu_);
-    return result_.reason();
-  }
-  std::string message() const {
-    std::lock_guard lock(mu_);
-    return result_.message();
-  }
-  Clock::time_point at() const {
-    std::lock_guard lock(mu_);
-    return at_;
-  }
-  /// Releases the permit (if granted), on the caller's thread.
-  void release() {
-    Permit p;
-    {
-      std::lock_guard lock(mu_);
-      p = result_.take_permit();
-    }
-    p.release();
-  }
-
- private:
-  mutable std::mutex mu_;
-  int ends_ = 0;
-  AcquireResult result_;
-  Clock::time_point at_{};
-};
-
-std::shared_ptr<Probe> acquire(Limiter& limiter, AcquireOptions options = {}) {
-  auto probe = std::make_shared<Probe>();
-  limiter.async_acquire(std::move(options), [probe](AcquireResult r) { probe->set(std::move(r)); });
-  return probe;
-}
-
-std::shared_ptr<Probe> acquire_queued(Limiter& limiter, std::chrono::milliseconds max_wait = 20s) {
-  auto queued = std::make_shared<std::atomic<bool>>(false);
-  AcquireOptions o;
-  o.max_wait = max_wait;
-  o.on_queued = [queued](const fairgate::QueueStatus&) { queued->store(true); };
-  auto probe = acquire(limiter, std::move(o));
-  EXPECT_TRUE(wait_until([&] { return queued->load() || probe->done(); }, 5s));
-  EXPECT_FALSE(probe->done()) << "expected to wait";
-  return probe;
 }
 
 // ---------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 // the rotation across two instances, the per-tenant cap seen from the clients
 // and from Redis, global FIFO when fairness is off, and switching fairness on
 // at run time. (kill -9 of a tenant's holder: redis_multiprocess_test.)
+#include "support/instance.hpp"
 #include "support/redis_server.hpp"
 #include "support/wait.hpp"
 
@@ -45,33 +46,21 @@ std::string key(const std::string& limiter, const std::string& what) {
 
 long number(const std::string& reply) { return reply == "(nil)" || reply.empty() ? 0 : std::stol(reply); }
 
-class Instance {
+/// One instance (tests/support/instance.hpp) on the shared server.
+class Instance : public fairgate::test::Instance {
  public:
-  Instance() {
+  Instance() : fairgate::test::Instance(options()) {}
+
+ private:
+  static RedisBackendOptions options() {
     RedisBackendOptions o;
     o.url = server().url();
     o.heartbeat_interval = 250ms;
     o.liveness_ttl = 1000ms;
     o.command_timeout = 900ms;
     o.key_expiry = 0ms;
-    backend = fairgate::make_redis_backend(io.get_executor(), o);
-    thread_ = std::thread([this] { io.run(); });
+    return o;
   }
-  ~Instance() {
-    backend.reset();
-    work_.reset();
-    wait_until([&] { return io.stopped(); }, 3s);
-    io.stop();
-    thread_.join();
-  }
-  Limiter open(const std::string& name, const Settings& s) { return backend->open(name, s).value(); }
-
-  asio::io_context io;
-  std::shared_ptr<fairgate::Backend> backend;
-
- private:
-  asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(io);
-  std::thread thread_;
 };
 
 Settings settings(std::uint32_t cap, bool fairness, std::optional<std::uint32_t> per_tenant = std::nullopt) {

@@ -2,6 +2,7 @@
 // redis-server: a shadow limiter lets everything through at once, and the
 // would-be figures it reports match what an enforcing limiter reports for the
 // same schedule of arrivals and holds.
+#include "support/instance.hpp"
 #include "support/redis_server.hpp"
 #include "support/wait.hpp"
 
@@ -36,41 +37,23 @@ using Clock = std::chrono::steady_clock;
 
 std::string test_name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
 
-/// A backend with its own io_context and io thread: one instance.
-class Instance {
+/// One instance (tests/support/instance.hpp): the memory backend when
+/// `redis_url` is empty.
+class Instance : public fairgate::test::Instance {
  public:
-  /// Memory backend when `redis_url` is empty.
-  explicit Instance(const std::string& redis_url = "") {
-    if (redis_url.empty()) {
-      backend = fairgate::make_memory_backend(io.get_executor());
-    } else {
-      fairgate::RedisBackendOptions o;
-      o.url = redis_url;
-      o.heartbeat_interval = 250ms;
-      o.liveness_ttl = 2000ms;
-      o.command_timeout = 1000ms;  // sanitizer builds are slow: no spurious timeouts
-      o.key_expiry = 0ms;
-      backend = fairgate::make_redis_backend(io.get_executor(), std::move(o));
-    }
-    thread_ = std::thread([this] { io.run(); });
-  }
-  ~Instance() {
-    backend.reset();
-    work_.reset();
-    wait_until([&] { return io.stopped(); }, 3s);
-    io.stop();
-    thread_.join();
-  }
-  fairgate::Limiter open(const std::string& name, const Settings& s) {
-    return backend->open(name, s).value();
-  }
-
-  asio::io_context io;
-  std::shared_ptr<fairgate::Backend> backend;
+  explicit Instance(const std::string& redis_url = "") : fairgate::test::Instance(options(redis_url)) {}
 
  private:
-  asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(io);
-  std::thread thread_;
+  static std::optional<fairgate::RedisBackendOptions> options(const std::string& redis_url) {
+    if (redis_url.empty()) return std::nullopt;
+    fairgate::RedisBackendOptions o;
+    o.url = redis_url;
+    o.heartbeat_interval = 250ms;
+    o.liveness_ttl = 2000ms;
+    o.command_timeout = 1000ms;  // sanitizer builds are slow: no spurious timeouts
+    o.key_expiry = 0ms;
+    return o;
+  }
 };
 
 /// One request of a schedule: arrives `at` after the start, holds its permit `hold`.
