@@ -58,6 +58,32 @@ unsigned key_slot(std::string_view key) {
   return crc16(key) & 16383u;
 }
 
+std::vector<SlotRange> slot_ranges(const Reply& reply, const std::string& answered_by) {
+  std::vector<SlotRange> out;
+  if (reply.type != Reply::Type::array) return out;
+  const auto visible = [](const std::string& h) {
+    return std::all_of(h.begin(), h.end(), [](char c) { return c > ' ' && c < 0x7f; });
+  };
+  for (const auto& range : reply.elements) {
+    if (range.type != Reply::Type::array || range.elements.size() < 3) continue;
+    const auto first = range.elements[0].as_integer();
+    const auto last = range.elements[1].as_integer();
+    const auto& master = range.elements[2];
+    if (!first || !last || *first < 0 || *last > 16383 || *first > *last ||
+        master.type != Reply::Type::array || master.elements.size() < 2)
+      continue;
+    const auto port = master.elements[1].as_integer();
+    if (!port || *port <= 0 || *port > 65535) continue;
+    const Reply& host = master.elements[0];
+    const bool text = host.type == Reply::Type::string;
+    const bool unknown = host.type == Reply::Type::nil || (text && (host.str.empty() || host.str == "?"));
+    if (!unknown && (!text || !visible(host.str))) continue;
+    out.push_back(SlotRange{static_cast<unsigned>(*first), static_cast<unsigned>(*last),
+                            unknown ? answered_by : host.str, static_cast<std::uint16_t>(*port)});
+  }
+  return out;
+}
+
 namespace {
 
 bool starts_with(const std::string& s, std::string_view prefix) { return s.rfind(prefix, 0) == 0; }
@@ -780,22 +806,12 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     {
       std::lock_guard lock(mu_);
       std::vector<NodePtr> next(16384);
-      for (const auto& range : r.elements) {
-        if (range.type != Reply::Type::array || range.elements.size() < 3) continue;
-        const auto lo = range.elements[0].as_integer();
-        const auto hi = range.elements[1].as_integer();
-        const auto& master = range.elements[2];
-        if (!lo || !hi || *lo < 0 || *hi > 16383 || *lo > *hi || master.type != Reply::Type::array ||
-            master.elements.size() < 2 || !master.elements[1].as_integer())
-          continue;
+      for (const auto& range : slot_ranges(r, from->endpoint.host)) {
         Endpoint ep;
-        ep.host = master.elements[0].str;
-        if (ep.host.empty() || ep.host == "?") ep.host = from->endpoint.host;
-        const auto port = *master.elements[1].as_integer();
-        if (port <= 0 || port > 65535) continue;
-        ep.port = static_cast<std::uint16_t>(port);
+        ep.host = range.host;
+        ep.port = range.port;
         auto node = node_locked(ep);
-        for (auto s = *lo; s <= *hi; ++s) next[static_cast<std::size_t>(s)] = node;
+        for (auto s = range.first; s <= range.last; ++s) next[s] = node;
       }
       for (std::size_t s = 0; s < next.size(); ++s) {
         if (next[s] != slots_[s] && next[s]) {

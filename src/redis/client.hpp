@@ -91,4 +91,20 @@ std::shared_ptr<Client> make_client(boost::asio::any_io_executor executor, Clien
 /// CRC16 (XMODEM) of the key's hash tag (or the whole key) mod 16384.
 unsigned key_slot(std::string_view key);
 
+/// Slots `first`..`last` (0..16383) are served by the master at host:port.
+struct SlotRange {
+  unsigned first = 0;
+  unsigned last = 0;
+  std::string host;
+  std::uint16_t port = 0;
+  bool operator==(const SlotRange&) const = default;
+};
+
+/// The ranges of a CLUSTER SLOTS reply, [[first, last, [host, port, id, ...],
+/// replicas...], ...]. A range of another shape, outside 0..16383, with a port
+/// outside 1..65535 or a host that is not a string of visible ASCII is left
+/// out (a reply of nonsense gives no range). A master that does not know its
+/// address (host nil, empty or "?") is `answered_by`, the node that answered.
+std::vector<SlotRange> slot_ranges(const Reply& reply, const std::string& answered_by);
+
 }  // namespace fairgate::redis

@@ -8,12 +8,17 @@
 // reads; a reply written back as RESP reads back the same; what a message
 // quotes of it (excerpt) is one clear line within its bound; a reply that has
 // one of the scripts' shapes has the element count and types that shape
-// says; a shape with a letter it does not know matches nothing.
+// says; a shape with a letter it does not know matches nothing; the slot map
+// read from a reply taken for CLUSTER SLOTS (slot_ranges, src/redis/client.hpp)
+// has only ranges inside 0..16383, real ports and hosts of visible ASCII
+// (never a control character into a connection or a log line), and reads
+// back the same once written as a CLUSTER SLOTS reply.
 //
 // Input: a shape to try (up to the first '\n'), split points, then the bytes.
 #include "fuzz/check.hpp"
 
 #include "core/number.hpp"
+#include "redis/client.hpp"
 #include "redis/reply.hpp"
 #include "redis/scripts.hpp"
 
@@ -75,6 +80,15 @@ void write(const Reply& r, std::string& out) {
 
 bool is_string(const Reply& r) { return r.type == Reply::Type::string || r.type == Reply::Type::status; }
 
+/// `ranges` as the reply of CLUSTER SLOTS (no replicas, no node id).
+std::string cluster_slots(const std::vector<fairgate::redis::SlotRange>& ranges) {
+  std::string out = "*" + std::to_string(ranges.size()) + "\r\n";
+  for (const auto& r : ranges)
+    out += "*3\r\n:" + std::to_string(r.first) + "\r\n:" + std::to_string(r.last) + "\r\n*2\r\n$" +
+           std::to_string(r.host.size()) + "\r\n" + r.host + "\r\n:" + std::to_string(r.port) + "\r\n";
+  return out;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -109,6 +123,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::string excerpt = r.excerpt(60);
     FUZZ_CHECK(fairgate::fuzz::is_clear_message(excerpt), excerpt);
     FUZZ_CHECK(excerpt.size() <= 63, "an excerpt is cut at its bound");
+
+    // Taken for a CLUSTER SLOTS reply.
+    const auto ranges = fairgate::redis::slot_ranges(r, "answered.by");
+    FUZZ_CHECK(r.type == Reply::Type::array || ranges.empty(), "only an array has ranges");
+    FUZZ_CHECK(ranges.size() <= r.elements.size(), "at most one range per element");
+    for (const auto& range : ranges) {
+      FUZZ_CHECK(range.first <= range.last && range.last <= 16383, "a range inside 0..16383");
+      FUZZ_CHECK(range.port > 0, "a real port");
+      FUZZ_CHECK(!range.host.empty(), "a host");
+      for (const char c : range.host) FUZZ_CHECK(c > ' ' && c < 0x7f, "a host of visible ASCII");
+    }
+    if (!ranges.empty()) {
+      bool slots_error = false;
+      const auto map_again = read_all(cluster_slots(ranges), {}, slots_error);
+      FUZZ_CHECK(!slots_error && map_again.size() == 1 &&
+                     fairgate::redis::slot_ranges(map_again[0], "other.host") == ranges,
+                 "a slot map written as CLUSTER SLOTS reads back the same");
+    }
 
     const bool matched = fairgate::redis::has_shape(r, shape);
     if (unknown_letter) FUZZ_CHECK(!matched, "a shape with an unknown letter matches nothing");

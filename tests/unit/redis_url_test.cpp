@@ -1,3 +1,4 @@
+#include "redis/client.hpp"
 #include "redis/url.hpp"
 
 #include <gtest/gtest.h>
@@ -195,3 +196,73 @@ TEST(RedisTls, RejectsWithAReason) {
 }
 
 }  // namespace
+
+// --- the slot map of a CLUSTER SLOTS reply ----------------------------------------
+
+namespace {
+
+using fairgate::redis::Reply;
+using fairgate::redis::SlotRange;
+
+Reply integer(std::int64_t v) {
+  Reply r;
+  r.type = Reply::Type::integer;
+  r.integer = v;
+  return r;
+}
+Reply text(std::string s) {
+  Reply r;
+  r.type = Reply::Type::string;
+  r.str = std::move(s);
+  return r;
+}
+Reply list(std::vector<Reply> elements) {
+  Reply r;
+  r.type = Reply::Type::array;
+  r.elements = std::move(elements);
+  return r;
+}
+/// One range as Redis 7 sends it: first, last, the master [host, port, id, {}], a replica.
+Reply range(std::int64_t first, std::int64_t last, Reply host, std::int64_t port) {
+  return list({integer(first), integer(last), list({std::move(host), integer(port), text("id"), list({})}),
+               list({text("127.0.0.1"), integer(port + 3), text("id2"), list({})})});
+}
+
+}  // namespace
+
+TEST(RedisClusterSlots, RangesOfAReplyAsRedisSendsIt) {
+  const Reply reply = list({range(0, 5460, text("10.0.0.1"), 7001), range(5461, 10922, text(""), 7002),
+                            range(10923, 16383, text("?"), 7003), range(16383, 16383, Reply{}, 7004)});
+  const std::vector<SlotRange> want{{0, 5460, "10.0.0.1", 7001},
+                                    {5461, 10922, "seed", 7002},
+                                    {10923, 16383, "seed", 7003},
+                                    {16383, 16383, "seed", 7004}};
+  EXPECT_EQ(fairgate::redis::slot_ranges(reply, "seed"), want)
+      << "a master that does not know its address (empty, \"?\", nil) is the node that answered";
+}
+
+TEST(RedisClusterSlots, NonsenseGivesNoRange) {
+  using fairgate::redis::slot_ranges;
+  EXPECT_TRUE(slot_ranges(text("OK"), "seed").empty());
+  EXPECT_TRUE(slot_ranges(list({}), "seed").empty());
+  const Reply bad = list({
+      range(-1, 10, text("h"), 7001),                                    // below slot 0
+      range(0, 16384, text("h"), 7001),                                  // past slot 16383
+      range(10, 9, text("h"), 7001),                                     // first after last
+      range(0, 10, text("h"), 0),                                        // no port
+      range(0, 10, text("h"), 65536),                                    // no port either
+      range(0, 10, text("bad\r\nhost"), 7001),                           // a control character
+      range(0, 10, text("h\xc3\xa9"), 7001),                             // not ASCII
+      range(0, 10, integer(7), 7001),                                    // a host of the wrong type
+      range(0, 10, list({}), 7001),                                      // nor this
+      list({text("0"), integer(10), list({text("h"), integer(1)})}),     // a first slot as a string
+      list({integer(0), integer(10)}),                                   // no master
+      list({integer(0), integer(10), list({text("h")})}),                // a master without a port
+      list({integer(0), integer(10), list({text("h"), text("7001")})}),  // a port as a string
+      text("range"),
+  });
+  EXPECT_TRUE(slot_ranges(bad, "seed").empty()) << "each of these is left out";
+  const Reply mixed = list({range(0, 10, text("bad host"), 7001), range(11, 20, text("good"), 7002)});
+  EXPECT_EQ(slot_ranges(mixed, "seed"), (std::vector<SlotRange>{{11, 20, "good", 7002}}))
+      << "a bad range costs only itself";
+}
