@@ -361,6 +361,7 @@ TEST(ClusterFailover, APromotedReplicaThatMissedAGrantDoesNotGiveItsSeatAgain) {
   using fairgate::test::acquire;
   using fairgate::test::acquire_queued;
   using fairgate::test::Instance;
+  using fairgate::test::ready_past_fence;
   RedisCluster six(RedisCluster::Options{3, 1, 1000ms});
   const std::string name = six.name_on(0, "lost");
   const unsigned slot = six.slot_of(key(name, "cfg"));
@@ -381,11 +382,7 @@ TEST(ClusterFailover, APromotedReplicaThatMissedAGrantDoesNotGiveItsSeatAgain) {
   fairgate::Limiter lh = holder_instance.open(name, one);
   fairgate::Limiter lo = other.open(name, one);
   ASSERT_TRUE(wait_until(
-      [&] {
-        return holder_instance.impl(name)->ready() && other.impl(name)->ready() &&
-               !lh.snapshot().engine.fence_left.count() && !lo.snapshot().engine.fence_left.count();
-      },
-      15s))
+      [&] { return ready_past_fence(holder_instance, name, lh) && ready_past_fence(other, name, lo); }, 15s))
       << "past the new state's fence";
   ASSERT_EQ(six.node(0).command({"WAIT", "1", "5000"}), "1") << "the replica has the state";
   // Frozen, and cut off: what the master sends from now on never reaches it

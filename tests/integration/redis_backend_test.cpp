@@ -41,6 +41,7 @@ using fairgate::Settings;
 using fairgate::test::acquire;
 using fairgate::test::acquire_queued;
 using fairgate::test::Probe;
+using fairgate::test::ready_past_fence;
 using fairgate::test::RedisServer;
 using fairgate::test::wait_until;
 using namespace std::chrono_literals;
@@ -343,11 +344,7 @@ TEST(RedisBackendTest, ARestartThatLostAGrantFencesTheStateBeforeGrantingAgain) 
   Limiter lh = holder_instance.open(name, cap(1));
   Limiter lo = other.open(name, cap(1));
   ASSERT_TRUE(wait_until(
-      [&] {
-        return holder_instance.impl(name)->ready() && other.impl(name)->ready() &&
-               !lh.snapshot().engine.fence_left.count() && !lo.snapshot().engine.fence_left.count();
-      },
-      10s))
+      [&] { return ready_past_fence(holder_instance, name, lh) && ready_past_fence(other, name, lo); }, 10s))
       << "past the new state's fence";
   ASSERT_EQ(redis.command({"SAVE"}), "OK");  // both registered, nothing held
   auto held = acquire(lh);
@@ -856,8 +853,7 @@ TEST(RedisBackendTest, AStallShorterThanTheMaxWaitIsNotARejection) {
   o.command_timeout = 100ms;
   Instance a(o);
   Limiter lim = a.open(name, cap(50));
-  ASSERT_TRUE(
-      wait_until([&] { return a.impl(name)->ready() && !lim.snapshot().engine.fence_left.count(); }, 5s));
+  ASSERT_TRUE(wait_until([&] { return ready_past_fence(a, name, lim); }, 5s));
   std::thread sleeper([] { server().command({"DEBUG", "SLEEP", "0.5"}, 5s); });
   std::this_thread::sleep_for(50ms);
   std::vector<std::shared_ptr<Probe>> probes;

@@ -88,6 +88,12 @@ class Instance {
   std::vector<std::thread> threads_v_;
 };
 
+/// Whether `limiter`, opened on `instance` as `name`, has its state in Redis
+/// and is past its recovery fence (grants come at once).
+inline bool ready_past_fence(Instance& instance, const std::string& name, Limiter& limiter) {
+  return instance.impl(name)->ready() && !limiter.snapshot().engine.fence_left.count();
+}
+
 /// The outcome of one acquire, filled in by its handler (on an io thread).
 class Probe {
  public:
