@@ -5,7 +5,7 @@
 // master that owns the limiter: FIFO), one record per request, nothing left.
 #include "bench/fleet.hpp"
 #include "redis/client.hpp"
-#include "support/instance.hpp"
+#include "support/lost_grant.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_monitor.hpp"
 #include "support/wait.hpp"
@@ -348,88 +348,18 @@ TEST(ClusterFailover, ManualFailoverThenKillOfTheMaster) {
 }
 
 // Recovery rule 14 (docs/design.md) on a real Cluster failover that loses a
-// grant: the replica is frozen (SIGSTOP) and its link closed by the master
-// (CLIENT KILL TYPE replica) while the grant is made, the master
-// dies (kill -9) before the replica hears of it, and the replica takes over
-// (CLUSTER FAILOVER TAKEOVER). The state is there, the grant is not. The
-// holder is frozen too, so its heartbeat cannot restore the permit first; the
-// other instance's acquire must not get that seat: the new master has another
-// replication id, so the state is fenced before anything is granted. The
-// holder comes back and restores its permit; the waiter is granted only after
-// its release. Judged from the clients' own times, in one process.
+// grant (tests/support/lost_grant.hpp): the replica cut off while the grant is
+// made, the master killed, the replica promoted with CLUSTER FAILOVER
+// TAKEOVER. Without the rule the other instance is granted the lost seat at once.
 TEST(ClusterFailover, APromotedReplicaThatMissedAGrantDoesNotGiveItsSeatAgain) {
-  using fairgate::test::acquire;
-  using fairgate::test::acquire_queued;
-  using fairgate::test::Instance;
-  using fairgate::test::ready_past_fence;
   RedisCluster six(RedisCluster::Options{3, 1, 1000ms});
   const std::string name = six.name_on(0, "lost");
   const unsigned slot = six.slot_of(key(name, "cfg"));
   const std::size_t replica = 3;  // the replica of master 0
-  fairgate::RedisBackendOptions o;
-  o.url = six.url();
-  o.key_prefix = kPrefix;
-  o.heartbeat_interval = kHeartbeat;
-  o.liveness_ttl = 6000ms;  // the frozen holder is not reaped meanwhile
-  o.recovery_fence = 3000ms;
-  o.command_timeout = 900ms;
-  o.key_expiry = 0ms;
-  fairgate::Settings one;
-  one.max_concurrent = 1;
-  one.max_wait = 30s;
-  Instance holder_instance(o);
-  Instance other(o);
-  fairgate::Limiter lh = holder_instance.open(name, one);
-  fairgate::Limiter lo = other.open(name, one);
-  ASSERT_TRUE(wait_until(
-      [&] { return ready_past_fence(holder_instance, name, lh) && ready_past_fence(other, name, lo); }, 15s))
-      << "past the new state's fence";
-  ASSERT_EQ(six.node(0).command({"WAIT", "1", "5000"}), "1") << "the replica has the state";
-  // Frozen, and cut off: what the master sends from now on never reaches it
-  // (SIGSTOP alone is not enough: its kernel would still take the stream).
-  six.node(replica).stop_process();
-  ASSERT_EQ(six.node(0).command({"CLIENT", "KILL", "TYPE", "replica"}), "1");
-  auto held = acquire(lh);
-  ASSERT_TRUE(wait_until([&] { return held->done(); }, 5s));
-  ASSERT_EQ(held->outcome(), fairgate::Outcome::granted) << held->message();
-  holder_instance.freeze();
-  six.node(0).kill_hard();
-  six.node(replica).continue_process();
-  ASSERT_EQ(six.node(replica).command({"CLUSTER", "FAILOVER", "TAKEOVER"}), "OK");
-  ASSERT_TRUE(wait_until([&] { return six.owner_of_slot(slot) == static_cast<int>(replica); }, 15s));
-  ASSERT_EQ(six.node(replica).command({"ZCARD", key(name, "holders")}), "0") << "the grant was lost";
-  ASSERT_EQ(six.node(replica).command({"ZCARD", key(name, "instances")}), "2")
-      << "the registrations were not";
-
-  auto waiter = acquire_queued(lo);  // fails here if granted: two holders with a cap of 1
-  ASSERT_FALSE(waiter->done()) << waiter->message();
-  EXPECT_EQ(six.node(replica).command({"ZCARD", key(name, "holders")}), "0");
-  EXPECT_TRUE(wait_until([&] { return lo.snapshot().engine.redis_switches >= 1; }, 5s))
-      << "the switch seen and counted";
-
-  holder_instance.thaw();
-  ASSERT_TRUE(wait_until([&] { return holder_instance.impl(name)->restores() >= 1; }, 10s));
-  ASSERT_TRUE(wait_until(
-      [&] {
-        return six.node(replica).command({"ZCARD", key(name, "holders")}) == "1";
-      },
-      10s))
-      << "the running permit is counted again";
-  // Past the fence, the seat is still taken: the waiter waits for the release.
-  ASSERT_TRUE(wait_until([&] { return !lo.snapshot().engine.fence_left.count(); }, 10s));
-  std::this_thread::sleep_for(kHeartbeat * 2);
-  EXPECT_FALSE(waiter->done()) << "granted while the restored holder still runs";
-  const auto released_at = std::chrono::steady_clock::now();
-  held->release();
-  ASSERT_TRUE(wait_until([&] { return waiter->done(); }, 10s));
-  EXPECT_EQ(waiter->outcome(), fairgate::Outcome::granted) << waiter->message();
-  EXPECT_GE(waiter->at(), released_at) << "never two holders at once";
-  waiter->release();
-  EXPECT_TRUE(wait_until(
-      [&] {
-        return six.node(replica).command({"ZCARD", key(name, "holders")}) == "0";
-      },
-      10s));
+  fairgate::test::LostGrant{six.url(), kPrefix, name, six.node(0), six.node(replica)}.run([&] {
+    ASSERT_EQ(six.node(replica).command({"CLUSTER", "FAILOVER", "TAKEOVER"}), "OK");
+    ASSERT_TRUE(wait_until([&] { return six.owner_of_slot(slot) == static_cast<int>(replica); }, 15s));
+  });
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // master under load: the sentinels promote the replica, the instances follow
 // +switch-master; overshoot 0 after the rebuild, every request ends once.
 #include "bench/fleet.hpp"
+#include "support/lost_grant.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/wait.hpp"
 
@@ -98,6 +99,17 @@ TEST(Sentinel, KillOfTheMasterUnderLoad) {
       "%.0f ms; %zu grants after the kill, max holders %zu/%u\n",
       failover_ms, static_cast<double>(gap) / 1e6, grants.size() - 1, f.max_holders, kCap);
   (void)first_after;
+}
+
+// Recovery rule 14 (docs/design.md) on a real Sentinel failover that loses a
+// grant (tests/support/lost_grant.hpp): the replica cut off while the grant is
+// made, the master killed, the sentinels promote the replica (down-after 1 s).
+// Without the rule the other instance is granted the lost seat at once.
+TEST(Sentinel, APromotedReplicaThatMissedAGrantDoesNotGiveItsSeatAgain) {
+  RedisSentinels sentinels("fglost", 1000ms);
+  fairgate::test::LostGrant{sentinels.url(), "st", "lost", sentinels.data(0), sentinels.data(1)}.run([&] {
+    ASSERT_TRUE(wait_until([&] { return sentinels.master_index() == 1; }, 30s)) << "the replica was promoted";
+  });
 }
 
 }  // namespace
