@@ -847,6 +847,13 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const std::set<std::ui
       }
     }
     if (source) {
+      if (source->empty() && !told_unchecked_) {
+        told_unchecked_ = true;
+        logs.push_back(
+            "Redis does not let this user run INFO (an ACL?): a failover or restart that lost the last "
+            "grants is not seen before the next grant, so their seats can be granted again until their "
+            "holders restore them (docs/design.md, recovery rule 14); allow +info for this user");
+      }
       if (!source_.empty() && *source != source_ && integer_of(e[8]) == 0) {
         ++engine_.redis_switches;
         logs.push_back(fmt::format(

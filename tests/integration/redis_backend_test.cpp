@@ -2,6 +2,7 @@
 // objects in one process are several instances (own id, own connections, own
 // io thread) sharing one limiter. Each test uses its own limiter name.
 #include "redis/connection.hpp"
+#include "redis/log_level.hpp"
 #include "redis/redis_limiter.hpp"
 #include "support/instance.hpp"
 #include "support/redis_monitor.hpp"
@@ -18,6 +19,8 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+
+#include <unistd.h>
 
 #include <atomic>
 #include <future>
@@ -386,6 +389,47 @@ TEST(RedisBackendTest, ARestartThatLostAGrantFencesTheStateBeforeGrantingAgain) 
   EXPECT_GE(waiter->at(), released_at) << "never two holders at once";
   waiter->release();
   ASSERT_TRUE(wait_until([&] { return redis.command({"ZCARD", key(name, "holders")}) == "0"; }, 5s));
+}
+
+// Where an ACL denies INFO the scripts cannot tell which Redis they run on,
+// so rule 14 is off (grants go on: RedisScriptsTest.WithoutInfoAllowed...).
+// The operator is told, once, at a warning level, and what to allow.
+TEST(RedisBackendTest, AnAclThatDeniesInfoIsReportedOnce) {
+  const std::string name = test_name();
+  const std::string user = "fg-noinfo-" + std::to_string(::getpid());
+  ASSERT_EQ(server().command({"ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-info"}), "OK");
+  auto o = fast_options();
+  o.url = "redis://" + user + ":pw@" + server().host() + ":" + std::to_string(server().port());
+  std::mutex mu;
+  std::vector<std::string> lines;
+  o.log = [&](std::string_view line) {
+    std::lock_guard lock(mu);
+    lines.emplace_back(line);
+  };
+  const auto told = [&] {  // the lines that say so
+    std::lock_guard lock(mu);
+    std::vector<std::string> out;
+    for (const auto& l : lines)
+      if (l.find("does not let this user run INFO") != std::string::npos &&
+          l.find("+info") != std::string::npos)
+        out.push_back(l);
+    return out;
+  };
+  {
+    Instance a(o);
+    Limiter l = a.open(name, cap(1));
+    ASSERT_TRUE(wait_until([&] { return ready_past_fence(a, name, l); }, 10s));
+    EXPECT_EQ(server().command({"HGET", key(name, "cfg"), "source"}), "") << "no id known";
+    auto held = acquire(l);
+    ASSERT_TRUE(wait_until([&] { return held->done(); }));
+    EXPECT_EQ(held->outcome(), Outcome::granted) << held->message();
+    std::this_thread::sleep_for(fast_options().heartbeat_interval * 4);  // several heartbeats
+    const auto said = told();
+    ASSERT_EQ(said.size(), 1u) << "told once, not at every heartbeat";
+    EXPECT_EQ(fairgate::redis::level_of(said[0]), fairgate::LogLevel::warn) << said[0];
+    held->release();
+  }
+  server().command({"ACL", "DELUSER", user});
 }
 
 // F6: a lost wake message (Pub/Sub connection killed) is recovered by the
