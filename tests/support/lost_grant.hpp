@@ -42,8 +42,11 @@ struct LostGrant {
     o.url = url;
     o.key_prefix = prefix;
     o.heartbeat_interval = 250ms;
-    o.liveness_ttl = 6000ms;  // the frozen holder is not reaped meanwhile
-    o.recovery_fence = 3000ms;
+    // The frozen holder is not reaped meanwhile, and the fence outlasts its
+    // freeze after the switch by far (it restores within a heartbeat or two
+    // of thawing): a loaded machine does not turn the fence's end into a grant.
+    o.liveness_ttl = 9000ms;
+    o.recovery_fence = 4500ms;
     o.command_timeout = 900ms;
     o.key_expiry = 0ms;
     Settings one;
