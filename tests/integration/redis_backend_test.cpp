@@ -9,6 +9,7 @@
 #include "support/redis_server.hpp"
 #include "support/wait.hpp"
 
+#include <fairgate/rate_limiter.hpp>
 #include <fairgate/redis_backend.hpp>
 
 #include <gtest/gtest.h>
@@ -19,15 +20,18 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/use_future.hpp>
 
 #include <unistd.h>
 
 #include <atomic>
+#include <fstream>
 #include <future>
 #include <map>
 #include <mutex>
 #include <random>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 namespace {
@@ -430,6 +434,111 @@ TEST(RedisBackendTest, AnAclThatDeniesInfoIsReportedOnce) {
     held->release();
   }
   server().command({"ACL", "DELUSER", user});
+}
+
+// docs/redis-acl.md gives the least a Redis user needs. Its ACL SETUSER line,
+// read from the doc, makes a real user; two instances with it do everything
+// an instance does (create the state and beat, grant, queue, hand off by
+// wake, time out and cancel, the status call, a cluster-wide cap change, the
+// restore after a FLUSHALL, rate-limit rules set and checked), and Redis
+// refuses none of it.
+TEST(RedisBackendTest, TheDocumentedAclIsEnough) {
+  std::ifstream doc(std::string(FAIRGATE_SOURCE_DIR) + "/docs/redis-acl.md");
+  ASSERT_TRUE(doc) << "docs/redis-acl.md";
+  std::string line;
+  while (std::getline(doc, line) && line.rfind("ACL SETUSER fairgate ", 0) != 0) {
+  }
+  ASSERT_EQ(line.rfind("ACL SETUSER fairgate ", 0), 0u) << "the doc's ACL SETUSER line";
+  const std::string user = "fg-acl-" + std::to_string(::getpid());
+  std::vector<std::string> acl;
+  std::istringstream words(line);
+  for (std::string w; words >> w;) acl.push_back(w);
+  acl.at(2) = user;
+  ASSERT_EQ(acl.at(4), ">CHANGE-ME");
+  acl.at(4) = ">pw";
+  ASSERT_EQ(server().command(acl), "OK");
+
+  const std::string name = test_name();
+  auto o = fast_options();
+  o.url = "redis://" + user + ":pw@" + server().host() + ":" + std::to_string(server().port());
+  std::mutex mu;
+  std::vector<std::string> lines;
+  o.log = [&](std::string_view l) {
+    std::lock_guard lock(mu);
+    lines.emplace_back(l);
+  };
+  {
+    Instance a(o), b(o);
+    Limiter la = a.open(name, cap(1));
+    Limiter lb = b.open(name, cap(1));
+    ASSERT_TRUE(
+        wait_until([&] { return ready_past_fence(a, name, la) && ready_past_fence(b, name, lb); }, 10s));
+    EXPECT_NE(server().command({"HGET", key(name, "cfg"), "source"}), "") << "INFO allowed: rule 14 on";
+    auto held = acquire(la);
+    ASSERT_TRUE(wait_until([&] { return held->done(); }));
+    ASSERT_EQ(held->outcome(), Outcome::granted) << held->message();
+    auto waiter = acquire_queued(lb);
+    AcquireOptions brief;
+    brief.max_wait = 100ms;
+    auto late = acquire(lb, brief);
+    ASSERT_TRUE(wait_until([&] { return late->done(); }));
+    EXPECT_EQ(late->reason(), RejectReason::timeout) << late->message();
+    std::promise<fairgate::StatusResult> status;
+    la.async_status(fairgate::StatusQuery{},
+                    [&](fairgate::StatusResult r) { status.set_value(std::move(r)); });
+    const auto st = status.get_future().get();
+    ASSERT_FALSE(st.error) << st.message;
+    EXPECT_EQ(st.snapshot.holders.size(), 1u);
+    EXPECT_EQ(st.snapshot.waiters.size(), 1u);
+    fairgate::SettingsUpdate wider;
+    wider.max_concurrent = 2;
+    std::promise<fairgate::ConfigureResult> configured;
+    la.async_configure(wider, [&](fairgate::ConfigureResult r) { configured.set_value(std::move(r)); });
+    const auto c = configured.get_future().get();
+    ASSERT_FALSE(c.error) << c.message;
+    ASSERT_TRUE(wait_until([&] { return waiter->done(); }, 5s))
+        << "the second seat went to the waiter (a wake)";
+    EXPECT_EQ(waiter->outcome(), Outcome::granted) << waiter->message();
+    ASSERT_EQ(server().command({"FLUSHALL"}), "OK");  // as the default user
+    ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 2; }, 10s)) << "restored";
+    held->release();
+    waiter->release();
+    ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 5s));
+
+    fairgate::RateLimiterRedisOptions ro;
+    ro.url = o.url;
+    auto rates = fairgate::RateLimiter::redis(a.io.get_executor(), ro, /*local_layer=*/false);
+    fairgate::RateRule rule;
+    rule.algorithm = fairgate::RateAlgorithm::fixed_window;
+    rule.rate = 1;
+    rule.period_ms = 60'000;
+    ASSERT_TRUE(rates.set_rule(name, rule));
+    const auto first = rates.async_check(fairgate::RateRequest{name, "k", 1}, asio::use_future).get();
+    const auto second = rates.async_check(fairgate::RateRequest{name, "k", 1}, asio::use_future).get();
+    EXPECT_TRUE(!first.error && first.allowed) << first.message;
+    EXPECT_EQ(first.source, fairgate::RateSource::store) << "decided by Redis";
+    EXPECT_TRUE(!second.error && !second.allowed) << "the rule is enforced: " << second.message;
+    EXPECT_EQ(second.source, fairgate::RateSource::store);
+    rule.rate = 2;  // changed for the whole cluster: stored in Redis (HSET), pulled back (HGETALL)
+    const auto published = rates.async_publish_rule(name, rule, asio::use_future).get();
+    EXPECT_FALSE(published.error) << published.message;
+    const auto synced = rates.async_sync_rules(asio::use_future).get();
+    EXPECT_FALSE(synced.error) << synced.message;
+    EXPECT_EQ(server().command({"EXISTS", "fairgate:rl-rules"}), "1") << "the rule shared at run time";
+    rates.shutdown();
+
+    for (auto* instance : {&a, &b}) {
+      const auto health = instance->backend->health();
+      EXPECT_EQ(health.error_replies, 0u) << "Redis refused nothing";
+    }
+  }
+  std::lock_guard lock(mu);
+  for (const auto& l : lines) {
+    EXPECT_EQ(l.find("NOPERM"), std::string::npos) << l;
+    EXPECT_EQ(l.find("run INFO"), std::string::npos) << l;
+  }
+  server().command({"ACL", "DELUSER", user});
+  server().command({"DEL", "fairgate:rl-rules"});
 }
 
 // F6: a lost wake message (Pub/Sub connection killed) is recovered by the
