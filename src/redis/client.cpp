@@ -782,19 +782,21 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
         [w = weak_from_this(), candidates = std::move(candidates), i, node](error_code ec, Reply r) mutable {
           auto s = w.lock();
           if (!s) return;
-          asio::post(s->strand_,
-                     [s, candidates = std::move(candidates), i, node, ec, r = std::move(r)]() mutable {
-                       if (ec || r.type != Reply::Type::array || r.elements.empty()) {
-                         if (!ec && r.is_error() && !s->told_not_cluster_) {
-                           s->told_not_cluster_ = true;
-                           log_line(s->options_, "Redis Cluster: " + node->endpoint.redacted() +
-                                                     " answered CLUSTER SLOTS with: " + r.excerpt() +
-                                                     " (is it a cluster node? redis+cluster:// needs one)");
-                         }
-                         return s->ask_slots(std::move(candidates), i + 1);
-                       }
-                       s->apply_slots(node, r);
-                     });
+          asio::post(s->strand_, [s, candidates = std::move(candidates), i, node, ec,
+                                  r = std::move(r)]() mutable {
+            if (ec || r.type != Reply::Type::array || r.elements.empty()) {
+              if (!ec && r.is_error() && !s->told_not_cluster_) {
+                s->told_not_cluster_ = true;
+                const bool denied = starts_with(r.str, "NOPERM");
+                log_line(s->options_, "Redis Cluster: " + node->endpoint.redacted() +
+                                          " answered CLUSTER SLOTS with: " + r.excerpt() +
+                                          (denied ? " (the user needs +cluster|slots: docs/redis-acl.md)"
+                                                  : " (is it a cluster node? redis+cluster:// needs one)"));
+              }
+              return s->ask_slots(std::move(candidates), i + 1);
+            }
+            s->apply_slots(node, r);
+          });
         },
         std::max(options_.command_timeout, milliseconds(200)));
   }

@@ -5,6 +5,7 @@
 // master that owns the limiter: FIFO), one record per request, nothing left.
 #include "bench/fleet.hpp"
 #include "redis/client.hpp"
+#include "support/acl.hpp"
 #include "support/lost_grant.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_monitor.hpp"
@@ -13,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -286,6 +288,60 @@ TEST(ClusterResharding, BusyLimiterSlotMovesToAnotherMaster) {
       "slot %u of %s moved from master 0 to 1 under load in %.0f ms; longest pause between grants %.0f ms; "
       "%zu grants after the move\n",
       slot, name.c_str(), took_ms, longest_gap_ms(records, moved_at), after);
+}
+
+// docs/redis-acl.md on a Cluster: the documented user on every master
+// (CLUSTER SLOTS is in it), two instances in this process on a limiter of
+// each master, grants, a queue and its hand-off: Redis refuses nothing.
+TEST(ClusterAcl, TheDocumentedAclIsEnough) {
+  using fairgate::test::acquire;
+  using fairgate::test::acquire_queued;
+  using fairgate::test::Instance;
+  using fairgate::test::ready_past_fence;
+  const std::string user = "fg-acl-" + std::to_string(::getpid());
+  const auto acl = fairgate::test::documented_acl(user, "pw");
+  ASSERT_FALSE(acl.empty()) << "docs/redis-acl.md has its ACL SETUSER line";
+  std::vector<std::string> with_prefix;  // the doc's user has prefix "fairgate"; this test's is kPrefix
+  for (std::string w : acl) {
+    for (const char* p : {"~fairgate:*", "&fairgate:*"})
+      if (w == p) w = std::string(1, p[0]) + kPrefix + ":*";
+    with_prefix.push_back(w);
+  }
+  for (std::size_t i = 0; i < cluster().size(); ++i) ASSERT_EQ(cluster().node(i).command(with_prefix), "OK");
+  fairgate::RedisBackendOptions o;
+  o.url = cluster().url();
+  o.url.insert(o.url.find("://") + 3, user + ":pw@");
+  o.key_prefix = kPrefix;
+  o.heartbeat_interval = kHeartbeat;
+  o.liveness_ttl = kTtl;
+  o.command_timeout = 900ms;
+  o.key_expiry = 0ms;
+  {
+    Instance a(o), b(o);
+    fairgate::Settings one;
+    one.max_concurrent = 1;
+    one.max_wait = 30s;
+    for (std::size_t m = 0; m < 3; ++m) {
+      const std::string name = cluster().name_on(m, "acl");
+      fairgate::Limiter la = a.open(name, one);
+      fairgate::Limiter lb = b.open(name, one);
+      ASSERT_TRUE(
+          wait_until([&] { return ready_past_fence(a, name, la) && ready_past_fence(b, name, lb); }, 10s))
+          << name;
+      auto held = acquire(la);
+      ASSERT_TRUE(wait_until([&] { return held->done(); }, 5s));
+      ASSERT_EQ(held->outcome(), fairgate::Outcome::granted) << held->message();
+      auto waiter = acquire_queued(lb);
+      held->release();
+      ASSERT_TRUE(wait_until([&] { return waiter->done(); }, 5s)) << name;
+      EXPECT_EQ(waiter->outcome(), fairgate::Outcome::granted) << waiter->message();
+      waiter->release();
+      EXPECT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 5s)) << name;
+    }
+    for (auto* instance : {&a, &b})
+      EXPECT_EQ(instance->backend->health().error_replies, 0u) << "refused nothing";
+  }
+  for (std::size_t i = 0; i < cluster().size(); ++i) cluster().node(i).command({"ACL", "DELUSER", user});
 }
 
 // The wake subscription follows a moved slot: after the move, every live

@@ -4,6 +4,7 @@
 #include "redis/connection.hpp"
 #include "redis/log_level.hpp"
 #include "redis/redis_limiter.hpp"
+#include "support/acl.hpp"
 #include "support/instance.hpp"
 #include "support/redis_monitor.hpp"
 #include "support/redis_server.hpp"
@@ -25,13 +26,11 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <fstream>
 #include <future>
 #include <map>
 #include <mutex>
 #include <random>
 #include <regex>
-#include <sstream>
 #include <thread>
 
 namespace {
@@ -443,19 +442,9 @@ TEST(RedisBackendTest, AnAclThatDeniesInfoIsReportedOnce) {
 // restore after a FLUSHALL, rate-limit rules set and checked), and Redis
 // refuses none of it.
 TEST(RedisBackendTest, TheDocumentedAclIsEnough) {
-  std::ifstream doc(std::string(FAIRGATE_SOURCE_DIR) + "/docs/redis-acl.md");
-  ASSERT_TRUE(doc) << "docs/redis-acl.md";
-  std::string line;
-  while (std::getline(doc, line) && line.rfind("ACL SETUSER fairgate ", 0) != 0) {
-  }
-  ASSERT_EQ(line.rfind("ACL SETUSER fairgate ", 0), 0u) << "the doc's ACL SETUSER line";
   const std::string user = "fg-acl-" + std::to_string(::getpid());
-  std::vector<std::string> acl;
-  std::istringstream words(line);
-  for (std::string w; words >> w;) acl.push_back(w);
-  acl.at(2) = user;
-  ASSERT_EQ(acl.at(4), ">CHANGE-ME");
-  acl.at(4) = ">pw";
+  const auto acl = fairgate::test::documented_acl(user, "pw");
+  ASSERT_FALSE(acl.empty()) << "docs/redis-acl.md has its ACL SETUSER line";
   ASSERT_EQ(server().command(acl), "OK");
 
   const std::string name = test_name();
