@@ -73,17 +73,20 @@ std::int64_t sum(Cluster& c, const char* field) {
   return total;
 }
 
-/// sum(c, field) once it is at least `n`, or after `timeout`. A count the
-/// instances keep when a reply comes (a restore's, a grant's) can lag what
-/// Redis already shows: the reply is read a moment after the script ran.
-std::int64_t sum_reaching(Cluster& c, const char* field, std::int64_t n,
-                          std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+/// Calls `read()` every 50 ms (it asks the workers for their status) until it
+/// returns true or `timeout` passes. For counts the instances keep when a
+/// reply comes (a restore's, a spoiled one): they can lag what Redis or the
+/// proxy already shows, since the reply is read a moment after it was sent.
+template <typename Read>
+void poll_counts(Read read, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
   const auto until = Clock::now() + timeout;
-  std::int64_t total = sum(c, field);
-  while (total < n && Clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    total = sum(c, field);
-  }
+  while (!read() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
+/// sum(c, field) once it is at least `n`, or after poll_counts' timeout.
+std::int64_t sum_reaching(Cluster& c, const char* field, std::int64_t n) {
+  std::int64_t total = 0;
+  poll_counts([&] { return (total = sum(c, field)) >= n; });
   return total;
 }
 
@@ -353,13 +356,11 @@ void bad_replies(Mangling how) {
   // is awaited, bounded, before anything is compared. (A whole reply spoiled
   // into -NOSCRIPT is not an error but a script reload: not awaited there.)
   std::int64_t noticed = 0, unread = 0;
-  const auto counted_by = Clock::now() + 10s;
-  for (;;) {
+  poll_counts([&] {
     noticed = sum(c, "error_replies");
     unread = sum(c, "command_timeouts") + sum(c, "disconnects") - transport_before;
-    if (how == Mangling::whole || noticed + unread >= mangled || Clock::now() >= counted_by) break;
-    sleep(20ms);
-  }
+    return how == Mangling::whole || noticed + unread >= mangled;
+  });
   EXPECT_TRUE(c.wait_whole(20s).has_value()) << "the instances and Redis agree again";
   const Report r = c.finish(finish_within(o), /*expect_unavailable=*/true);
   // The figures docs/faults.md ("Bad replies") quotes.

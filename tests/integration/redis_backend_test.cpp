@@ -394,6 +394,33 @@ TEST(RedisBackendTest, ARestartThatLostAGrantFencesTheStateBeforeGrantingAgain) 
   ASSERT_TRUE(wait_until([&] { return redis.command({"ZCARD", key(name, "holders")}) == "0"; }, 5s));
 }
 
+/// The backend's log lines, kept (RedisBackendOptions::log may be called from its io thread).
+class LogLines {
+ public:
+  /// fast_options() as `user` (password "pw") on the shared server, logging here.
+  RedisBackendOptions options_as(const std::string& user) {
+    auto o = fast_options();
+    o.url = "redis://" + user + ":pw@" + server().host() + ":" + std::to_string(server().port());
+    o.log = [this](std::string_view line) {
+      std::lock_guard lock(mu_);
+      lines_.emplace_back(line);
+    };
+    return o;
+  }
+  /// The lines that contain `text` (every line for "").
+  std::vector<std::string> with(std::string_view text) const {
+    std::lock_guard lock(mu_);
+    std::vector<std::string> out;
+    for (const auto& l : lines_)
+      if (l.find(text) != std::string::npos) out.push_back(l);
+    return out;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> lines_;
+};
+
 // Where an ACL denies INFO the scripts cannot tell which Redis they run on,
 // so rule 14 is off (grants go on: RedisScriptsTest.WithoutInfoAllowed...).
 // The operator is told, once, at a warning level, and what to allow.
@@ -401,21 +428,12 @@ TEST(RedisBackendTest, AnAclThatDeniesInfoIsReportedOnce) {
   const std::string name = test_name();
   const std::string user = "fg-noinfo-" + std::to_string(::getpid());
   ASSERT_EQ(server().command({"ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-info"}), "OK");
-  auto o = fast_options();
-  o.url = "redis://" + user + ":pw@" + server().host() + ":" + std::to_string(server().port());
-  std::mutex mu;
-  std::vector<std::string> lines;
-  o.log = [&](std::string_view line) {
-    std::lock_guard lock(mu);
-    lines.emplace_back(line);
-  };
+  LogLines logged;
+  const auto o = logged.options_as(user);
   const auto told = [&] {  // the lines that say so
-    std::lock_guard lock(mu);
     std::vector<std::string> out;
-    for (const auto& l : lines)
-      if (l.find("does not let this user run INFO") != std::string::npos &&
-          l.find("+info") != std::string::npos)
-        out.push_back(l);
+    for (const auto& l : logged.with("does not let this user run INFO"))
+      if (l.find("+info") != std::string::npos) out.push_back(l);
     return out;
   };
   {
@@ -426,7 +444,7 @@ TEST(RedisBackendTest, AnAclThatDeniesInfoIsReportedOnce) {
     auto held = acquire(l);
     ASSERT_TRUE(wait_until([&] { return held->done(); }));
     EXPECT_EQ(held->outcome(), Outcome::granted) << held->message();
-    std::this_thread::sleep_for(fast_options().heartbeat_interval * 4);  // several heartbeats
+    std::this_thread::sleep_for(o.heartbeat_interval * 4);  // several heartbeats
     const auto said = told();
     ASSERT_EQ(said.size(), 1u) << "told once, not at every heartbeat";
     EXPECT_EQ(fairgate::redis::level_of(said[0]), fairgate::LogLevel::warn) << said[0];
@@ -448,14 +466,8 @@ TEST(RedisBackendTest, TheDocumentedAclIsEnough) {
   ASSERT_EQ(server().command(acl), "OK");
 
   const std::string name = test_name();
-  auto o = fast_options();
-  o.url = "redis://" + user + ":pw@" + server().host() + ":" + std::to_string(server().port());
-  std::mutex mu;
-  std::vector<std::string> lines;
-  o.log = [&](std::string_view l) {
-    std::lock_guard lock(mu);
-    lines.emplace_back(l);
-  };
+  LogLines logged;
+  const auto o = logged.options_as(user);
   {
     Instance a(o), b(o);
     Limiter la = a.open(name, cap(1));
@@ -521,11 +533,8 @@ TEST(RedisBackendTest, TheDocumentedAclIsEnough) {
       EXPECT_EQ(health.error_replies, 0u) << "Redis refused nothing";
     }
   }
-  std::lock_guard lock(mu);
-  for (const auto& l : lines) {
-    EXPECT_EQ(l.find("NOPERM"), std::string::npos) << l;
-    EXPECT_EQ(l.find("run INFO"), std::string::npos) << l;
-  }
+  for (const auto& l : logged.with("NOPERM")) ADD_FAILURE() << l;
+  for (const auto& l : logged.with("run INFO")) ADD_FAILURE() << l;
   server().command({"ACL", "DELUSER", user});
   server().command({"DEL", "fairgate:rl-rules"});
 }

@@ -14,14 +14,19 @@
 
 namespace fairgate::test {
 
-inline std::vector<std::string> documented_acl(const std::string& user, const std::string& password) {
+/// With another key prefix than the doc's "fairgate", its keys and channels.
+inline std::vector<std::string> documented_acl(const std::string& user, const std::string& password,
+                                               const std::string& prefix = "fairgate") {
   std::ifstream doc(std::string(FAIRGATE_SOURCE_DIR) + "/docs/redis-acl.md");
   const std::string start = "ACL SETUSER fairgate on >CHANGE-ME ";
   for (std::string line; std::getline(doc, line);) {
     if (line.rfind(start, 0) != 0) continue;
     std::vector<std::string> acl;
     std::istringstream words(line);
-    for (std::string w; words >> w;) acl.push_back(w);
+    for (std::string w; words >> w;) {
+      if (w == "~fairgate:*" || w == "&fairgate:*") w = w.substr(0, 1) + prefix + ":*";
+      acl.push_back(w);
+    }
     acl.at(2) = user;
     acl.at(4) = ">" + password;
     return acl;
