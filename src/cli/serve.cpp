@@ -135,17 +135,18 @@ serve::ServeFlags to_flags(const ServeArgs& a) {
   return f;
 }
 
-/// redis://HOST:PORT/DB: a database the server does not have (/99 on a server
-/// with 16) is an error at start, with the server's reason; the connection
-/// would otherwise retry it for ever. One plain server only (TLS, Cluster and
-/// Sentinel URLs are not asked). An unreachable server is no error here: serve
-/// starts degraded, as ever (docs/serve.md).
-void check_redis_database(const serve::ServeConfig& config) {
+/// redis://[USER:PASSWORD@]HOST:PORT/DB: a refused password, a missing one, or
+/// a database the server does not have (/99 on a server with 16) is an error
+/// at start, with the server's reason; the connection would otherwise retry
+/// for ever. One plain server only (TLS, Cluster and Sentinel URLs are not
+/// asked). An unreachable server is no error here: serve starts degraded, as
+/// ever (docs/serve.md).
+void check_redis_at_start(const serve::ServeConfig& config) {
   if (!config.redis) return;
   const auto parsed = redis::parse_target(config.redis->url);
   const auto* target = std::get_if<redis::Target>(&parsed);
   if (target == nullptr || target->kind != redis::Target::Kind::standalone || target->nodes.empty()) return;
-  if (auto problem = redis::database_problem(target->nodes.front(), std::chrono::seconds(2)))
+  if (auto problem = redis::start_problem(target->nodes.front(), std::chrono::seconds(2)))
     throw std::runtime_error(*problem);
 }
 
@@ -206,7 +207,7 @@ Command add_serve_command(CLI::App& root) {
                    } catch (const serve::ConfigError& e) {
                      throw UsageError(e.what());
                    }
-                   check_redis_database(config);
+                   check_redis_at_start(config);
                    try {
                      return serve::run_server(config, stdout);
                    } catch (const serve::ConfigError& e) {

@@ -283,9 +283,11 @@ void Connection::on_connected() {
   received_ = false;
   read();
 
-  // AUTH and SELECT go first, alone: whatever waited stays queued until the
-  // database is selected (on a database the server does not have, /99 on a
-  // server with 16, Redis would run it in database 0).
+  // AUTH and SELECT go first, alone: whatever waited stays queued until both
+  // are answered. On a database the server does not have (/99 on a server
+  // with 16) Redis would run it in database 0; after a refused AUTH it would
+  // run it as the default user (on a server where that user needs no
+  // password), so nothing follows a refused AUTH on the same connection.
   state_ = State::selecting;
   std::deque<Pending> waiting;
   waiting.swap(queued_);
@@ -293,10 +295,16 @@ void Connection::on_connected() {
   if (!ep.password.empty()) {
     // The callback holds the connection weakly: a pending command must not
     // keep its own connection alive (a cycle through in_flight_).
-    do_exec(auth_command(ep), Callback([weak = weak_from_this(), gen = generation_](error_code ec, Reply r) {
+    do_exec(auth_command(ep),
+            Callback([weak = weak_from_this(), gen = generation_, ep](error_code ec, Reply r) {
               auto self = weak.lock();
               if (!self || gen != self->generation_) return;
-              if (!ec && r.is_error()) self->reset("AUTH rejected");
+              if (ec) return self->reset("AUTH unanswered");
+              if (r.is_error()) {
+                self->report(auth_refused(ep, r.str));
+                return self->reset("AUTH rejected");
+              }
+              if (ep.db == 0) self->on_selected();  // else SELECT's answer does it
             }),
             options_.command_timeout);
   }
@@ -316,7 +324,7 @@ void Connection::on_connected() {
   }
   write_queued();  // the handshake only: queued_ holds nothing else yet
   for (auto& p : waiting) queued_.push_back(std::move(p));
-  if (ep.db == 0) on_selected();
+  if (ep.db == 0 && ep.password.empty()) on_selected();
 }
 
 void Connection::on_selected() {
@@ -400,6 +408,9 @@ void Connection::on_reply(Reply reply) {
   }
   Pending p = std::move(in_flight_.front());
   in_flight_.pop_front();
+  // A server that wants a password answers every command so; say why once.
+  if (reply.is_error() && reply.str.starts_with("NOAUTH"))
+    report(password_missing(endpoint(), reply.str, options_.auth_hint));
   if (p.callback) std::move(p.callback)(error_code{}, std::move(reply));
 }
 

@@ -76,9 +76,13 @@ struct ConnectionOptions {
   std::chrono::milliseconds reconnect_max{2000};
   std::string client_name;  ///< CLIENT SETNAME when not empty
   bool subscriber = false;  ///< route pub/sub messages to the push handler
-  /// Why a connection cannot come up (TLS handshake or verification failed,
-  /// bad CA file, plain text to a TLS port, a database the server does not
-  /// have), one line per new problem.
+  /// Where the password goes, for the line a NOAUTH answer is reported with
+  /// (empty: "give it in the URL", user:password@).
+  std::string auth_hint;
+  /// Why a connection cannot come up or do anything (TLS handshake or
+  /// verification failed, bad CA file, plain text to a TLS port, a database
+  /// the server does not have, AUTH refused, a password the server wants and
+  /// was not given), one line per new problem.
   /// Empty: not reported.
   std::function<void(const std::string&)> log;
 };

@@ -1,5 +1,6 @@
 #include "redis/database_check.hpp"
 
+#include "core/text.hpp"
 #include "redis/reply.hpp"
 
 #include <hiredis/hiredis.h>
@@ -48,8 +49,31 @@ std::string database_refused(const Endpoint& endpoint, std::string_view reason) 
          std::to_string(endpoint.db) + " cannot be selected: " + std::string(reason);
 }
 
-std::optional<std::string> database_problem(const Endpoint& endpoint, std::chrono::milliseconds timeout) {
-  if (endpoint.db == 0 || endpoint.tls.enabled) return std::nullopt;
+std::string auth_refused(const Endpoint& endpoint, std::string_view reason) {
+  std::string out =
+      "Redis at " + endpoint.host + ":" + std::to_string(endpoint.port) + " refused AUTH as user '";
+  out.append(endpoint.user.empty() ? std::string("default") : core::escape_controls(endpoint.user));
+  out.append("': ");
+  out.append(core::escape_controls(reason));
+  return out;
+}
+
+std::string password_missing(const Endpoint& endpoint, std::string_view reason, std::string_view hint) {
+  std::string out = "Redis at " + endpoint.host + ":" + std::to_string(endpoint.port) + " wants a password (";
+  out.append(core::escape_controls(reason));
+  out.append("): ");
+  if (!hint.empty()) {
+    out.append(hint);
+  } else {
+    const char* scheme = endpoint.tls.enabled ? "rediss://" : "redis://";
+    out.append("give it in the URL, ").append(scheme).append(":PASSWORD@HOST:PORT or ");
+    out.append(scheme).append("USER:PASSWORD@HOST:PORT");
+  }
+  return out;
+}
+
+std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::milliseconds timeout) {
+  if (endpoint.tls.enabled) return std::nullopt;
   const auto us = std::chrono::duration_cast<std::chrono::microseconds>(timeout).count();
   const timeval tv{static_cast<time_t>(us / 1'000'000), static_cast<suseconds_t>(us % 1'000'000)};
   ContextPtr c(redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port, tv));
@@ -58,12 +82,19 @@ std::optional<std::string> database_problem(const Endpoint& endpoint, std::chron
   if (redisSetTimeout(c.get(), tv) != REDIS_OK) return std::nullopt;
   if (!endpoint.password.empty()) {
     const ReplyPtr r = command(*c, auth_command(endpoint));
-    if (!r || is_error(r)) return std::nullopt;
+    if (!r) return std::nullopt;
+    if (is_error(r)) return auth_refused(endpoint, std::string_view(r->str, r->len));
   }
-  const ReplyPtr r = command(*c, {"SELECT", std::to_string(endpoint.db)});
+  // SELECT of the database; with database 0 (never selected) a PING, which is
+  // how a server that wants a password says so.
+  const ReplyPtr r =
+      command(*c, endpoint.db == 0 ? std::vector<std::string>{"PING"}
+                                   : std::vector<std::string>{"SELECT", std::to_string(endpoint.db)});
   if (!is_error(r)) return std::nullopt;
   const std::string_view reason(r->str, r->len);
-  if (reason.starts_with("NOAUTH")) return std::nullopt;  // a password is missing, not the database
+  if (reason.starts_with("NOAUTH")) return password_missing(endpoint, reason);
+  if (endpoint.db == 0) return std::nullopt;  // (an ACL without PING, a busy server: not for this check)
+  if (reason.starts_with("LOADING") || reason.starts_with("BUSY")) return std::nullopt;  // busy, not wrong
   return database_refused(endpoint, reason);
 }
 

@@ -1,7 +1,9 @@
-// redis/database_check.hpp — is the database of a redis://HOST:PORT/DB URL
-// one the server has? Asked once at start (fairgate serve), so that /99 on a
+// redis/database_check.hpp — does the server of a redis://[USER:PASSWORD@]HOST:PORT/DB
+// URL accept its credentials and have its database? Asked once at start
+// (fairgate serve), so that a wrong password, a missing one, or /99 on a
 // server with 16 databases is an error there rather than a connection that
-// retries for ever (docs/redis-cluster.md).
+// retries for ever (docs/redis-cluster.md). The same lines are what a
+// connection logs when it meets these at run time.
 #pragma once
 
 #include "redis/url.hpp"
@@ -15,20 +17,31 @@
 namespace fairgate::redis {
 
 /// The line a refused SELECT is reported with, by the connection and by
-/// database_problem(): "Redis at HOST:PORT: database 99 cannot be selected:
+/// start_problem(): "Redis at HOST:PORT: database 99 cannot be selected:
 /// <the server's reason>".
 std::string database_refused(const Endpoint& endpoint, std::string_view reason);
 
+/// The line a refused AUTH is reported with: "Redis at HOST:PORT refused
+/// AUTH as user 'U': <the server's reason>" (the password is never shown).
+std::string auth_refused(const Endpoint& endpoint, std::string_view reason);
+
+/// The line a NOAUTH answer is reported with: the server wants a password and
+/// the URL gives none. `hint` says where it goes (empty: in the URL's
+/// user:password@).
+std::string password_missing(const Endpoint& endpoint, std::string_view reason, std::string_view hint = {});
+
 /// AUTH [USER] PASSWORD for `endpoint` (which has a password), as the
-/// connection and database_problem() send it first.
+/// connection and start_problem() send it first.
 std::vector<std::string> auth_command(const Endpoint& endpoint);
 
 /// Connects to `endpoint` (plain TCP; blocking, each step within `timeout`),
-/// sends AUTH when it has a password, then SELECT of its database. Returns
-/// database_refused() when the server refuses the SELECT; nothing when it
-/// accepts it, when the database is 0 or the endpoint is TLS (not asked), or
-/// when the check cannot tell (no server there, AUTH refused or missing:
-/// serve starts degraded then, as with database 0). Everything it opens is closed on every path.
-std::optional<std::string> database_problem(const Endpoint& endpoint, std::chrono::milliseconds timeout);
+/// sends AUTH when it has a password, then SELECT of its database (PING for
+/// database 0). Returns the line for what the server refuses: auth_refused()
+/// for a refused AUTH, password_missing() for NOAUTH, database_refused() for
+/// a refused SELECT. Nothing when all is accepted, when the endpoint is TLS
+/// (not asked), or when the check cannot tell (no server there, no answer, a
+/// server loading its data: serve starts degraded then). Everything it opens
+/// is closed on every path.
+std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::milliseconds timeout);
 
 }  // namespace fairgate::redis

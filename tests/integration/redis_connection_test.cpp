@@ -262,6 +262,80 @@ TEST_F(RedisConnectionTest, ADatabaseTheServerLacksIsNeverDatabaseZero) {
                                ": database 99 cannot be selected: ERR DB index is out of range");
 }
 
+// A refused AUTH on a server whose default user needs no password: Redis
+// would run what follows AUTH on the same connection as that default user.
+// Nothing follows it (neither what waited nor the preload nor CLIENT SETNAME);
+// the connection connects again, the line (user, the server's reason, never
+// the password) comes once.
+TEST_F(RedisConnectionTest, ARefusedAuthRunsNothingAsTheDefaultUser) {
+  RedisServer server(RedisServer::Options{});
+  ASSERT_EQ(server.command({"ACL", "SETUSER", "fg", "on", ">right", "~*", "+@all"}), "OK");
+  auto log = std::make_shared<LogLines>();
+  ConnectionOptions o;
+  o.endpoint.port = server.port();
+  o.endpoint.user = "fg";
+  o.endpoint.password = "wrong-pw";
+  o.client_name = "auth-test";
+  o.reconnect_min = 20ms;
+  o.reconnect_max = 40ms;
+  o.log = [log](const std::string& line) {
+    std::lock_guard lock(log->mu);
+    log->lines.push_back(line);
+  };
+  auto c = Connection::create(io_.get_executor(), o);
+  connections_.push_back(c);
+  c->set_preload({{"SET", "auth:preload", "as-default"}});
+  c->start();
+  auto r = exec(*c, {"SET", "auth:k", "as-default"}, 300ms);
+  EXPECT_TRUE(r.ec) << "the SET ran: " << r.reply.excerpt();
+  EXPECT_EQ(c->connects(), 0u);
+  EXPECT_GE(c->commands_sent(), 2u) << "AUTH once per attempt: it connects again";
+  c->close();
+  EXPECT_EQ(server.command({"EXISTS", "auth:k"}), "0") << "the SET ran as the default user";
+  EXPECT_EQ(server.command({"EXISTS", "auth:preload"}), "0") << "the preload ran as the default user";
+  EXPECT_EQ(server.command({"CLIENT", "LIST"}).find("name=auth-test"), std::string::npos);
+  const auto lines = log->get();
+  ASSERT_EQ(lines.size(), 1u) << "logged once until the connection works";
+  EXPECT_EQ(lines.front(),
+            "Redis at 127.0.0.1:" + std::to_string(server.port()) +
+                " refused AUTH as user 'fg': WRONGPASS invalid username-password pair or user is "
+                "disabled.");
+  EXPECT_EQ(lines.front().find("wrong-pw"), std::string::npos);
+
+  // The right password: what waited runs, as that user.
+  o.endpoint.password = "right";
+  auto good = connect(o);
+  auto ok = exec(*good, {"SET", "auth:k", "as-fg"}, 2s);
+  ASSERT_FALSE(ok.ec) << ok.ec.message();
+  EXPECT_EQ(ok.reply.str, "OK");
+  EXPECT_EQ(exec(*good, {"ACL", "WHOAMI"}, 2s).reply.str, "fg");
+}
+
+// A server that wants a password, none given: every command is answered
+// NOAUTH, and the connection says once what to do.
+TEST_F(RedisConnectionTest, APasswordTheServerWantsIsNamedOnce) {
+  RedisServer server({"--requirepass", "s3cret"});
+  auto log = std::make_shared<LogLines>();
+  ConnectionOptions o;
+  o.endpoint.port = server.port();
+  o.log = [log](const std::string& line) {
+    std::lock_guard lock(log->mu);
+    log->lines.push_back(line);
+  };
+  auto c = connect(o);
+  for (int i = 0; i < 3; ++i) {
+    auto r = exec(*c, {"GET", "k"}, 2s);
+    ASSERT_FALSE(r.ec) << r.ec.message();
+    EXPECT_TRUE(r.reply.is_error());
+    EXPECT_EQ(r.reply.str.rfind("NOAUTH", 0), 0u) << r.reply.excerpt();
+  }
+  const auto lines = log->get();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines.front(), "Redis at 127.0.0.1:" + std::to_string(server.port()) +
+                               " wants a password (NOAUTH Authentication required.): give it in the URL, "
+                               "redis://:PASSWORD@HOST:PORT or redis://USER:PASSWORD@HOST:PORT");
+}
+
 // A database the server has: what waited for the connection runs there, after SELECT.
 TEST_F(RedisConnectionTest, WhatWaitedRunsInTheSelectedDatabase) {
   RedisServer server({"--databases", "16"});
@@ -299,13 +373,13 @@ TEST(RedisDatabaseCheck, ARefusedDatabaseIsTheProblemWithTheServersReason) {
   fairgate::redis::Endpoint ep;
   ep.port = server.port();
   ep.db = 99;
-  EXPECT_EQ(fairgate::redis::database_problem(ep, 2s),
+  EXPECT_EQ(fairgate::redis::start_problem(ep, 2s),
             "Redis at 127.0.0.1:" + std::to_string(server.port()) +
                 ": database 99 cannot be selected: ERR DB index is out of range");
   ep.db = 15;
-  EXPECT_EQ(fairgate::redis::database_problem(ep, 2s), std::nullopt);
+  EXPECT_EQ(fairgate::redis::start_problem(ep, 2s), std::nullopt);
   ep.db = 0;
-  EXPECT_EQ(fairgate::redis::database_problem(ep, 2s), std::nullopt);
+  EXPECT_EQ(fairgate::redis::start_problem(ep, 2s), std::nullopt);
 }
 
 TEST(RedisDatabaseCheck, AuthComesFirstAndWhatItCannotTellIsNoProblem) {
@@ -314,15 +388,44 @@ TEST(RedisDatabaseCheck, AuthComesFirstAndWhatItCannotTellIsNoProblem) {
   ep.port = server.port();
   ep.db = 99;
   ep.password = "s3cret";
-  EXPECT_EQ(fairgate::redis::database_problem(ep, 2s),
+  EXPECT_EQ(fairgate::redis::start_problem(ep, 2s),
             "Redis at 127.0.0.1:" + std::to_string(server.port()) +
                 ": database 99 cannot be selected: ERR DB index is out of range");
-  ep.password = "wrong";  // the connection reports that itself
-  EXPECT_EQ(fairgate::redis::database_problem(ep, 2s), std::nullopt);
-  ep.password.clear();  // NOAUTH: not the database's fault
-  EXPECT_EQ(fairgate::redis::database_problem(ep, 2s), std::nullopt);
+  const std::string at = "Redis at 127.0.0.1:" + std::to_string(server.port());
+  ep.password = "wrong";  // refused before the database is asked
+  EXPECT_EQ(
+      fairgate::redis::start_problem(ep, 2s),
+      at + " refused AUTH as user 'default': WRONGPASS invalid username-password pair or user is disabled.");
+  ep.password.clear();  // NOAUTH: a password is missing, whatever the database
+  for (const int db : {99, 3, 0}) {
+    ep.db = db;
+    EXPECT_EQ(fairgate::redis::start_problem(ep, 2s),
+              at + " wants a password (NOAUTH Authentication required.): give it in the URL, "
+                   "redis://:PASSWORD@HOST:PORT or redis://USER:PASSWORD@HOST:PORT")
+        << "db " << db;
+  }
+  ep.password = "s3cret";
+  EXPECT_EQ(fairgate::redis::start_problem(ep, 2s), std::nullopt) << "database 0, the right password";
   ep.port = fairgate::test::free_loopback_port();  // nothing there: serve starts degraded
-  EXPECT_EQ(fairgate::redis::database_problem(ep, 2s), std::nullopt);
+  EXPECT_EQ(fairgate::redis::start_problem(ep, 2s), std::nullopt);
+}
+
+// An ACL user's wrong password: refused with the user's name, the password
+// never shown.
+TEST(RedisDatabaseCheck, AnAclUsersRefusedPasswordNamesTheUser) {
+  RedisServer server(RedisServer::Options{});
+  ASSERT_EQ(server.command({"ACL", "SETUSER", "fg", "on", ">right", "~*", "+@all"}), "OK");
+  fairgate::redis::Endpoint ep;
+  ep.port = server.port();
+  ep.user = "fg";
+  ep.password = "wrong-pw";
+  const auto problem = fairgate::redis::start_problem(ep, 2s);
+  ASSERT_TRUE(problem.has_value());
+  EXPECT_EQ(*problem, "Redis at 127.0.0.1:" + std::to_string(server.port()) +
+                          " refused AUTH as user 'fg': WRONGPASS invalid username-password pair or user is "
+                          "disabled.");
+  ep.password = "right";
+  EXPECT_EQ(fairgate::redis::start_problem(ep, 2s), std::nullopt);
 }
 
 // A command that could not be sent before its timeout: not_sent (it never
@@ -389,7 +492,7 @@ TEST(RedisDatabaseCheck, AnArrayHeaderLongerThanAnyReplyEndsTheCheckAtOnce) {
   e.port = peer.port();
   e.db = 3;
   const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(fairgate::redis::database_problem(e, 5s), std::nullopt) << "what it cannot tell is no problem";
+  EXPECT_EQ(fairgate::redis::start_problem(e, 5s), std::nullopt) << "what it cannot tell is no problem";
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 4s) << "at once, not at the timeout";
 }
 

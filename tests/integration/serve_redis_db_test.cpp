@@ -1,6 +1,7 @@
-// `fairgate serve --redis redis://HOST:PORT/DB` against a real redis-server:
-// a database the server does not have is an error at start (exit 1, the
-// server's reason), never a silent database 0.
+// `fairgate serve --redis redis://[USER:PASSWORD@]HOST:PORT/DB` against a
+// real redis-server: a database the server does not have, a refused password
+// or a missing one is an error at start (exit 1, the server's reason), never
+// a silent database 0 or a server that starts and retries for ever.
 #include "support/redis_server.hpp"
 
 #include <gtest/gtest.h>
@@ -42,6 +43,22 @@ TEST(ServeRedisDatabase, ADatabaseTheServerLacksIsAnErrorAtStart) {
   EXPECT_EQ(r.output, "fairgate serve: error: Redis at " + where +
                           ": database 99 cannot be selected: ERR DB index is out of range\n");
   EXPECT_EQ(server.command({"DBSIZE"}), "0") << "nothing was written to database 0";
+}
+
+TEST(ServeRedisDatabase, ARefusedOrMissingPasswordIsAnErrorAtStart) {
+  RedisServer server({"--requirepass", "s3cret"});
+  const std::string where = "127.0.0.1:" + std::to_string(server.port());
+  const Outcome wrong =
+      run_fairgate("serve --listen 127.0.0.1:0 --limiter chat=3 --redis redis://:not-it@" + where);
+  EXPECT_EQ(wrong.exit_code, 1) << wrong.output;
+  EXPECT_EQ(wrong.output, "fairgate serve: error: Redis at " + where +
+                              " refused AUTH as user 'default': WRONGPASS invalid username-password pair or "
+                              "user is disabled.\n");
+  const Outcome missing = run_fairgate("serve --listen 127.0.0.1:0 --limiter chat=3 --redis redis://" + where);
+  EXPECT_EQ(missing.exit_code, 1) << missing.output;
+  EXPECT_EQ(missing.output, "fairgate serve: error: Redis at " + where +
+                                " wants a password (NOAUTH Authentication required.): give it in the URL, "
+                                "redis://:PASSWORD@HOST:PORT or redis://USER:PASSWORD@HOST:PORT\n");
 }
 
 }  // namespace
