@@ -40,6 +40,7 @@ Child::Child(std::vector<std::string> argv, bool quiet_stderr, std::shared_ptr<O
       const int devnull = ::open("/dev/null", O_WRONLY);
       if (devnull >= 0) ::dup2(devnull, STDERR_FILENO);
     }
+    ::close_range(3, ~0U, 0);  // none of the parent's sockets (Asio's have no FD_CLOEXEC)
     ::execv(args[0], args.data());
     ::_exit(127);
   }

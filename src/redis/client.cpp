@@ -2,6 +2,7 @@
 // redis::Client (client.hpp says what each keeps).
 #include "redis/client.hpp"
 
+#include "core/text.hpp"
 #include "redis/log_level.hpp"
 
 #include <boost/asio/post.hpp>
@@ -302,14 +303,39 @@ class SentinelClient final : public SingleClient {
     });
   }
 
-  /// Asks sentinel `i` (then the next ones) for the master's address.
+  /// A connection to sentinel `i`: the sentinels' own credentials (?sentinel_user=,
+  /// ?sentinel_password=), never the data node's, and database 0.
+  ConnectionOptions sentinel_options(std::size_t i) const {
+    Endpoint ep = options_.target.nodes[i];
+    ep.user = options_.target.sentinel_user;
+    ep.password = options_.target.sentinel_password;
+    ep.db = 0;
+    ConnectionOptions o;
+    o.endpoint = ep;
+    o.command_timeout = std::max(options_.command_timeout, milliseconds(200));
+    o.connect_timeout = o.command_timeout;
+    o.client_name = options_.client_name + "-sentinel";
+    o.auth_hint = kSentinelAuthHint;
+    return o;
+  }
+  static constexpr const char* kSentinelAuthHint =
+      "the sentinels want one of their own: add ?sentinel_password=PASSWORD (and &sentinel_user=USER for an "
+      "ACL user) to the redis+sentinel:// URL (docs/redis-cluster.md)";
+
+  /// Asks sentinel `i` (then the next ones) for the master's address; when
+  /// none names it, says why (each sentinel's answer) and asks again.
   void ask(std::size_t i) {
     const auto& sentinels = options_.target.nodes;
+    if (i == 0) reasons_.clear();
     if (i >= sentinels.size()) {
-      if (!warned_)
-        log_line(options_,
-                 "Sentinel: no sentinel named master '" + options_.target.master_name + "'; asking again");
-      warned_ = true;
+      std::string line = "Sentinel: no sentinel named master '" + options_.target.master_name + "' (";
+      for (std::size_t k = 0; k < reasons_.size(); ++k) {
+        if (k) line.append("; ");
+        line.append(sentinels[k].host + ":" + std::to_string(sentinels[k].port) + ": " + reasons_[k]);
+      }
+      line.append("); asking again");
+      if (line != told_) log_line(options_, line);
+      told_ = line;
       retry_timer_.expires_after(milliseconds(200));
       retry_timer_.async_wait([w = weak()](error_code ec) {
         auto s = w.lock();
@@ -318,39 +344,50 @@ class SentinelClient final : public SingleClient {
       });
       return;
     }
-    Endpoint ep = sentinels[i];
-    ep.user.clear();
-    ep.password.clear();  // sentinels are asked without AUTH
-    ep.db = 0;
-    ConnectionOptions o;
-    o.endpoint = ep;
-    o.command_timeout = std::max(options_.command_timeout, milliseconds(200));
-    o.connect_timeout = o.command_timeout;
-    o.client_name = options_.client_name + "-sentinel";
-    o.log = options_.connection_log;
+    ConnectionOptions o = sentinel_options(i);
+    // What the connection would report (AUTH refused, a password wanted, TLS)
+    // becomes this sentinel's reason, told once in the line above.
+    auto problem = std::make_shared<std::string>();
+    o.log = [problem](const std::string& line) { *problem = line; };
     auto conn = Connection::create(strand_, o);
     conn->start();
     conn->exec({"SENTINEL", "get-master-addr-by-name", options_.target.master_name},
-               [w = weak(), conn, i](error_code ec, Reply r) {
+               [w = weak(), conn, i, problem](error_code ec, Reply r) {
                  conn->close();
                  auto s = w.lock();
                  if (!s) return;
-                 asio::post(s->strand_, [s, ec, r = std::move(r), i] {
-                   // {host, port}; nil (no such master) or anything else: the next sentinel.
-                   if (ec || !has_shape(r, "si") || r.elements[0].str.empty()) return s->ask(i + 1);
+                 asio::post(s->strand_, [s, ec, r = std::move(r), i, problem] {
+                   // {host, port}; nil (no such master), an error or anything else: the next sentinel.
                    unsigned port = 0;
-                   const auto& p = r.elements[1].str;
-                   if (std::from_chars(p.data(), p.data() + p.size(), port).ec != std::errc{} || port == 0 ||
-                       port > 65535)
-                     return s->ask(i + 1);
-                   s->found(i, r.elements[0].str, static_cast<std::uint16_t>(port));
+                   if (!ec && has_shape(r, "si") && !r.elements[0].str.empty()) {
+                     const auto& p = r.elements[1].str;
+                     if (std::from_chars(p.data(), p.data() + p.size(), port).ec == std::errc{} && port > 0 &&
+                         port <= 65535)
+                       return s->found(i, r.elements[0].str, static_cast<std::uint16_t>(port));
+                   }
+                   std::string why;
+                   if (!problem->empty()) {
+                     why = *problem;
+                   } else if (ec) {
+                     why = ec.message();
+                   } else if (r.is_error()) {
+                     why = core::escape_controls(r.str);
+                     if (starts_with(r.str, "NOAUTH"))
+                       why.append(std::string(" (") + kSentinelAuthHint + ")");
+                   } else if (r.type == Reply::Type::nil) {
+                     why = "does not monitor it";
+                   } else {
+                     why = "an answer that is not [host, port]";
+                   }
+                   s->reasons_.push_back(std::move(why));
+                   s->ask(i + 1);
                  });
                });
   }
 
   void found(std::size_t sentinel, const std::string& host, std::uint16_t port) {
     discovering_ = false;
-    warned_ = false;
+    told_.clear();
     Endpoint ep = options_.target.nodes.front();  // credentials and db of the data node
     ep.host = host;
     ep.port = port;
@@ -375,15 +412,8 @@ class SentinelClient final : public SingleClient {
 
   /// SUBSCRIBE +switch-master on one sentinel: a failover moves us at once.
   void watch(std::size_t sentinel) {
-    Endpoint ep = options_.target.nodes[sentinel];
-    ep.user.clear();
-    ep.password.clear();
-    ep.db = 0;
-    ConnectionOptions o;
-    o.endpoint = ep;
-    o.command_timeout = std::max(options_.command_timeout, milliseconds(200));
+    ConnectionOptions o = sentinel_options(sentinel);
     o.subscriber = true;
-    o.client_name = options_.client_name + "-sentinel";
     o.log = options_.connection_log;
     events_ = Connection::create(strand_, o);
     events_->set_push_handler([w = weak()](Reply m) {
@@ -394,8 +424,19 @@ class SentinelClient final : public SingleClient {
       if (text.rfind(s->options_.target.master_name + " ", 0) != 0) return;
       s->discover();  // asks again: the message says where, the sentinels agree
     });
-    events_->set_connect_handler([c = std::weak_ptr<Connection>(events_), w = weak()] {
-      if (auto conn = c.lock()) conn->exec({"SUBSCRIBE", "+switch-master"}, [](error_code, Reply) {});
+    const std::string where = o.endpoint.host + ":" + std::to_string(o.endpoint.port);
+    events_->set_connect_handler([c = std::weak_ptr<Connection>(events_), w = weak(), where] {
+      if (auto conn = c.lock())
+        conn->exec({"SUBSCRIBE", "+switch-master"}, [w, where](error_code ec, Reply r) {
+          // Refused (an ACL without the channel): a failover is then noticed
+          // only when the master stops answering or answers READONLY.
+          auto s = w.lock();
+          if (!s || ec || !r.is_error()) return;
+          s->options_.connection_log("Sentinel at " + where +
+                                     " refused SUBSCRIBE +switch-master: " + core::escape_controls(r.str) +
+                                     " (a failover is noticed later, when the old master fails; "
+                                     "docs/redis-acl.md)");
+        });
       if (auto s = w.lock()) s->discover();  // a switch may have been missed meanwhile
     });
     events_->start();
@@ -406,7 +447,8 @@ class SentinelClient final : public SingleClient {
   std::shared_ptr<Connection> events_;
   std::optional<Endpoint> master_;
   bool discovering_ = false;
-  bool warned_ = false;
+  std::vector<std::string> reasons_;  ///< why each sentinel asked so far did not name the master
+  std::string told_;                  ///< the last "no sentinel named" line logged (once each)
   bool closed_ = false;
 };
 

@@ -135,15 +135,23 @@ std::optional<std::string> parse_hosts(std::string_view list, const Endpoint& pr
   return std::nullopt;
 }
 
+/// What a URL's query may set: TLS settings, and for Sentinel the sentinels' own credentials.
+struct Query {
+  TlsOptions& tls;
+  std::string* sentinel_user = nullptr;  ///< null: not a Sentinel URL (the parameters are refused)
+  std::string* sentinel_password = nullptr;
+};
+
 /// Splits "?k=v&k=v" off the end of `rest` (after the userinfo, so a '?' in a
-/// password is not mistaken for it) into `tls`.
-std::optional<std::string> parse_query(std::string_view& rest, TlsOptions& tls) {
+/// password is not mistaken for it) into `q`.
+std::optional<std::string> parse_query(std::string_view& rest, Query q) {
+  TlsOptions& tls = q.tls;
   const auto at = rest.rfind('@');
-  const auto q = rest.find('?', at == std::string_view::npos ? 0 : at);
-  if (q == std::string_view::npos) return std::nullopt;
-  std::string_view query = rest.substr(q + 1);
-  rest = rest.substr(0, q);
-  bool any = false;
+  const auto qm = rest.find('?', at == std::string_view::npos ? 0 : at);
+  if (qm == std::string_view::npos) return std::nullopt;
+  std::string_view query = rest.substr(qm + 1);
+  rest = rest.substr(0, qm);
+  bool any_tls = false;
   while (!query.empty()) {
     const auto amp = query.find('&');
     const std::string_view pair = query.substr(0, amp);
@@ -154,7 +162,14 @@ std::optional<std::string> parse_query(std::string_view& rest, TlsOptions& tls) 
     std::string value;
     if (eq == std::string_view::npos || !percent_decode(pair.substr(eq + 1), value))
       return "query parameter '" + key + "': expected " + key + "=VALUE (percent-escaped)";
-    any = true;
+    if (key == "sentinel_user" || key == "sentinel_password") {
+      if (!q.sentinel_user)
+        return "query parameter '" + key + "' is for redis+sentinel:// URLs (the sentinels' own credentials)";
+      *(key == "sentinel_user" ? q.sentinel_user : q.sentinel_password) = value;
+      if (value.empty()) return "query parameter '" + key + "' is empty";
+      continue;
+    }
+    any_tls = true;
     if (key == "tls_ca_file") {
       tls.ca_file = value;
     } else if (key == "tls_cert_file") {
@@ -168,14 +183,17 @@ std::optional<std::string> parse_query(std::string_view& rest, TlsOptions& tls) 
       tls.verify = value == "full";
     } else {
       return "unknown query parameter '" + key +
-             "' (known: tls_ca_file, tls_cert_file, tls_key_file, tls_server_name, tls_verify)";
+             "' (known: tls_ca_file, tls_cert_file, tls_key_file, tls_server_name, tls_verify" +
+             (q.sentinel_user ? ", sentinel_user, sentinel_password)" : ")");
     }
     if (value.empty() && key != "tls_verify") return "query parameter '" + key + "' is empty";
   }
-  if (any && !tls.enabled)
+  if (any_tls && !tls.enabled)
     return std::string("tls_* parameters need TLS: use rediss:// (or rediss+cluster://, rediss+sentinel://)");
   if (tls.cert_file.empty() != tls.key_file.empty())
     return std::string("tls_cert_file and tls_key_file go together (mutual TLS)");
+  if (q.sentinel_user && !q.sentinel_user->empty() && q.sentinel_password->empty())
+    return std::string("sentinel_user needs sentinel_password");
   return std::nullopt;
 }
 
@@ -206,7 +224,7 @@ std::variant<Endpoint, std::string> parse_url(std::string_view url) {
     return std::string(
         "must start with redis://, rediss://, redis+cluster:// or redis+sentinel:// (rediss+... for TLS)");
   }
-  if (auto problem = parse_query(rest, ep.tls)) return *problem;
+  if (auto problem = parse_query(rest, {ep.tls})) return *problem;
 
   if (auto problem = parse_userinfo(rest, ep)) return *problem;
   std::string_view hostport = rest;
@@ -226,7 +244,7 @@ std::variant<Target, std::string> parse_target(std::string_view url) {
   Endpoint proto;
   if (strip_scheme(rest, "redis+cluster://", "rediss+cluster://", proto.tls.enabled)) {
     t.kind = Target::Kind::cluster;
-    if (auto problem = parse_query(rest, proto.tls)) return *problem;
+    if (auto problem = parse_query(rest, {proto.tls})) return *problem;
     if (auto problem = parse_userinfo(rest, proto)) return *problem;
     if (const auto slash = rest.find('/'); slash != std::string_view::npos) {
       if (rest.substr(slash + 1).empty()) {
@@ -240,7 +258,8 @@ std::variant<Target, std::string> parse_target(std::string_view url) {
   }
   if (strip_scheme(rest, "redis+sentinel://", "rediss+sentinel://", proto.tls.enabled)) {
     t.kind = Target::Kind::sentinel;
-    if (auto problem = parse_query(rest, proto.tls)) return *problem;
+    if (auto problem = parse_query(rest, {proto.tls, &t.sentinel_user, &t.sentinel_password}))
+      return *problem;
     if (auto problem = parse_userinfo(rest, proto)) return *problem;
     const auto slash = rest.find('/');
     if (slash == std::string_view::npos || slash + 1 >= rest.size())
@@ -291,6 +310,9 @@ std::string Target::redacted() const {
       out.push_back('/');
       out.append(std::to_string(nodes.front().db));
     }
+    if (!sentinel_user.empty()) out.append("?sentinel_user=").append(sentinel_user);
+    if (!sentinel_password.empty())
+      out.append(sentinel_user.empty() ? "?" : "&").append("sentinel_password=***");
   }
   return out;
 }

@@ -2,6 +2,7 @@
 //   redis://[user:password@]host[:port][/db]                       one server
 //   redis+cluster://[user:password@]host:port[,host:port...]       Redis Cluster seeds
 //   redis+sentinel://[user:password@]host:port[,host:port...]/master_name[/db]
+//       [?sentinel_user=...&sentinel_password=...]   (the sentinels' own AUTH)
 // and the same with TLS: rediss://, rediss+cluster://, rediss+sentinel://,
 // each taking ?tls_ca_file=...&tls_cert_file=...&tls_key_file=...
 // &tls_server_name=...&tls_verify=full|none (docs/redis-cluster.md, "TLS").
@@ -58,6 +59,11 @@ struct Target {
   /// sentinel, db: the data node's database).
   std::vector<Endpoint> nodes;
   std::string master_name;  ///< sentinel only
+  /// Sentinel only: AUTH for the sentinels themselves (requirepass or an ACL
+  /// user in sentinel.conf), from ?sentinel_user=&sentinel_password=. Empty
+  /// password: the sentinels are asked without AUTH.
+  std::string sentinel_user;
+  std::string sentinel_password;
 
   /// The URL again, password masked.
   std::string redacted() const;
@@ -68,7 +74,7 @@ struct Target {
 /// their rediss variants (TLS to every node: data nodes and sentinels alike).
 /// The user and password apply to every node of a cluster; for Sentinel they
 /// are the master's (the sentinels are asked without AUTH unless
-/// sentinel_password is given; see docs/redis-cluster.md).
+/// ?sentinel_password= is given; see docs/redis-cluster.md).
 std::variant<Target, std::string> parse_target(std::string_view url);
 
 }  // namespace fairgate::redis

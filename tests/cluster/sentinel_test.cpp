@@ -4,6 +4,8 @@
 // master under load: the sentinels promote the replica, the instances follow
 // +switch-master; overshoot 0 after the rebuild, every request ends once.
 #include "bench/fleet.hpp"
+#include "support/acl.hpp"
+#include "support/instance.hpp"
 #include "support/lost_grant.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/wait.hpp"
@@ -14,7 +16,9 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <mutex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -110,6 +114,145 @@ TEST(Sentinel, APromotedReplicaThatMissedAGrantDoesNotGiveItsSeatAgain) {
   fairgate::test::LostGrant{sentinels.url(), "st", "lost", sentinels.data(0), sentinels.data(1)}.run([&] {
     ASSERT_TRUE(wait_until([&] { return sentinels.master_index() == 1; }, 30s)) << "the replica was promoted";
   });
+}
+
+// What a backend logs, kept for the test.
+class Logged {
+ public:
+  std::function<void(std::string_view)> sink() {
+    return [this](std::string_view line) {
+      std::lock_guard lock(mu_);
+      lines_.emplace_back(line);
+    };
+  }
+  /// The lines that contain every one of `texts`.
+  std::vector<std::string> with(std::initializer_list<std::string_view> texts) const {
+    std::lock_guard lock(mu_);
+    std::vector<std::string> out;
+    for (const auto& l : lines_) {
+      bool all = true;
+      for (const auto t : texts) all = all && l.find(t) != std::string::npos;
+      if (all) out.push_back(l);
+    }
+    return out;
+  }
+  std::string all() const {
+    std::lock_guard lock(mu_);
+    std::string out;
+    for (const auto& l : lines_) out += l + "\n";
+    return out;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> lines_;
+};
+
+fairgate::RedisBackendOptions auth_options(const std::string& url, Logged& logged) {
+  fairgate::RedisBackendOptions o;
+  o.url = url;
+  o.key_prefix = "st";
+  o.heartbeat_interval = 250ms;
+  o.liveness_ttl = 1000ms;
+  o.recovery_fence = 1250ms;
+  o.command_timeout = 900ms;
+  o.log = logged.sink();
+  return o;
+}
+
+// Password-protected sentinels and data nodes, as managed set-ups run them
+// (requirepass on both; the sentinels' own password in ?sentinel_password=).
+// Without it, or with a wrong one, nothing is written anywhere and the log
+// says why, once, naming the parameter; with it, grants, the +switch-master
+// watch (an authenticated SUBSCRIBE on a sentinel) and a failover by the
+// sentinels work. Then the least users docs/redis-acl.md documents: its data
+// user on both data nodes (ACL is not replicated), its sentinel user on every
+// sentinel, through a second failover.
+TEST(Sentinel, PasswordProtectedSentinels) {
+  using fairgate::Outcome;
+  using fairgate::test::acquire;
+  using fairgate::test::Instance;
+  RedisSentinels sentinels("fgauth", 1000ms, std::nullopt, "s3cret");
+  const std::string url = sentinels.url();  // redis+sentinel://:s3cret@.../fgauth: the data nodes' password
+  ASSERT_EQ(url.rfind("redis+sentinel://:s3cret@", 0), 0u) << url;
+  fairgate::Settings one;
+  one.max_concurrent = 1;
+  one.max_wait = 30s;
+
+  for (const auto& [query, told] : std::vector<std::pair<std::string, std::string>>{
+           {"",
+            "wants a password (NOAUTH Authentication required.): the sentinels want one of their own: add "
+            "?sentinel_password=PASSWORD"},
+           {"?sentinel_password=not-it", "refused AUTH as user 'default': WRONGPASS"}}) {
+    Logged logged;
+    {
+      Instance without(auth_options(url + query, logged));
+      fairgate::Limiter l = without.open("nopw", one);
+      const auto line = [&] { return logged.with({"no sentinel named master 'fgauth'", told}); };
+      ASSERT_TRUE(wait_until([&] { return !line().empty(); }, 10s)) << query << ":\n" << logged.all();
+      EXPECT_EQ(line().front().find("s3cret"), std::string::npos);
+      EXPECT_EQ(line().front().find("not-it"), std::string::npos) << "no password in the log";
+      std::this_thread::sleep_for(1500ms);  // several rounds of asking, 200 ms apart
+      EXPECT_EQ(line().size(), 1u) << "said once:\n" << logged.all();
+      EXPECT_FALSE(without.impl("nopw")->ready());
+    }
+    EXPECT_EQ(sentinels.data(0).command({"DBSIZE"}), "0") << query << ": nothing written";
+  }
+
+  const auto run = [&](const std::string& u, const std::string& name, int new_master) {
+    Logged logged;
+    Instance a(auth_options(u, logged));
+    fairgate::Limiter l = a.open(name, one);
+    ASSERT_TRUE(wait_until([&] { return fairgate::test::ready_past_fence(a, name, l); }, 20s))
+        << logged.all();
+    auto held = acquire(l);
+    ASSERT_TRUE(wait_until([&] { return held->done(); }, 10s));
+    ASSERT_EQ(held->outcome(), Outcome::granted) << held->message();
+    // The +switch-master watch: subscribed on one sentinel, authenticated.
+    const auto watching = [&] {
+      for (std::size_t i = 0; i < 3; ++i) {
+        std::istringstream list(sentinels.sentinel(i).command({"CLIENT", "LIST"}));
+        for (std::string c; std::getline(list, c);)
+          if (c.find("-sentinel ") != std::string::npos && c.find(" sub=1 ") != std::string::npos)
+            return true;
+      }
+      return false;
+    };
+    EXPECT_TRUE(wait_until(watching, 10s)) << "no sentinel has the +switch-master subscriber";
+    held->release();
+    const int old_master = sentinels.master_index();
+    sentinels.data(static_cast<std::size_t>(old_master)).kill_hard();
+    ASSERT_TRUE(wait_until([&] { return sentinels.master_index() == new_master; }, 30s)) << "promoted";
+    auto after = acquire(l, fairgate::AcquireOptions{.max_wait = 30s});
+    ASSERT_TRUE(wait_until([&] { return after->done(); }, 40s));
+    EXPECT_EQ(after->outcome(), Outcome::granted) << after->message() << "\n" << logged.all();
+    after->release();
+    EXPECT_TRUE(logged.with({"refused"}).empty()) << logged.all();
+    EXPECT_TRUE(logged.with({"NOPERM"}).empty()) << logged.all();
+    EXPECT_TRUE(logged.with({"no sentinel named"}).empty()) << logged.all();
+    sentinels.data(static_cast<std::size_t>(old_master))
+        .start_again();  // a replica again, for the next round
+  };
+  run(url + "?sentinel_password=s3cret", "pw", 1);
+  if (HasFatalFailure()) return;
+
+  // The documented users: on both data nodes (the next master must have it
+  // too) and on every sentinel.
+  const auto data_acl = fairgate::test::documented_acl("fairgate", "data-pw", "st");
+  const auto sentinel_acl = fairgate::test::documented_sentinel_acl("fg-watch", "watch-pw");
+  ASSERT_FALSE(data_acl.empty()) << "docs/redis-acl.md has no ACL SETUSER fairgate line";
+  ASSERT_FALSE(sentinel_acl.empty()) << "docs/redis-acl.md has no ACL SETUSER fairgate-sentinel line";
+  for (std::size_t i = 0; i < 2; ++i) ASSERT_EQ(sentinels.data(i).command(data_acl), "OK");
+  for (std::size_t i = 0; i < 3; ++i) ASSERT_EQ(sentinels.sentinel(i).command(sentinel_acl), "OK");
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return sentinels.data(0).command({"INFO", "replication"}).find("role:slave") != std::string::npos;
+      },
+      20s))
+      << "the old master is a replica again";
+  std::string users = url;
+  users.replace(users.find(":s3cret@"), 8, "fairgate:data-pw@");
+  run(users + "?sentinel_user=fg-watch&sentinel_password=watch-pw", "acl", 0);
 }
 
 }  // namespace

@@ -260,14 +260,20 @@ std::string RedisCluster::command_for(const std::string& key, const std::vector<
 // --- Sentinel -------------------------------------------------------------------
 
 RedisSentinels::RedisSentinels(std::string master_name, std::chrono::milliseconds down_after,
-                               std::optional<RedisServer::Tls> tls)
-    : name_(std::move(master_name)), tls_(std::move(tls)) {
+                               std::optional<RedisServer::Tls> tls, std::string password)
+    : name_(std::move(master_name)), tls_(std::move(tls)), password_(std::move(password)) {
   if (tls_) tls_->replication = true;
+  // Either may become the master: both want the password and give it to the other.
+  std::vector<std::string> auth;
+  if (!password_.empty()) auth = {"--requirepass", password_, "--masterauth", password_};
   RedisServer::Options master;
   master.tls = tls_;
+  master.extra_args = auth;
+  master.password = password_;
   data_.push_back(std::make_unique<RedisServer>(master));
   RedisServer::Options replica;
   replica.tls = tls_;
+  replica.password = password_;
   replica.extra_args = {"--replicaof",
                         data_[0]->host(),
                         std::to_string(data_[0]->port()),
@@ -275,6 +281,7 @@ RedisSentinels::RedisSentinels(std::string master_name, std::chrono::millisecond
                         "yes",
                         "--repl-diskless-sync-delay",
                         "0"};
+  replica.extra_args.insert(replica.extra_args.end(), auth.begin(), auth.end());
   data_.push_back(std::make_unique<RedisServer>(replica));
   // The replica is in sync before the sentinels start (a failover needs it).
   const auto deadline = Clock::now() + 20s;
@@ -291,8 +298,13 @@ RedisSentinels::RedisSentinels(std::string master_name, std::chrono::millisecond
         << "sentinel down-after-milliseconds " << name_ << " " << down_after.count() << "\n"
         << "sentinel failover-timeout " << name_ << " 5000\n"
         << "sentinel parallel-syncs " << name_ << " 1\n";
+    if (!password_.empty())
+      out << "sentinel auth-pass " << name_ << " " << password_ << "\n"
+          << "requirepass " << password_ << "\n"
+          << "sentinel sentinel-pass " << password_ << "\n";
     out.close();
     RedisServer::Options o;
+    o.password = password_;
     o.config_file = conf;
     o.debug_command = false;
     o.extra_args = {"--sentinel"};
@@ -324,6 +336,7 @@ RedisSentinels::~RedisSentinels() {
 
 std::string RedisSentinels::url() const {
   std::string u = tls_ ? "rediss+sentinel://" : "redis+sentinel://";
+  if (!password_.empty()) u += ":" + password_ + "@";
   for (std::size_t i = 0; i < sentinels_.size(); ++i) {
     if (i) u += ",";
     u += sentinels_[i]->host() + ":" + std::to_string(sentinels_[i]->port());

@@ -77,14 +77,18 @@ class RedisSentinels {
   /// (quorum 2, down-after `down_after`, failover-timeout a few seconds).
   /// With `tls`: every data node and sentinel TLS-only, replication and the
   /// sentinels' links over TLS; url() is rediss+sentinel://...?tls_ca_file=<ca_file>.
+  /// With `password`: requirepass on the data nodes (masterauth for the
+  /// replica) and on the sentinels (auth-pass to the data nodes, sentinel-pass
+  /// between sentinels); url() gives it as the data nodes' password only.
   explicit RedisSentinels(std::string master_name = "mymaster",
                           std::chrono::milliseconds down_after = std::chrono::milliseconds(1000),
-                          std::optional<RedisServer::Tls> tls = std::nullopt);
+                          std::optional<RedisServer::Tls> tls = std::nullopt, std::string password = {});
   ~RedisSentinels();
   RedisSentinels(const RedisSentinels&) = delete;
   RedisSentinels& operator=(const RedisSentinels&) = delete;
 
-  /// redis+sentinel://127.0.0.1:s1,127.0.0.1:s2,127.0.0.1:s3/<master_name> (rediss+sentinel with TLS)
+  /// redis+sentinel://[:password@]127.0.0.1:s1,127.0.0.1:s2,127.0.0.1:s3/<master_name>
+  /// (rediss+sentinel with TLS)
   std::string url() const;
   RedisServer& data(std::size_t i) { return *data_.at(i); }  ///< 0: the first master, 1: its replica
   RedisServer& sentinel(std::size_t i) { return *sentinels_.at(i); }
@@ -96,6 +100,7 @@ class RedisSentinels {
  private:
   std::string name_;
   std::optional<RedisServer::Tls> tls_;
+  std::string password_;
   std::vector<std::unique_ptr<RedisServer>> data_;
   std::vector<std::unique_ptr<RedisServer>> sentinels_;
 };

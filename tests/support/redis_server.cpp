@@ -300,6 +300,10 @@ bool RedisServer::spawn_and_wait() {
       ::dup2(devnull, 1);
       ::dup2(devnull, 2);
     }
+    // Nor any socket of the test's: a connection the test closes must close
+    // (Asio opens sockets without FD_CLOEXEC; a server started meanwhile
+    // kept them open, and the peer saw a client long gone).
+    ::close_range(3, ~0U, 0);
     ::execvp(argv[0], argv.data());
     ::_exit(127);
   }
@@ -418,7 +422,10 @@ void RedisServer::stop() {
 
 std::string RedisServer::command(const std::vector<std::string>& args,
                                  std::chrono::milliseconds timeout) const {
-  if (options_.tls) return tls_command(host_, port_, *options_.tls, args, timeout);
+  if (options_.tls) {
+    if (!options_.password.empty()) throw std::logic_error("RedisServer: password with TLS is not supported");
+    return tls_command(host_, port_, *options_.tls, args, timeout);
+  }
   const timeval tv = to_timeval(timeout);
   redisContext* c = redisConnectWithTimeout(host_.c_str(), port_, tv);
   if (!c || c->err) {
@@ -428,6 +435,10 @@ std::string RedisServer::command(const std::vector<std::string>& args,
     return text;
   }
   redisSetTimeout(c, tv);
+  if (!options_.password.empty()) {
+    auto* a = static_cast<redisReply*>(redisCommand(c, "AUTH %s", options_.password.c_str()));
+    if (a) freeReplyObject(a);
+  }
   std::vector<const char*> argv;
   std::vector<std::size_t> lens;
   for (const auto& a : args) {

@@ -76,6 +76,9 @@ class RedisServer {
     /// --cluster-enabled in extra_args: the port is chosen with
     /// free_loopback_cluster_port(), so its cluster bus port is free too.
     bool cluster = false;
+    /// Set: command() sends AUTH <password> first (a server started with
+    /// requirepass, in extra_args or config_file). Plain text only.
+    std::string password;
   };
 
   /// Starts a server with these extra arguments (e.g. {"--requirepass", "x"}),

@@ -121,6 +121,40 @@ TEST(RedisTarget, SentinelMasterAndDb) {
   EXPECT_EQ(t.redacted(), "redis+sentinel://:***@s1:26380,s2:26379/mymaster/2");
 }
 
+// The sentinels' own credentials (requirepass or an ACL user in
+// sentinel.conf): query parameters, percent-decoded, masked when shown; the
+// data node's user and password stay the data node's.
+TEST(RedisTarget, SentinelsOwnCredentials) {
+  auto t = target_ok(
+      "redis+sentinel://app:pw@s1,s2:26380/mymaster/1?sentinel_user=watch&sentinel_password=s%40nt%3F");
+  EXPECT_EQ(t.sentinel_user, "watch");
+  EXPECT_EQ(t.sentinel_password, "s@nt?");
+  EXPECT_EQ(t.nodes[0].user, "app");
+  EXPECT_EQ(t.nodes[0].password, "pw");
+  EXPECT_EQ(t.nodes[1].db, 1);
+  EXPECT_EQ(
+      t.redacted(),
+      "redis+sentinel://app:***@s1:26379,s2:26380/mymaster/1?sentinel_user=watch&sentinel_password=***");
+  EXPECT_EQ(target_ok("redis+sentinel://s1/m?sentinel_password=x").redacted(),
+            "redis+sentinel://s1:26379/m?sentinel_password=***");
+  auto tls = target_ok("rediss+sentinel://s1/m?tls_ca_file=%2Fca.pem&sentinel_password=x");
+  EXPECT_EQ(tls.sentinel_password, "x");
+  EXPECT_EQ(tls.nodes[0].tls.ca_file, "/ca.pem");
+  EXPECT_TRUE(target_ok("redis+sentinel://s1/m").sentinel_password.empty()) << "none: asked without AUTH";
+
+  EXPECT_NE(target_bad("redis+sentinel://s1/m?sentinel_user=watch").find("needs sentinel_password"),
+            std::string::npos);
+  EXPECT_NE(target_bad("redis+sentinel://s1/m?sentinel_password=").find("empty"), std::string::npos);
+  EXPECT_NE(target_bad("redis+sentinel://s1/m?sentinel_password=%zz").find("percent"), std::string::npos);
+  EXPECT_NE(target_bad("redis+sentinel://s1/m?sentinel_pass=x").find("sentinel_password"), std::string::npos)
+      << "the unknown-parameter line lists them";
+  // Only Sentinel URLs have sentinels.
+  EXPECT_NE(target_bad("redis://h:1?sentinel_password=x").find("redis+sentinel://"), std::string::npos);
+  EXPECT_NE(target_bad("redis+cluster://h:1?sentinel_password=x").find("redis+sentinel://"),
+            std::string::npos);
+  EXPECT_NE(bad("redis://h:1?sentinel_user=u").find("redis+sentinel://"), std::string::npos);
+}
+
 TEST(RedisTarget, RejectsWithAReason) {
   EXPECT_NE(target_bad("redis+cluster://").find("host"), std::string::npos);
   EXPECT_NE(target_bad("redis+cluster://h:1,,h:2").find("host"), std::string::npos);
