@@ -5,10 +5,11 @@
 
 #include <hiredis/hiredis.h>
 
-#include <boost/asio/connect.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
+
+#include <fcntl.h>
 
 #include <algorithm>
 
@@ -245,14 +246,30 @@ void Connection::connect() {
       [self = shared_from_this(), gen](error_code ec, asio::ip::tcp::resolver::results_type results) {
         if (gen != self->generation_) return;
         if (ec) return self->reset("resolve failed");
-        asio::async_connect(self->socket_, results,
-                            [self, gen](error_code ec2, const asio::ip::tcp::endpoint&) {
-                              if (gen != self->generation_) return;
-                              if (ec2) return self->reset("connect failed");
-                              if (self->tls_context_) return self->start_tls(self->endpoint());
-                              self->on_connected();
-                            });
+        self->connect_to(std::move(results), 0, gen);
       });
+}
+
+void Connection::connect_to(asio::ip::tcp::resolver::results_type addresses, std::size_t next,
+                            std::uint64_t gen) {
+  if (next >= addresses.size()) return reset("connect failed");
+  const auto address = std::next(addresses.begin(), static_cast<std::ptrdiff_t>(next))->endpoint();
+  error_code ec;
+  socket_.close(ec);
+  socket_.open(address.protocol(), ec);
+  if (ec) return connect_to(std::move(addresses), next + 1, gen);
+  // Asio opens sockets without FD_CLOEXEC: a program that runs another
+  // (fork and exec) would hand it this connection, which then outlives our
+  // close of it.
+  const int fd = socket_.native_handle();
+  if (const int flags = ::fcntl(fd, F_GETFD); flags >= 0) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+  socket_.async_connect(address, [self = shared_from_this(), gen, addresses = std::move(addresses),
+                                  next](error_code ec2) mutable {
+    if (gen != self->generation_) return;
+    if (ec2) return self->connect_to(std::move(addresses), next + 1, gen);
+    if (self->tls_context_) return self->start_tls(self->endpoint());
+    self->on_connected();
+  });
 }
 
 void Connection::start_tls(const Endpoint& ep) {

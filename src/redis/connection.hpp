@@ -146,6 +146,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void do_exec(std::vector<std::string> args, Callback callback, std::chrono::milliseconds timeout);
   void connect();
+  /// Tries the resolved addresses from `next` on, each on a socket opened
+  /// close-on-exec (a process the host application starts does not inherit
+  /// the connection: docs/redis-cluster.md, "The client").
+  void connect_to(boost::asio::ip::tcp::resolver::results_type addresses, std::size_t next,
+                  std::uint64_t gen);
   void start_tls(const Endpoint& ep);
   void on_connected();
   /// The database is selected (or is 0): the connection is up.

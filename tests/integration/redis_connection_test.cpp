@@ -2,12 +2,17 @@
 #include "redis/connection.hpp"
 #include "redis/database_check.hpp"
 #include "support/redis_server.hpp"
+#include "support/wait.hpp"
 
 #include <gtest/gtest.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 
 #include <array>
 #include <future>
@@ -334,6 +339,32 @@ TEST_F(RedisConnectionTest, APasswordTheServerWantsIsNamedOnce) {
   EXPECT_EQ(lines.front(), "Redis at 127.0.0.1:" + std::to_string(server.port()) +
                                " wants a password (NOAUTH Authentication required.): give it in the URL, "
                                "redis://:PASSWORD@HOST:PORT or redis://USER:PASSWORD@HOST:PORT");
+}
+
+// A program that embeds fairgate and starts another one (fork and exec)
+// must not hand it fairgate's connections: Asio opens sockets without
+// FD_CLOEXEC, and a connection inherited by a child outlived its close()
+// (Redis still listed the client while the child ran).
+TEST_F(RedisConnectionTest, AChildProcessDoesNotInheritTheConnection) {
+  auto& server = RedisServer::shared();
+  const std::string name = "cloexec-" + std::to_string(::getpid());
+  auto c = connect(server, name);
+  auto r = exec(*c, {"PING"}, 2s);
+  ASSERT_FALSE(r.ec) << r.ec.message();
+  const auto listed = [&] {
+    return server.command({"CLIENT", "LIST"}).find("name=" + name + " ") != std::string::npos;
+  };
+  ASSERT_TRUE(fairgate::test::wait_until(listed, 5s));
+  pid_t child = -1;
+  char sleep_path[] = "/bin/sleep";
+  char seconds[] = "30";
+  char* argv[] = {sleep_path, seconds, nullptr};
+  ASSERT_EQ(::posix_spawn(&child, sleep_path, nullptr, nullptr, argv, environ), 0);
+  c->close();
+  EXPECT_TRUE(fairgate::test::wait_until([&] { return !listed(); }, 5s))
+      << "the connection is still open after close(): the child holds it";
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
 }
 
 // A database the server has: what waited for the connection runs there, after SELECT.
