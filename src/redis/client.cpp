@@ -154,6 +154,13 @@ std::function<void(const std::string&)> connection_log(const ClientOptions& o) {
 ConnectionOptions connection_options(const ClientOptions& o, const Endpoint& ep, bool subscriber) {
   ConnectionOptions c;
   c.log = o.connection_log;
+  const char* tls = ep.tls.enabled ? "s" : "";
+  if (o.target.kind == Target::Kind::sentinel)
+    c.auth_hint = std::string("give the data nodes' password in the URL, redis") + tls +
+                  "+sentinel://:PASSWORD@HOST:PORT,.../MASTER_NAME (or USER:PASSWORD@)";
+  if (o.target.kind == Target::Kind::cluster)
+    c.auth_hint = std::string("give it in the URL, redis") + tls +
+                  "+cluster://:PASSWORD@HOST:PORT,... (or USER:PASSWORD@)";
   c.endpoint = ep;
   c.command_timeout = o.command_timeout;
   c.client_name = subscriber ? o.client_name + "-sub" : o.client_name;

@@ -199,6 +199,26 @@ TEST(Sentinel, PasswordProtectedSentinels) {
     EXPECT_EQ(sentinels.data(0).command({"DBSIZE"}), "0") << query << ": nothing written";
   }
 
+  {  // The sentinels' password only: the master wants its own, and the log says where it goes.
+    std::string no_data_pw = url;
+    no_data_pw.erase(no_data_pw.find(":s3cret@"), 8);
+    Logged logged;
+    Instance without(auth_options(no_data_pw + "?sentinel_password=s3cret", logged));
+    fairgate::Limiter l = without.open("nodatapw", one);
+    ASSERT_TRUE(wait_until(
+        [&] {
+          return !logged
+                      .with({"wants a password (NOAUTH",
+                             "give the data nodes' password in the URL, "
+                             "redis+sentinel://:PASSWORD@"})
+                      .empty();
+        },
+        10s))
+        << logged.all();
+    EXPECT_FALSE(without.impl("nodatapw")->ready());
+  }
+  EXPECT_EQ(sentinels.data(0).command({"DBSIZE"}), "0") << "nothing written without the data password";
+
   const auto run = [&](const std::string& u, const std::string& name, int new_master) {
     Logged logged;
     Instance a(auth_options(u, logged));
