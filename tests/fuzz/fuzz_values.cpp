@@ -84,7 +84,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const auto& target = std::get<redis::Target>(t);
         FUZZ_CHECK(!target.nodes.empty(), "a node");
         for (const auto& n : target.nodes) check_redis_endpoint(n);
-        (void)target.redacted();
+        const std::string r = target.redacted();
+        // The sentinels' credentials: only on Sentinel URLs, a user only with a password, masked.
+        if (target.kind != redis::Target::Kind::sentinel)
+          FUZZ_CHECK(target.sentinel_user.empty() && target.sentinel_password.empty(), r);
+        if (!target.sentinel_user.empty()) FUZZ_CHECK(!target.sentinel_password.empty(), r);
+        if (!target.sentinel_password.empty())
+          FUZZ_CHECK(r.find("sentinel_password=***") != std::string::npos, r);
       }
       const auto u = redis::parse_url(text);
       if (const auto* e = std::get_if<std::string>(&u)) {
