@@ -171,7 +171,10 @@ Command add_serve_command(CLI::App& root) {
                          ->type_name("HOST:PORT")
                          ->default_str("127.0.0.1:8080");
   args->redis_opt = app->add_option("--redis", args->redis,
-                                    "Share limiters through Redis: redis://[user:pass@]HOST:PORT[/DB]")
+                                    "Share limiters through Redis: redis://[user:pass@]HOST:PORT[/DB], "
+                                    "redis+cluster://HOST:PORT,..., "
+                                    "redis+sentinel://HOST:PORT,.../MASTER[/DB][?sentinel_password=PW]; "
+                                    "rediss... for TLS (docs/redis-cluster.md)")
                         ->type_name("URL");
   args->instance_opt = app->add_option("--instance", args->instance,
                                        "This instance's id, [A-Za-z0-9._-]{1,128} (default: generated)")
