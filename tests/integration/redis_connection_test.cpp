@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <string>
@@ -230,6 +231,13 @@ struct LogLines {
     std::lock_guard lock(mu);
     return lines;
   }
+  /// A ConnectionOptions::log that keeps its lines in `log`.
+  static std::function<void(const std::string&)> sink(std::shared_ptr<LogLines> log) {
+    return [log](const std::string& line) {
+      std::lock_guard lock(log->mu);
+      log->lines.push_back(line);
+    };
+  }
 };
 
 // /99 on a server with 16 databases: SELECT is refused, and nothing runs in
@@ -245,10 +253,7 @@ TEST_F(RedisConnectionTest, ADatabaseTheServerLacksIsNeverDatabaseZero) {
   o.client_name = "select-test";
   o.reconnect_min = 20ms;
   o.reconnect_max = 40ms;
-  o.log = [log](const std::string& line) {
-    std::lock_guard lock(log->mu);
-    log->lines.push_back(line);
-  };
+  o.log = LogLines::sink(log);
   auto c = Connection::create(io_.get_executor(), o);
   connections_.push_back(c);
   c->set_preload({{"SET", "select:preload", "in-db-0"}});
@@ -283,10 +288,7 @@ TEST_F(RedisConnectionTest, ARefusedAuthRunsNothingAsTheDefaultUser) {
   o.client_name = "auth-test";
   o.reconnect_min = 20ms;
   o.reconnect_max = 40ms;
-  o.log = [log](const std::string& line) {
-    std::lock_guard lock(log->mu);
-    log->lines.push_back(line);
-  };
+  o.log = LogLines::sink(log);
   auto c = Connection::create(io_.get_executor(), o);
   connections_.push_back(c);
   c->set_preload({{"SET", "auth:preload", "as-default"}});
@@ -323,10 +325,7 @@ TEST_F(RedisConnectionTest, APasswordTheServerWantsIsNamedOnce) {
   auto log = std::make_shared<LogLines>();
   ConnectionOptions o;
   o.endpoint.port = server.port();
-  o.log = [log](const std::string& line) {
-    std::lock_guard lock(log->mu);
-    log->lines.push_back(line);
-  };
+  o.log = LogLines::sink(log);
   auto c = connect(o);
   for (int i = 0; i < 3; ++i) {
     auto r = exec(*c, {"GET", "k"}, 2s);
