@@ -341,8 +341,14 @@ class SentinelClient final : public SingleClient {
         line.append(sentinels[k].host + ":" + std::to_string(sentinels[k].port) + ": " + reasons_[k]);
       }
       line.append("); asking again");
-      if (line != told_) log_line(options_, line);
-      told_ = line;
+      // Once, and again when the answers change, at most every 30 s (a
+      // sentinel that times out one round and refuses the next is no news).
+      const auto now = Clock::now();
+      if (told_.empty() || (line != told_ && now - told_at_ >= std::chrono::seconds(30))) {
+        log_line(options_, line);
+        told_ = line;
+        told_at_ = now;
+      }
       retry_timer_.expires_after(milliseconds(200));
       retry_timer_.async_wait([w = weak()](error_code ec) {
         auto s = w.lock();
@@ -455,7 +461,8 @@ class SentinelClient final : public SingleClient {
   std::optional<Endpoint> master_;
   bool discovering_ = false;
   std::vector<std::string> reasons_;  ///< why each sentinel asked so far did not name the master
-  std::string told_;                  ///< the last "no sentinel named" line logged (once each)
+  std::string told_;                  ///< the last "no sentinel named" line logged (empty: none yet)
+  Clock::time_point told_at_{};       ///< when
   bool closed_ = false;
 };
 
