@@ -30,8 +30,6 @@ using asio::ip::tcp;
 using std::chrono::milliseconds;
 
 constexpr std::string_view kBusyText = "The system is busy, please try again later";
-/// Completion token that reports errors as values (named: no temporaries inside co_await).
-constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 
 }  // namespace
 
