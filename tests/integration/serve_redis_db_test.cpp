@@ -54,7 +54,8 @@ TEST(ServeRedisDatabase, ARefusedOrMissingPasswordIsAnErrorAtStart) {
   EXPECT_EQ(wrong.output, "fairgate serve: error: Redis at " + where +
                               " refused AUTH as user 'default': WRONGPASS invalid username-password pair or "
                               "user is disabled.\n");
-  const Outcome missing = run_fairgate("serve --listen 127.0.0.1:0 --limiter chat=3 --redis redis://" + where);
+  const Outcome missing =
+      run_fairgate("serve --listen 127.0.0.1:0 --limiter chat=3 --redis redis://" + where);
   EXPECT_EQ(missing.exit_code, 1) << missing.output;
   EXPECT_EQ(missing.output, "fairgate serve: error: Redis at " + where +
                                 " wants a password (NOAUTH Authentication required.): give it in the URL, "
