@@ -5,6 +5,7 @@
 #include "core/text.hpp"
 #include "redis/log_level.hpp"
 
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
@@ -290,8 +291,15 @@ class SentinelClient final : public SingleClient {
   }
   void close_subscriber() override {
     SingleClient::close_subscriber();
-    closed_ = true;
-    if (events_) events_->close();
+    // On the strand, where discovery reads closed_ and sets events_ (the
+    // caller is whatever thread shuts the backend down).
+    asio::dispatch(strand_, [w = weak()] {
+      auto s = w.lock();
+      if (!s) return;  // gone: its destructor closed events_
+      s->closed_ = true;
+      s->retry_timer_.cancel();
+      if (s->events_) s->events_->close();
+    });
   }
   std::string_view kind() const noexcept override { return "redis-sentinel"; }
 
@@ -332,6 +340,7 @@ class SentinelClient final : public SingleClient {
   /// Asks sentinel `i` (then the next ones) for the master's address; when
   /// none names it, says why (each sentinel's answer) and asks again.
   void ask(std::size_t i) {
+    if (closed_) return;
     const auto& sentinels = options_.target.nodes;
     if (i == 0) reasons_.clear();
     if (i >= sentinels.size()) {
@@ -420,7 +429,7 @@ class SentinelClient final : public SingleClient {
         subscriber_->drop("the master moved");
       }
     }
-    if (!events_) watch(sentinel);
+    if (!events_ && !closed_) watch(sentinel);  // (closed: no more failovers to follow)
   }
 
   /// SUBSCRIBE +switch-master on one sentinel: a failover moves us at once.
