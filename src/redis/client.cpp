@@ -330,12 +330,12 @@ class SentinelClient final : public SingleClient {
     o.command_timeout = std::max(options_.command_timeout, milliseconds(200));
     o.connect_timeout = o.command_timeout;
     o.client_name = options_.client_name + "-sentinel";
-    o.auth_hint = kSentinelAuthHint;
+    o.auth_hint =
+        "the sentinels want one of their own: add ?sentinel_password=PASSWORD (and &sentinel_user=USER for "
+        "an "
+        "ACL user) to the redis+sentinel:// URL (docs/redis-cluster.md)";
     return o;
   }
-  static constexpr const char* kSentinelAuthHint =
-      "the sentinels want one of their own: add ?sentinel_password=PASSWORD (and &sentinel_user=USER for an "
-      "ACL user) to the redis+sentinel:// URL (docs/redis-cluster.md)";
 
   /// Asks sentinel `i` (then the next ones) for the master's address; when
   /// none names it, says why (each sentinel's answer) and asks again.
@@ -387,6 +387,7 @@ class SentinelClient final : public SingleClient {
                          port <= 65535)
                        return s->found(i, r.elements[0].str, static_cast<std::uint16_t>(port));
                    }
+                   // (NOAUTH, a refused AUTH, TLS: the connection's own line, with the hint.)
                    std::string why;
                    if (!problem->empty()) {
                      why = *problem;
@@ -394,8 +395,6 @@ class SentinelClient final : public SingleClient {
                      why = ec.message();
                    } else if (r.is_error()) {
                      why = core::escape_controls(r.str);
-                     if (starts_with(r.str, "NOAUTH"))
-                       why.append(std::string(" (") + kSentinelAuthHint + ")");
                    } else if (r.type == Reply::Type::nil) {
                      why = "does not monitor it";
                    } else {

@@ -94,7 +94,8 @@ std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::
   const std::string_view reason(r->str, r->len);
   if (reason.starts_with("NOAUTH")) return password_missing(endpoint, reason);
   if (endpoint.db == 0) return std::nullopt;  // (an ACL without PING, a busy server: not for this check)
-  if (reason.starts_with("LOADING") || reason.starts_with("BUSY")) return std::nullopt;  // busy, not wrong
+  // A script runs: busy, not wrong. (SELECT runs while Redis loads its data: no LOADING here.)
+  if (reason.starts_with("BUSY")) return std::nullopt;
   return database_refused(endpoint, reason);
 }
 

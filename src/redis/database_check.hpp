@@ -40,7 +40,7 @@ std::vector<std::string> auth_command(const Endpoint& endpoint);
 /// for a refused AUTH, password_missing() for NOAUTH, database_refused() for
 /// a refused SELECT. Nothing when all is accepted, when the endpoint is TLS
 /// (not asked), or when the check cannot tell (no server there, no answer, a
-/// server loading its data: serve starts degraded then). Everything it opens
+/// server busy with a script: serve starts degraded then). Everything it opens
 /// is closed on every path.
 std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::milliseconds timeout);
 

@@ -138,8 +138,7 @@ std::optional<std::string> parse_hosts(std::string_view list, const Endpoint& pr
 /// What a URL's query may set: TLS settings, and for Sentinel the sentinels' own credentials.
 struct Query {
   TlsOptions& tls;
-  std::string* sentinel_user = nullptr;  ///< null: not a Sentinel URL (the parameters are refused)
-  std::string* sentinel_password = nullptr;
+  Target* sentinel = nullptr;  ///< null: not a Sentinel URL (its parameters are refused)
 };
 
 /// Splits "?k=v&k=v" off the end of `rest` (after the userinfo, so a '?' in a
@@ -163,9 +162,9 @@ std::optional<std::string> parse_query(std::string_view& rest, Query q) {
     if (eq == std::string_view::npos || !percent_decode(pair.substr(eq + 1), value))
       return "query parameter '" + key + "': expected " + key + "=VALUE (percent-escaped)";
     if (key == "sentinel_user" || key == "sentinel_password") {
-      if (!q.sentinel_user)
+      if (!q.sentinel)
         return "query parameter '" + key + "' is for redis+sentinel:// URLs (the sentinels' own credentials)";
-      *(key == "sentinel_user" ? q.sentinel_user : q.sentinel_password) = value;
+      (key == "sentinel_user" ? q.sentinel->sentinel_user : q.sentinel->sentinel_password) = value;
       if (value.empty()) return "query parameter '" + key + "' is empty";
       continue;
     }
@@ -184,7 +183,7 @@ std::optional<std::string> parse_query(std::string_view& rest, Query q) {
     } else {
       return "unknown query parameter '" + key +
              "' (known: tls_ca_file, tls_cert_file, tls_key_file, tls_server_name, tls_verify" +
-             (q.sentinel_user ? ", sentinel_user, sentinel_password)" : ")");
+             (q.sentinel ? ", sentinel_user, sentinel_password)" : ")");
     }
     if (value.empty() && key != "tls_verify") return "query parameter '" + key + "' is empty";
   }
@@ -192,7 +191,7 @@ std::optional<std::string> parse_query(std::string_view& rest, Query q) {
     return std::string("tls_* parameters need TLS: use rediss:// (or rediss+cluster://, rediss+sentinel://)");
   if (tls.cert_file.empty() != tls.key_file.empty())
     return std::string("tls_cert_file and tls_key_file go together (mutual TLS)");
-  if (q.sentinel_user && !q.sentinel_user->empty() && q.sentinel_password->empty())
+  if (q.sentinel && !q.sentinel->sentinel_user.empty() && q.sentinel->sentinel_password.empty())
     return std::string("sentinel_user needs sentinel_password");
   return std::nullopt;
 }
@@ -258,8 +257,7 @@ std::variant<Target, std::string> parse_target(std::string_view url) {
   }
   if (strip_scheme(rest, "redis+sentinel://", "rediss+sentinel://", proto.tls.enabled)) {
     t.kind = Target::Kind::sentinel;
-    if (auto problem = parse_query(rest, {proto.tls, &t.sentinel_user, &t.sentinel_password}))
-      return *problem;
+    if (auto problem = parse_query(rest, {proto.tls, &t})) return *problem;
     if (auto problem = parse_userinfo(rest, proto)) return *problem;
     const auto slash = rest.find('/');
     if (slash == std::string_view::npos || slash + 1 >= rest.size())

@@ -6,6 +6,7 @@
 #include "bench/fleet.hpp"
 #include "support/acl.hpp"
 #include "support/instance.hpp"
+#include "support/log_lines.hpp"
 #include "support/lost_grant.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/wait.hpp"
@@ -16,7 +17,6 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
-#include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -29,6 +29,7 @@ using namespace std::chrono_literals;
 using fairgate::bench::Fleet;
 using fairgate::bench::RequestRecord;
 using fairgate::bench::WorkerOptions;
+using fairgate::test::LogLines;
 using fairgate::test::RedisSentinels;
 using fairgate::test::wait_until;
 
@@ -116,39 +117,8 @@ TEST(Sentinel, APromotedReplicaThatMissedAGrantDoesNotGiveItsSeatAgain) {
   });
 }
 
-// What a backend logs, kept for the test.
-class Logged {
- public:
-  std::function<void(std::string_view)> sink() {
-    return [this](std::string_view line) {
-      std::lock_guard lock(mu_);
-      lines_.emplace_back(line);
-    };
-  }
-  /// The lines that contain every one of `texts`.
-  std::vector<std::string> with(std::initializer_list<std::string_view> texts) const {
-    std::lock_guard lock(mu_);
-    std::vector<std::string> out;
-    for (const auto& l : lines_) {
-      bool all = true;
-      for (const auto t : texts) all = all && l.find(t) != std::string::npos;
-      if (all) out.push_back(l);
-    }
-    return out;
-  }
-  std::string all() const {
-    std::lock_guard lock(mu_);
-    std::string out;
-    for (const auto& l : lines_) out += l + "\n";
-    return out;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::vector<std::string> lines_;
-};
-
-fairgate::RedisBackendOptions auth_options(const std::string& url, Logged& logged) {
+fairgate::RedisBackendOptions auth_options(const std::string& url, const LogLines& logged,
+                                           const std::string& instance = {}) {
   fairgate::RedisBackendOptions o;
   o.url = url;
   o.key_prefix = "st";
@@ -156,6 +126,7 @@ fairgate::RedisBackendOptions auth_options(const std::string& url, Logged& logge
   o.liveness_ttl = 1000ms;
   o.recovery_fence = 1250ms;
   o.command_timeout = 900ms;
+  o.instance_id = instance;
   o.log = logged.sink();
   return o;
 }
@@ -184,11 +155,11 @@ TEST(Sentinel, PasswordProtectedSentinels) {
             "wants a password (NOAUTH Authentication required.): the sentinels want one of their own: add "
             "?sentinel_password=PASSWORD"},
            {"?sentinel_password=not-it", "refused AUTH as user 'default': WRONGPASS"}}) {
-    Logged logged;
+    LogLines logged;
     {
       Instance without(auth_options(url + query, logged));
       fairgate::Limiter l = without.open("nopw", one);
-      const auto line = [&] { return logged.with({"no sentinel named master 'fgauth'", told}); };
+      const auto line = [&] { return logged.with_all({"no sentinel named master 'fgauth'", told}); };
       ASSERT_TRUE(wait_until([&] { return !line().empty(); }, 10s)) << query << ":\n" << logged.all();
       EXPECT_EQ(line().front().find("s3cret"), std::string::npos);
       EXPECT_EQ(line().front().find("not-it"), std::string::npos) << "no password in the log";
@@ -202,15 +173,15 @@ TEST(Sentinel, PasswordProtectedSentinels) {
   {  // The sentinels' password only: the master wants its own, and the log says where it goes.
     std::string no_data_pw = url;
     no_data_pw.erase(no_data_pw.find(":s3cret@"), 8);
-    Logged logged;
+    LogLines logged;
     Instance without(auth_options(no_data_pw + "?sentinel_password=s3cret", logged));
     fairgate::Limiter l = without.open("nodatapw", one);
     ASSERT_TRUE(wait_until(
         [&] {
           return !logged
-                      .with({"wants a password (NOAUTH",
-                             "give the data nodes' password in the URL, "
-                             "redis+sentinel://:PASSWORD@"})
+                      .with_all({"wants a password (NOAUTH",
+                                 "give the data nodes' password in the URL, "
+                                 "redis+sentinel://:PASSWORD@"})
                       .empty();
         },
         10s))
@@ -220,20 +191,22 @@ TEST(Sentinel, PasswordProtectedSentinels) {
   EXPECT_EQ(sentinels.data(0).command({"DBSIZE"}), "0") << "nothing written without the data password";
 
   const auto run = [&](const std::string& u, const std::string& name, int new_master) {
-    Logged logged;
-    Instance a(auth_options(u, logged));
+    LogLines logged;
+    const std::string instance = "fgauth-" + name;
+    Instance a(auth_options(u, logged, instance));
     fairgate::Limiter l = a.open(name, one);
     ASSERT_TRUE(wait_until([&] { return fairgate::test::ready_past_fence(a, name, l); }, 20s))
         << logged.all();
     auto held = acquire(l);
     ASSERT_TRUE(wait_until([&] { return held->done(); }, 10s));
     ASSERT_EQ(held->outcome(), Outcome::granted) << held->message();
-    // The +switch-master watch: subscribed on one sentinel, authenticated.
+    // The +switch-master watch: this instance's, subscribed on one sentinel, authenticated.
     const auto watching = [&] {
       for (std::size_t i = 0; i < 3; ++i) {
         std::istringstream list(sentinels.sentinel(i).command({"CLIENT", "LIST"}));
         for (std::string c; std::getline(list, c);)
-          if (c.find("-sentinel ") != std::string::npos && c.find(" sub=1 ") != std::string::npos)
+          if (c.find(" name=fairgate:" + instance + "-sentinel ") != std::string::npos &&
+              c.find(" sub=1 ") != std::string::npos)
             return true;
       }
       return false;
@@ -247,9 +220,9 @@ TEST(Sentinel, PasswordProtectedSentinels) {
     ASSERT_TRUE(wait_until([&] { return after->done(); }, 40s));
     EXPECT_EQ(after->outcome(), Outcome::granted) << after->message() << "\n" << logged.all();
     after->release();
-    EXPECT_TRUE(logged.with({"refused"}).empty()) << logged.all();
-    EXPECT_TRUE(logged.with({"NOPERM"}).empty()) << logged.all();
-    EXPECT_TRUE(logged.with({"no sentinel named"}).empty()) << logged.all();
+    EXPECT_TRUE(logged.with("refused").empty()) << logged.all();
+    EXPECT_TRUE(logged.with("NOPERM").empty()) << logged.all();
+    EXPECT_TRUE(logged.with("no sentinel named").empty()) << logged.all();
     sentinels.data(static_cast<std::size_t>(old_master))
         .start_again();  // a replica again, for the next round
   };

@@ -6,6 +6,7 @@
 #include "redis/redis_limiter.hpp"
 #include "support/acl.hpp"
 #include "support/instance.hpp"
+#include "support/log_lines.hpp"
 #include "support/redis_monitor.hpp"
 #include "support/redis_server.hpp"
 #include "support/wait.hpp"
@@ -394,32 +395,13 @@ TEST(RedisBackendTest, ARestartThatLostAGrantFencesTheStateBeforeGrantingAgain) 
   ASSERT_TRUE(wait_until([&] { return redis.command({"ZCARD", key(name, "holders")}) == "0"; }, 5s));
 }
 
-/// The backend's log lines, kept (RedisBackendOptions::log may be called from its io thread).
-class LogLines {
- public:
-  /// fast_options() as `user` (password "pw") on the shared server, logging here.
-  RedisBackendOptions options_as(const std::string& user) {
-    auto o = fast_options();
-    o.url = "redis://" + user + ":pw@" + server().host() + ":" + std::to_string(server().port());
-    o.log = [this](std::string_view line) {
-      std::lock_guard lock(mu_);
-      lines_.emplace_back(line);
-    };
-    return o;
-  }
-  /// The lines that contain `text` (every line for "").
-  std::vector<std::string> with(std::string_view text) const {
-    std::lock_guard lock(mu_);
-    std::vector<std::string> out;
-    for (const auto& l : lines_)
-      if (l.find(text) != std::string::npos) out.push_back(l);
-    return out;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::vector<std::string> lines_;
-};
+/// fast_options() as `user` (password "pw") on the shared server, logging to `log`.
+RedisBackendOptions options_as(const std::string& user, const fairgate::test::LogLines& log) {
+  auto o = fast_options();
+  o.url = "redis://" + user + ":pw@" + server().host() + ":" + std::to_string(server().port());
+  o.log = log.sink();
+  return o;
+}
 
 // Where an ACL denies INFO the scripts cannot tell which Redis they run on,
 // so rule 14 is off (grants go on: RedisScriptsTest.WithoutInfoAllowed...).
@@ -428,8 +410,8 @@ TEST(RedisBackendTest, AnAclThatDeniesInfoIsReportedOnce) {
   const std::string name = test_name();
   const std::string user = "fg-noinfo-" + std::to_string(::getpid());
   ASSERT_EQ(server().command({"ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-info"}), "OK");
-  LogLines logged;
-  const auto o = logged.options_as(user);
+  fairgate::test::LogLines logged;
+  const auto o = options_as(user, logged);
   const auto told = [&] {  // the lines that say so
     std::vector<std::string> out;
     for (const auto& l : logged.with("does not let this user run INFO"))
@@ -466,8 +448,8 @@ TEST(RedisBackendTest, TheDocumentedAclIsEnough) {
   ASSERT_EQ(server().command(acl), "OK");
 
   const std::string name = test_name();
-  LogLines logged;
-  const auto o = logged.options_as(user);
+  fairgate::test::LogLines logged;
+  const auto o = options_as(user, logged);
   {
     Instance a(o), b(o);
     Limiter la = a.open(name, cap(1));

@@ -1,6 +1,7 @@
 // The Redis client against a real redis-server started on a free loopback port.
 #include "redis/connection.hpp"
 #include "redis/database_check.hpp"
+#include "support/log_lines.hpp"
 #include "support/redis_server.hpp"
 #include "support/wait.hpp"
 
@@ -35,6 +36,14 @@ using namespace std::chrono_literals;
 struct Result {
   boost::system::error_code ec;
   Reply reply;
+};
+
+// What a connection whose handshake the server refuses did (refused_handshake()).
+struct Refused {
+  Result set;  ///< the SET that waited for the handshake
+  bool connected = false;
+  std::uint64_t connects = 0, commands_sent = 0;
+  std::vector<std::string> lines;  ///< what it logged
 };
 
 // An io_context on its own thread, and a blocking exec() for readable tests.
@@ -73,6 +82,29 @@ class RedisConnectionTest : public ::testing::Test {
         },
         timeout);
     return fut.get();
+  }
+
+  // A connection whose handshake the server refuses (SELECT, AUTH): a SET
+  // waits for the handshake and a preload would follow it, writing
+  // `<key>:k` and `<key>:preload`, while the connection connects again and
+  // again (20-40 ms apart) for 300 ms; then it is closed.
+  Refused refused_handshake(ConnectionOptions o, const std::string& key) {
+    fairgate::test::LogLines log;
+    o.reconnect_min = 20ms;
+    o.reconnect_max = 40ms;
+    o.log = log.sink();
+    auto c = Connection::create(io_.get_executor(), o);
+    connections_.push_back(c);
+    c->set_preload({{"SET", key + ":preload", "x"}});
+    c->start();
+    Refused out;
+    out.set = exec(*c, {"SET", key + ":k", "x"}, 300ms);
+    out.connected = c->connected();
+    out.connects = c->connects();
+    out.commands_sent = c->commands_sent();
+    c->close();
+    out.lines = log.lines();
+    return out;
   }
 
   asio::io_context io_;
@@ -222,54 +254,26 @@ TEST_F(RedisConnectionTest, AuthSelectsDatabaseAndRejectsWrongPassword) {
   EXPECT_TRUE(r.ec || r.reply.is_error()) << "a wrong password never reads data: " << r.reply.excerpt();
 }
 
-// What a connection logs. Shared with the log callback, so that it outlives
-// the test's locals: the connection may log until it is closed.
-struct LogLines {
-  std::mutex mu;
-  std::vector<std::string> lines;
-  std::vector<std::string> get() {
-    std::lock_guard lock(mu);
-    return lines;
-  }
-  /// A ConnectionOptions::log that keeps its lines in `log`.
-  static std::function<void(const std::string&)> sink(std::shared_ptr<LogLines> log) {
-    return [log](const std::string& line) {
-      std::lock_guard lock(log->mu);
-      log->lines.push_back(line);
-    };
-  }
-};
-
 // /99 on a server with 16 databases: SELECT is refused, and nothing runs in
 // database 0 instead (neither what waited nor the preload, which follow SELECT
 // on a connection); the connection connects again and again, the log line
 // (the database, the server's reason) comes once.
 TEST_F(RedisConnectionTest, ADatabaseTheServerLacksIsNeverDatabaseZero) {
   RedisServer server({"--databases", "16"});
-  auto log = std::make_shared<LogLines>();
   ConnectionOptions o;
   o.endpoint.port = server.port();
   o.endpoint.db = 99;
   o.client_name = "select-test";
-  o.reconnect_min = 20ms;
-  o.reconnect_max = 40ms;
-  o.log = LogLines::sink(log);
-  auto c = Connection::create(io_.get_executor(), o);
-  connections_.push_back(c);
-  c->set_preload({{"SET", "select:preload", "in-db-0"}});
-  c->start();
-  auto r = exec(*c, {"SET", "select:k", "in-db-0"}, 300ms);
-  EXPECT_EQ(r.ec, Error::not_sent) << r.ec.message() << " " << r.reply.excerpt();
-  EXPECT_FALSE(c->connected());
-  EXPECT_EQ(c->connects(), 0u);
-  EXPECT_GE(c->commands_sent(), 2u) << "SELECT once per attempt: it connects again";
-  c->close();
+  const Refused r = refused_handshake(o, "select");
+  EXPECT_EQ(r.set.ec, Error::not_sent) << r.set.ec.message() << " " << r.set.reply.excerpt();
+  EXPECT_FALSE(r.connected);
+  EXPECT_EQ(r.connects, 0u);
+  EXPECT_GE(r.commands_sent, 2u) << "SELECT once per attempt: it connects again";
   EXPECT_EQ(server.command({"EXISTS", "select:k"}), "0") << "the SET ran in database 0";
   EXPECT_EQ(server.command({"EXISTS", "select:preload"}), "0") << "the preload ran in database 0";
-  const auto lines = log->get();
-  ASSERT_EQ(lines.size(), 1u) << "logged once until the connection works";
-  EXPECT_EQ(lines.front(), "Redis at 127.0.0.1:" + std::to_string(server.port()) +
-                               ": database 99 cannot be selected: ERR DB index is out of range");
+  ASSERT_EQ(r.lines.size(), 1u) << "logged once until the connection works";
+  EXPECT_EQ(r.lines.front(), "Redis at 127.0.0.1:" + std::to_string(server.port()) +
+                                 ": database 99 cannot be selected: ERR DB index is out of range");
 }
 
 // A refused AUTH on a server whose default user needs no password: Redis
@@ -280,34 +284,24 @@ TEST_F(RedisConnectionTest, ADatabaseTheServerLacksIsNeverDatabaseZero) {
 TEST_F(RedisConnectionTest, ARefusedAuthRunsNothingAsTheDefaultUser) {
   RedisServer server(RedisServer::Options{});
   ASSERT_EQ(server.command({"ACL", "SETUSER", "fg", "on", ">right", "~*", "+@all"}), "OK");
-  auto log = std::make_shared<LogLines>();
   ConnectionOptions o;
   o.endpoint.port = server.port();
   o.endpoint.user = "fg";
   o.endpoint.password = "wrong-pw";
   o.client_name = "auth-test";
-  o.reconnect_min = 20ms;
-  o.reconnect_max = 40ms;
-  o.log = LogLines::sink(log);
-  auto c = Connection::create(io_.get_executor(), o);
-  connections_.push_back(c);
-  c->set_preload({{"SET", "auth:preload", "as-default"}});
-  c->start();
-  auto r = exec(*c, {"SET", "auth:k", "as-default"}, 300ms);
-  EXPECT_TRUE(r.ec) << "the SET ran: " << r.reply.excerpt();
-  EXPECT_EQ(c->connects(), 0u);
-  EXPECT_GE(c->commands_sent(), 2u) << "AUTH once per attempt: it connects again";
-  c->close();
+  const Refused r = refused_handshake(o, "auth");
+  EXPECT_TRUE(r.set.ec) << "the SET ran: " << r.set.reply.excerpt();
+  EXPECT_EQ(r.connects, 0u);
+  EXPECT_GE(r.commands_sent, 2u) << "AUTH once per attempt: it connects again";
   EXPECT_EQ(server.command({"EXISTS", "auth:k"}), "0") << "the SET ran as the default user";
   EXPECT_EQ(server.command({"EXISTS", "auth:preload"}), "0") << "the preload ran as the default user";
   EXPECT_EQ(server.command({"CLIENT", "LIST"}).find("name=auth-test"), std::string::npos);
-  const auto lines = log->get();
-  ASSERT_EQ(lines.size(), 1u) << "logged once until the connection works";
-  EXPECT_EQ(lines.front(),
+  ASSERT_EQ(r.lines.size(), 1u) << "logged once until the connection works";
+  EXPECT_EQ(r.lines.front(),
             "Redis at 127.0.0.1:" + std::to_string(server.port()) +
                 " refused AUTH as user 'fg': WRONGPASS invalid username-password pair or user is "
                 "disabled.");
-  EXPECT_EQ(lines.front().find("wrong-pw"), std::string::npos);
+  EXPECT_EQ(r.lines.front().find("wrong-pw"), std::string::npos);
 
   // The right password: what waited runs, as that user.
   o.endpoint.password = "right";
@@ -322,10 +316,10 @@ TEST_F(RedisConnectionTest, ARefusedAuthRunsNothingAsTheDefaultUser) {
 // NOAUTH, and the connection says once what to do.
 TEST_F(RedisConnectionTest, APasswordTheServerWantsIsNamedOnce) {
   RedisServer server({"--requirepass", "s3cret"});
-  auto log = std::make_shared<LogLines>();
+  fairgate::test::LogLines log;
   ConnectionOptions o;
   o.endpoint.port = server.port();
-  o.log = LogLines::sink(log);
+  o.log = log.sink();
   auto c = connect(o);
   for (int i = 0; i < 3; ++i) {
     auto r = exec(*c, {"GET", "k"}, 2s);
@@ -333,7 +327,7 @@ TEST_F(RedisConnectionTest, APasswordTheServerWantsIsNamedOnce) {
     EXPECT_TRUE(r.reply.is_error());
     EXPECT_EQ(r.reply.str.rfind("NOAUTH", 0), 0u) << r.reply.excerpt();
   }
-  const auto lines = log->get();
+  const auto lines = log.lines();
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines.front(), "Redis at 127.0.0.1:" + std::to_string(server.port()) +
                                " wants a password (NOAUTH Authentication required.): give it in the URL, "
@@ -438,6 +432,22 @@ TEST(RedisDatabaseCheck, AuthComesFirstAndWhatItCannotTellIsNoProblem) {
   EXPECT_EQ(fairgate::redis::start_problem(ep, 2s), std::nullopt) << "database 0, the right password";
   ep.port = fairgate::test::free_loopback_port();  // nothing there: serve starts degraded
   EXPECT_EQ(fairgate::redis::start_problem(ep, 2s), std::nullopt);
+}
+
+// A server busy with a script answers SELECT with BUSY: no problem with the
+// URL (serve starts, degraded until the script ends), not "database cannot be
+// selected".
+TEST(RedisDatabaseCheck, AServerBusyWithAScriptIsNoProblem) {
+  RedisServer server({"--databases", "16", "--busy-reply-threshold", "50"});
+  std::thread script([&] { server.command({"EVAL", "while true do end", "0"}, 10s); });
+  ASSERT_TRUE(fairgate::test::wait_until(
+      [&] { return server.command({"PING"}, 500ms).rfind("(error) BUSY", 0) == 0; }, 5s));
+  fairgate::redis::Endpoint ep;
+  ep.port = server.port();
+  ep.db = 3;
+  EXPECT_EQ(fairgate::redis::start_problem(ep, 2s), std::nullopt);
+  EXPECT_EQ(server.command({"SCRIPT", "KILL"}), "OK");
+  script.join();
 }
 
 // An ACL user's wrong password: refused with the user's name, the password

@@ -11,6 +11,8 @@
 #include <array>
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -48,18 +50,18 @@ TEST(ServeRedisDatabase, ADatabaseTheServerLacksIsAnErrorAtStart) {
 TEST(ServeRedisDatabase, ARefusedOrMissingPasswordIsAnErrorAtStart) {
   RedisServer server({"--requirepass", "s3cret"});
   const std::string where = "127.0.0.1:" + std::to_string(server.port());
-  const Outcome wrong =
-      run_fairgate("serve --listen 127.0.0.1:0 --limiter chat=3 --redis redis://:not-it@" + where);
-  EXPECT_EQ(wrong.exit_code, 1) << wrong.output;
-  EXPECT_EQ(wrong.output, "fairgate serve: error: Redis at " + where +
-                              " refused AUTH as user 'default': WRONGPASS invalid username-password pair or "
-                              "user is disabled.\n");
-  const Outcome missing =
-      run_fairgate("serve --listen 127.0.0.1:0 --limiter chat=3 --redis redis://" + where);
-  EXPECT_EQ(missing.exit_code, 1) << missing.output;
-  EXPECT_EQ(missing.output, "fairgate serve: error: Redis at " + where +
-                                " wants a password (NOAUTH Authentication required.): give it in the URL, "
-                                "redis://:PASSWORD@HOST:PORT or redis://USER:PASSWORD@HOST:PORT\n");
+  for (const auto& [userinfo, line] : std::vector<std::pair<std::string, std::string>>{
+           {":not-it@",
+            " refused AUTH as user 'default': WRONGPASS invalid username-password pair or user "
+            "is disabled."},
+           {"",
+            " wants a password (NOAUTH Authentication required.): give it in the URL, "
+            "redis://:PASSWORD@HOST:PORT or redis://USER:PASSWORD@HOST:PORT"}}) {
+    const Outcome r =
+        run_fairgate("serve --listen 127.0.0.1:0 --limiter chat=3 --redis redis://" + userinfo + where);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(r.output, "fairgate serve: error: Redis at " + where + line + "\n");
+  }
 }
 
 }  // namespace

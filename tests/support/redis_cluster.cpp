@@ -264,11 +264,11 @@ RedisSentinels::RedisSentinels(std::string master_name, std::chrono::millisecond
     : name_(std::move(master_name)), tls_(std::move(tls)), password_(std::move(password)) {
   if (tls_) tls_->replication = true;
   // Either may become the master: both want the password and give it to the other.
-  std::vector<std::string> auth;
-  if (!password_.empty()) auth = {"--requirepass", password_, "--masterauth", password_};
+  std::vector<std::string> masterauth;
+  if (!password_.empty()) masterauth = {"--masterauth", password_};
   RedisServer::Options master;
   master.tls = tls_;
-  master.extra_args = auth;
+  master.extra_args = masterauth;
   master.password = password_;
   data_.push_back(std::make_unique<RedisServer>(master));
   RedisServer::Options replica;
@@ -281,7 +281,7 @@ RedisSentinels::RedisSentinels(std::string master_name, std::chrono::millisecond
                         "yes",
                         "--repl-diskless-sync-delay",
                         "0"};
-  replica.extra_args.insert(replica.extra_args.end(), auth.begin(), auth.end());
+  replica.extra_args.insert(replica.extra_args.end(), masterauth.begin(), masterauth.end());
   data_.push_back(std::make_unique<RedisServer>(replica));
   // The replica is in sync before the sentinels start (a failover needs it).
   const auto deadline = Clock::now() + 20s;
@@ -298,9 +298,8 @@ RedisSentinels::RedisSentinels(std::string master_name, std::chrono::millisecond
         << "sentinel down-after-milliseconds " << name_ << " " << down_after.count() << "\n"
         << "sentinel failover-timeout " << name_ << " 5000\n"
         << "sentinel parallel-syncs " << name_ << " 1\n";
-    if (!password_.empty())
+    if (!password_.empty())  // (requirepass: RedisServer::Options::password)
       out << "sentinel auth-pass " << name_ << " " << password_ << "\n"
-          << "requirepass " << password_ << "\n"
           << "sentinel sentinel-pass " << password_ << "\n";
     out.close();
     RedisServer::Options o;

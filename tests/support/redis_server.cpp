@@ -282,6 +282,7 @@ bool RedisServer::spawn_and_wait() {
       })) {
     args.insert(args.end(), {"--protected-mode", "no"});
   }
+  if (!options_.password.empty()) args.insert(args.end(), {"--requirepass", options_.password});
   args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
   // Built before fork(): the child of a multi-threaded process may only make
   // async-signal-safe calls.

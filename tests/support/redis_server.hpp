@@ -76,8 +76,8 @@ class RedisServer {
     /// --cluster-enabled in extra_args: the port is chosen with
     /// free_loopback_cluster_port(), so its cluster bus port is free too.
     bool cluster = false;
-    /// Set: command() sends AUTH <password> first (a server started with
-    /// requirepass, in extra_args or config_file). Plain text only.
+    /// Set: started with --requirepass <password>, and command() sends AUTH
+    /// <password> first. Plain text only.
     std::string password;
   };
 
