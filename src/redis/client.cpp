@@ -91,11 +91,13 @@ namespace {
 bool starts_with(const std::string& s, std::string_view prefix) { return s.rfind(prefix, 0) == 0; }
 
 /// A reply that says the command did not run and may run if tried again a
-/// little later (failover, migration, a server loading its data).
+/// little later (failover, migration, a server loading its data, a server
+/// out of memory: OOM refuses a command that would add data, and a script
+/// only before its first write, so an OOM'd script changed nothing).
 bool retry_later(const Reply& r) {
   return r.is_error() && (starts_with(r.str, "TRYAGAIN") || starts_with(r.str, "CLUSTERDOWN") ||
                           starts_with(r.str, "LOADING") || starts_with(r.str, "MASTERDOWN") ||
-                          starts_with(r.str, "READONLY"));
+                          starts_with(r.str, "READONLY") || starts_with(r.str, "OOM "));
 }
 
 /// One command (or script call) on its way, across redirections and retries.
@@ -168,6 +170,7 @@ ConnectionOptions connection_options(const ClientOptions& o, const Endpoint& ep,
   if (subscriber && starts_with(o.client_name, "fairgate:"))
     c.client_name = "fairgate-sub:" + o.client_name.substr(9);
   c.subscriber = subscriber;
+  c.check_eviction = !subscriber;
   return c;
 }
 

@@ -360,6 +360,21 @@ void Connection::on_selected() {
   // The scripts, before anything that may call them (Redis may have restarted
   // with an empty script cache).
   for (const auto& command : preload_) do_exec(command, ignore(), options_.command_timeout);
+  if (options_.check_eviction && !info_denied_) {
+    do_exec({"INFO", "memory"},
+            Callback([weak = weak_from_this(), gen = generation_](error_code ec, Reply r) {
+              auto self = weak.lock();
+              if (!self || gen != self->generation_ || ec) return;
+              if (r.is_error()) {
+                // NOPERM (an ACL without INFO): recovery rule 14 says so already.
+                if (r.str.starts_with("NOPERM")) self->info_denied_ = true;
+                return;
+              }
+              if (r.type != Reply::Type::string) return;
+              if (auto line = eviction_risk(self->endpoint(), r.str)) self->report(*line);
+            }),
+            options_.command_timeout);
+  }
   for (auto& p : waiting) queued_.push_back(std::move(p));
   write_queued();
   if (connect_handler_) connect_handler_();
@@ -428,6 +443,10 @@ void Connection::on_reply(Reply reply) {
   // A server that wants a password answers every command so; say why once.
   if (reply.is_error() && reply.str.starts_with("NOAUTH"))
     report(password_missing(endpoint(), reply.str, options_.auth_hint));
+  // Out of memory: said every time (the client's log keeps one line per 30 s),
+  // not once per connection: it comes and goes while the connection stays.
+  if (reply.is_error() && reply.str.starts_with("OOM ") && options_.log)
+    options_.log(out_of_memory(endpoint()));
   if (p.callback) std::move(p.callback)(error_code{}, std::move(reply));
 }
 

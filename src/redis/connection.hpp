@@ -33,6 +33,10 @@
 //    "smessage" or "sunsubscribe" (a Cluster node that lost a slot drops its
 //    shard channels; we never send SUNSUBSCRIBE) go to the push handler. SUBSCRIBE one channel per command
 //    (one confirmation reply per command).
+//  * A server out of memory answers a command that would add data with
+//    "OOM ...": options.log gets out_of_memory()'s line (the caller retries;
+//    redis/client.cpp). With check_eviction, a server that may evict keys is
+//    reported once per connect (eviction_risk()).
 //  * TLS (endpoint.tls.enabled, rediss://): a new TLS session on every
 //    connect, the handshake (certificate and name verified) before the
 //    connection counts as up; a failed or timed-out handshake is a failed
@@ -85,6 +89,12 @@ struct ConnectionOptions {
   /// was not given), one line per new problem.
   /// Empty: not reported.
   std::function<void(const std::string&)> log;
+  /// Asks `INFO memory` once per (re)connect and reports, through `log`, a
+  /// server that may evict keys (maxmemory set, a policy other than
+  /// noeviction): eviction_risk() in redis/database_check.hpp. For the
+  /// connections that carry a limiter's commands (not subscribers, not
+  /// sentinels). A server whose ACL denies INFO is not asked again.
+  bool check_eviction = false;
 };
 
 struct TlsStream;
@@ -194,6 +204,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool handshaking_ = false;                                // TLS handshake under way
   bool received_ = false;                                   // bytes came on this connection
   std::string last_problem_;                                // last line report()ed
+  bool info_denied_ = false;                                // check_eviction: INFO refused (NOPERM)
 
   std::deque<Pending> queued_;     // not written yet
   std::deque<Pending> in_flight_;  // written, reply pending, in order

@@ -6,6 +6,7 @@
 #include <hiredis/hiredis.h>
 
 #include <sys/time.h>
+#include <charconv>
 #include <memory>
 #include <vector>
 
@@ -70,6 +71,52 @@ std::string password_missing(const Endpoint& endpoint, std::string_view reason, 
     out.append(scheme).append("USER:PASSWORD@HOST:PORT");
   }
   return out;
+}
+
+namespace {
+
+std::string where(const Endpoint& endpoint) {
+  return "Redis at " + endpoint.host + ":" + std::to_string(endpoint.port);
+}
+
+/// The value of `field` in INFO text ("field:value" lines), or nothing.
+std::optional<std::string_view> info_field(std::string_view info, std::string_view field) {
+  std::size_t at = 0;
+  while (at < info.size()) {
+    auto end = info.find('\n', at);
+    if (end == std::string_view::npos) end = info.size();
+    std::string_view line = info.substr(at, end - at);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.size() > field.size() && line.starts_with(field) && line[field.size()] == ':')
+      return line.substr(field.size() + 1);
+    at = end + 1;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string out_of_memory(const Endpoint& endpoint) {
+  return where(endpoint) +
+         " is out of memory (OOM: used memory above maxmemory, policy noeviction): it refuses every "
+         "command that would add data, so arrivals cannot queue and heartbeats fail; fairgate retries "
+         "them, and after degrade_after follows on_redis_down. Free memory or raise maxmemory "
+         "(docs/faults.md, \"Redis out of memory\")";
+}
+
+std::optional<std::string> eviction_risk(const Endpoint& endpoint, std::string_view info) {
+  const auto max = info_field(info, "maxmemory");
+  const auto policy = info_field(info, "maxmemory_policy");
+  if (!max || !policy || policy->empty()) return std::nullopt;
+  std::uint64_t bytes = 0;
+  const auto [end, ec] = std::from_chars(max->data(), max->data() + max->size(), bytes);
+  if (ec != std::errc{} || end != max->data() + max->size() || bytes == 0) return std::nullopt;
+  if (*policy == "noeviction") return std::nullopt;
+  return where(endpoint) + " may evict fairgate's keys (maxmemory " + std::to_string(bytes) +
+         " bytes, maxmemory-policy " + core::escape_controls(policy->substr(0, 64)) +
+         "): a key evicted takes permits or waiters with it, and the cap may not hold until the "
+         "instances restore them; set maxmemory-policy noeviction, or give fairgate a Redis of its own "
+         "(docs/faults.md, \"Redis out of memory\")";
 }
 
 std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::milliseconds timeout) {

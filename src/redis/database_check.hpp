@@ -30,6 +30,18 @@ std::string auth_refused(const Endpoint& endpoint, std::string_view reason);
 /// user:password@).
 std::string password_missing(const Endpoint& endpoint, std::string_view reason, std::string_view hint = {});
 
+/// The line a server out of memory is reported with (an "OOM ..." answer:
+/// maxmemory reached under the policy noeviction, so every command that
+/// would add data is refused): what fairgate does meanwhile and the fix.
+std::string out_of_memory(const Endpoint& endpoint);
+
+/// From the text of `INFO memory`: the line for a server that may evict
+/// keys — maxmemory set and a maxmemory_policy other than noeviction (the
+/// volatile-* policies too: fairgate's keys carry an expiry). Nothing for
+/// noeviction, for maxmemory 0 (no limit), or when a field is missing or
+/// not readable.
+std::optional<std::string> eviction_risk(const Endpoint& endpoint, std::string_view info);
+
 /// AUTH [USER] PASSWORD for `endpoint` (which has a password), as the
 /// connection and start_problem() send it first.
 std::vector<std::string> auth_command(const Endpoint& endpoint);

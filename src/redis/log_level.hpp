@@ -11,9 +11,10 @@
 namespace fairgate::redis {
 
 inline LogLevel level_of(std::string_view line) noexcept {
-  static constexpr std::array<std::string_view, 14> kProblems = {
-      "fail",  "degraded",  "unexpected", "cannot",  "lost",  "no node",     "unreachable",
-      "fence", "overshoot", "timeout",    "refused", "error", "no sentinel", "wants a password"};
+  static constexpr std::array<std::string_view, 16> kProblems = {
+      "fail",          "degraded",  "unexpected", "cannot",  "lost",  "no node",     "unreachable",
+      "fence",         "overshoot", "timeout",    "refused", "error", "no sentinel", "wants a password",
+      "out of memory", "may evict"};
   for (const auto word : kProblems)
     if (line.find(word) != std::string_view::npos) return LogLevel::warn;
   return LogLevel::info;

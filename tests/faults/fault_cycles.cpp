@@ -10,7 +10,8 @@
 //    the dead instance's permits and waiters are gone), "fence_ms" (how long
 //    grants were held back after a re-creation, as Redis said), "problems"}
 //   usage: fault_cycles [--kind K[,K...]] [--cycles N] [--kill-cycles N]
-//   kinds: kill9 restart aof flushall script_flush sigstop debug_sleep client_kill partition
+//   kinds: kill9 restart aof flushall script_flush sigstop oom debug_sleep client_kill partition
+//          (oom: maxmemory 1 under noeviction for TTL + 0.5 s: every write refused with -OOM)
 //          bad_replies bad_fields (30 % of two instances' script replies spoiled for 1 s)
 //          snapshot (SAVE, 300 ms of grants, kill -9, up again from the snapshot: those grants
 //          are lost while their holders, 300-1500 ms here, still run; docs/design.md rule 14)
@@ -194,7 +195,7 @@ Figures kill9(std::size_t cycles) {
 }
 
 constexpr const char* kKinds =
-    "kill9,restart,aof,flushall,script_flush,sigstop,debug_sleep,"
+    "kill9,restart,aof,flushall,script_flush,sigstop,oom,debug_sleep,"
     "client_kill,partition,bad_replies,bad_fields,snapshot";
 
 }  // namespace
@@ -263,6 +264,13 @@ int main(int argc, char** argv) {
         c.redis().stop_process();
         sleep(c.options().ttl + 500ms);
         c.redis().continue_process();
+      });
+    } else if (kind == "oom") {
+      f = redis_fault(kind, cycles, 1000ms, [](Cluster& c, std::size_t) {
+        c.redis().command({"CONFIG", "SET", "maxmemory-policy", "noeviction"});
+        c.redis().command({"CONFIG", "SET", "maxmemory", "1"});
+        sleep(c.options().ttl + 500ms);
+        c.redis().command({"CONFIG", "SET", "maxmemory", "0"});
       });
     } else if (kind == "debug_sleep") {
       f = redis_fault(kind, cycles, 800ms, [](Cluster& c, std::size_t) {

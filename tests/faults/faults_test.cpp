@@ -267,6 +267,29 @@ TEST(Faults, ClientKillOfEveryConnection) {
   EXPECT_GT(r.grants, 20u);
 }
 
+// Redis out of memory (maxmemory reached, policy noeviction) for longer than
+// the TTL: every command that would add data is refused with -OOM (an
+// arrival cannot queue, a heartbeat cannot extend its liveness), while a
+// release, which only removes, still runs. A Redis fault like a stall: the
+// arrivals wait and are asked again, never rejected "unavailable" (before:
+// 91 of 108 requests, each at once), and once memory is back the state is
+// whole (docs/faults.md, "Redis out of memory").
+TEST(Faults, RedisOutOfMemoryMidRun) {
+  Cluster c(long_holds(run()));
+  c.start();
+  c.start();
+  c.go();
+  sleep(1500ms);
+  ASSERT_EQ(c.redis().command({"CONFIG", "SET", "maxmemory-policy", "noeviction"}), "OK");
+  ASSERT_EQ(c.redis().command({"CONFIG", "SET", "maxmemory", "1"}), "OK");
+  sleep(c.options().ttl + 1000ms);
+  ASSERT_EQ(c.redis().command({"CONFIG", "SET", "maxmemory", "0"}), "OK");
+  EXPECT_TRUE(c.wait_whole(15s));
+  const Report r = c.finish(finish_within(c.options()));
+  EXPECT_RUN_OK(r);
+  EXPECT_EQ(r.unavailable, 0u);
+}
+
 // --- the network -----------------------------------------------------------------
 
 // One instance cut off from Redis (nftables drop inside its own network

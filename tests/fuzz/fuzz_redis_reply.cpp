@@ -12,13 +12,17 @@
 // read from a reply taken for CLUSTER SLOTS (slot_ranges, src/redis/client.hpp)
 // has only ranges inside 0..16383, real ports and hosts of visible ASCII
 // (never a control character into a connection or a log line), and reads
-// back the same once written as a CLUSTER SLOTS reply.
+// back the same once written as a CLUSTER SLOTS reply; a string reply taken
+// for INFO memory (eviction_risk, src/redis/database_check.hpp) gives at most
+// one clear line, and only for a limit above 0 and a policy other than
+// noeviction.
 //
 // Input: a shape to try (up to the first '\n'), split points, then the bytes.
 #include "fuzz/check.hpp"
 
 #include "core/number.hpp"
 #include "redis/client.hpp"
+#include "redis/database_check.hpp"
 #include "redis/reply.hpp"
 #include "redis/scripts.hpp"
 
@@ -140,6 +144,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       FUZZ_CHECK(!slots_error && map_again.size() == 1 &&
                      fairgate::redis::slot_ranges(map_again[0], "other.host") == ranges,
                  "a slot map written as CLUSTER SLOTS reads back the same");
+    }
+
+    // Taken for INFO memory: a warning only for a limit and an evicting policy.
+    if (is_string(r)) {
+      fairgate::redis::Endpoint ep;
+      ep.host = "h";
+      ep.port = 1;
+      if (const auto line = fairgate::redis::eviction_risk(ep, r.str)) {
+        FUZZ_CHECK(fairgate::fuzz::is_clear_message(*line), *line);
+        FUZZ_CHECK(line->size() < 600, "a bounded line");
+        FUZZ_CHECK(r.str.find("maxmemory:") != std::string::npos, "a limit was given");
+        FUZZ_CHECK(line->find("maxmemory 0 ") == std::string::npos, "no warning without a limit");
+        FUZZ_CHECK(line->find("maxmemory-policy noeviction)") == std::string::npos, "noeviction evicts nothing");
+      }
     }
 
     const bool matched = fairgate::redis::has_shape(r, shape);

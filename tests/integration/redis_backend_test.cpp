@@ -2,6 +2,7 @@
 // objects in one process are several instances (own id, own connections, own
 // io thread) sharing one limiter. Each test uses its own limiter name.
 #include "redis/connection.hpp"
+#include "redis/database_check.hpp"
 #include "redis/log_level.hpp"
 #include "redis/redis_limiter.hpp"
 #include "support/acl.hpp"
@@ -433,6 +434,49 @@ TEST(RedisBackendTest, AnAclThatDeniesInfoIsReportedOnce) {
     held->release();
   }
   server().command({"ACL", "DELUSER", user});
+}
+
+// A Redis out of memory (maxmemory reached, policy noeviction) answers -OOM
+// to every command that would add data: an arrival cannot queue, a heartbeat
+// cannot extend its liveness. That is Redis failing, not a verdict: the
+// arrival waits (asked again, then served by on_redis_down = local from the
+// instance's own seat), never "unavailable" at once as before; a release
+// still runs. Once memory is back, Redis has the permit again. The operator
+// is told once what is wrong and what to do.
+TEST(RedisBackendTest, AnOutOfMemoryRedisIsWaitedOutAndNamed) {
+  RedisServer own;  // maxmemory on the shared server would stop the other tests
+  const std::string name = test_name();
+  fairgate::test::LogLines logged;
+  auto o = fast_options();
+  o.url = own.url();
+  o.log = logged.sink();
+  Instance a(o);
+  Limiter l = a.open(name, cap(1, 30s));
+  ASSERT_TRUE(wait_until([&] { return ready_past_fence(a, name, l); }, 10s));
+  auto held = acquire(l);
+  ASSERT_TRUE(wait_until([&] { return held->done(); }));
+  ASSERT_EQ(held->outcome(), Outcome::granted) << held->message();
+
+  ASSERT_EQ(own.command({"CONFIG", "SET", "maxmemory", "1"}), "OK");  // noeviction: the default
+  auto waiter = acquire(l);
+  // Failing from the first command timeout on, degraded degrade_after later.
+  EXPECT_TRUE(wait_until([&] { return a.impl(name)->degraded(); }, 10s)) << logged.all();
+  EXPECT_FALSE(waiter->done()) << "rejected while Redis was out of memory: " << waiter->message();
+  held->release();  // degraded, local: its seat goes to the waiter (Redis still counts it)
+  ASSERT_TRUE(wait_until([&] { return waiter->done(); }, 10s));
+  EXPECT_EQ(waiter->outcome(), Outcome::granted) << waiter->message();
+
+  ASSERT_EQ(own.command({"CONFIG", "SET", "maxmemory", "0"}), "OK");
+  EXPECT_TRUE(wait_until([&] { return !a.impl(name)->degraded(); }, 10s));
+  const auto holders = [&] { return own.command({"ZCARD", key(name, "holders")}); };
+  EXPECT_TRUE(wait_until([&] { return holders() == "1"; }, 10s)) << "Redis counts the waiter's permit";
+  const auto said = logged.with("is out of memory");
+  ASSERT_EQ(said.size(), 1u) << logged.all();
+  EXPECT_EQ(said[0], fairgate::redis::out_of_memory(
+                         std::get<fairgate::redis::Endpoint>(fairgate::redis::parse_url(own.url()))));
+  EXPECT_EQ(fairgate::redis::level_of(said[0]), fairgate::LogLevel::warn);
+  waiter->release();
+  EXPECT_TRUE(wait_until([&] { return holders() == "0"; }, 10s));
 }
 
 // docs/redis-acl.md gives the least a Redis user needs. Its ACL SETUSER line,

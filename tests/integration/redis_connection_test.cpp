@@ -1,6 +1,7 @@
 // The Redis client against a real redis-server started on a free loopback port.
 #include "redis/connection.hpp"
 #include "redis/database_check.hpp"
+#include "redis/log_level.hpp"
 #include "support/log_lines.hpp"
 #include "support/redis_server.hpp"
 #include "support/wait.hpp"
@@ -332,6 +333,87 @@ TEST_F(RedisConnectionTest, APasswordTheServerWantsIsNamedOnce) {
   EXPECT_EQ(lines.front(), "Redis at 127.0.0.1:" + std::to_string(server.port()) +
                                " wants a password (NOAUTH Authentication required.): give it in the URL, "
                                "redis://:PASSWORD@HOST:PORT or redis://USER:PASSWORD@HOST:PORT");
+}
+
+// A server that may evict keys (maxmemory with a policy other than
+// noeviction) can drop a limiter's keys, and permits or waiters with them:
+// a connection that carries a limiter's commands asks at each connect and
+// says so once (docs/faults.md, "Redis out of memory"). Checked from
+// the server's own settings, changed between reconnects.
+TEST_F(RedisConnectionTest, AServerThatMayEvictKeysIsNamedAtConnect) {
+  RedisServer server({"--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"});
+  fairgate::test::LogLines log;
+  ConnectionOptions o;
+  o.endpoint.port = server.port();
+  o.log = log.sink();
+  o.check_eviction = true;
+  auto c = connect(o);
+  // INFO goes right after the handshake, before what waited: once a PING is
+  // answered, so was it.
+  const auto ping = [&] { ASSERT_FALSE(exec(*c, {"PING"}, 5s).ec); };
+  const auto reconnect = [&](std::uint64_t n) {
+    c->drop("test");
+    ping();
+    ASSERT_EQ(c->connects(), n);
+  };
+  ping();
+  for (int i = 0; i < 3; ++i) ping();
+  auto lines = log.lines();
+  ASSERT_EQ(lines.size(), 1u) << log.all();
+  const std::string at = "Redis at 127.0.0.1:" + std::to_string(server.port());
+  EXPECT_EQ(lines[0], at + " may evict fairgate's keys (maxmemory 104857600 bytes, maxmemory-policy "
+                           "allkeys-lru): a key evicted takes permits or waiters with it, and the cap may "
+                           "not hold until the instances restore them; set maxmemory-policy noeviction, "
+                           "or give fairgate a Redis of its own (docs/faults.md, \"Redis out of memory\")");
+  EXPECT_EQ(fairgate::redis::level_of(lines[0]), fairgate::LogLevel::warn);
+
+  ASSERT_EQ(server.command({"CONFIG", "SET", "maxmemory-policy", "noeviction"}), "OK");
+  reconnect(2);
+  EXPECT_EQ(log.lines().size(), 1u) << "noeviction: nothing to say\n" << log.all();
+  // fairgate's keys carry an expiry: the volatile-* policies may take them too.
+  ASSERT_EQ(server.command({"CONFIG", "SET", "maxmemory-policy", "volatile-lru"}), "OK");
+  reconnect(3);
+  lines = log.lines();
+  ASSERT_EQ(lines.size(), 2u) << log.all();
+  EXPECT_NE(lines[1].find("maxmemory-policy volatile-lru)"), std::string::npos) << lines[1];
+  ASSERT_EQ(server.command({"CONFIG", "SET", "maxmemory", "0"}), "OK");
+  ASSERT_EQ(server.command({"CONFIG", "SET", "maxmemory-policy", "allkeys-random"}), "OK");
+  reconnect(4);
+  EXPECT_EQ(log.lines().size(), 2u) << "no memory limit: nothing is evicted\n" << log.all();
+
+  // A connection not asked to check does not ask.
+  ASSERT_EQ(server.command({"CONFIG", "SET", "maxmemory", "100mb"}), "OK");
+  fairgate::test::LogLines quiet;
+  o.check_eviction = false;
+  o.log = quiet.sink();
+  auto plain = connect(o);
+  ASSERT_FALSE(exec(*plain, {"PING"}, 5s).ec);
+  EXPECT_TRUE(quiet.lines().empty()) << quiet.all();
+}
+
+// Where an ACL denies INFO the check is left out: the connection works, says
+// nothing, and does not ask again at the next connect.
+TEST_F(RedisConnectionTest, AnAclWithoutInfoSkipsTheEvictionCheck) {
+  RedisServer server({"--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"});
+  ASSERT_EQ(server.command({"ACL", "SETUSER", "fg", "on", ">pw", "~*", "&*", "+@all", "-info"}), "OK");
+  fairgate::test::LogLines log;
+  ConnectionOptions o;
+  o.endpoint.port = server.port();
+  o.endpoint.user = "fg";
+  o.endpoint.password = "pw";
+  o.log = log.sink();
+  o.check_eviction = true;
+  auto c = connect(o);
+  ASSERT_EQ(exec(*c, {"SET", "acl-info:k", "x"}, 5s).reply.str, "OK");
+  c->drop("test");
+  ASSERT_EQ(exec(*c, {"GET", "acl-info:k"}, 5s).reply.str, "x");
+  EXPECT_EQ(c->connects(), 2u);
+  EXPECT_TRUE(log.lines().empty()) << log.all();
+  const auto stats = server.command({"INFO", "commandstats"});
+  EXPECT_NE(stats.find("cmdstat_info:calls=0,usec=0,usec_per_call=0.00,rejected_calls=1,failed_calls=0"),
+            std::string::npos)
+      << "asked once, refused once\n"
+      << stats;
 }
 
 // A program that embeds fairgate and starts another one (fork and exec)
