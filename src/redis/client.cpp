@@ -3,6 +3,7 @@
 #include "redis/client.hpp"
 
 #include "core/text.hpp"
+#include "redis/database_check.hpp"
 #include "redis/log_level.hpp"
 
 #include <boost/asio/dispatch.hpp>
@@ -91,13 +92,15 @@ namespace {
 bool starts_with(const std::string& s, std::string_view prefix) { return s.rfind(prefix, 0) == 0; }
 
 /// A reply that says the command did not run and may run if tried again a
-/// little later (failover, migration, a server loading its data, a server
-/// out of memory: OOM refuses a command that would add data, and a script
-/// only before its first write, so an OOM'd script changed nothing).
+/// little later: a failover, a migration, a server loading its data, or one
+/// that refuses writes for now (refusal() in redis/database_check.hpp: out of
+/// memory, a failed snapshot, too few replicas, another client's script
+/// running). A script is refused those only at its first write, so a
+/// refused script changed nothing.
 bool retry_later(const Reply& r) {
   return r.is_error() && (starts_with(r.str, "TRYAGAIN") || starts_with(r.str, "CLUSTERDOWN") ||
                           starts_with(r.str, "LOADING") || starts_with(r.str, "MASTERDOWN") ||
-                          starts_with(r.str, "READONLY") || starts_with(r.str, "OOM "));
+                          starts_with(r.str, "READONLY") || refusal(r.str));
 }
 
 /// One command (or script call) on its way, across redirections and retries.

@@ -434,6 +434,12 @@ void Connection::on_read(std::size_t n) {
 }
 
 void Connection::on_reply(Reply reply) {
+  // Redis at maxclients writes this on a new connection and closes it: say
+  // so (once, until a connection works) rather than "refused AUTH" or nothing.
+  if (reply.is_error() && reply.str.starts_with("ERR max number of clients reached")) {
+    report(too_many_clients(endpoint()));
+    return reset("maxclients");
+  }
   if ((options_.subscriber && is_push(reply)) || in_flight_.empty()) {
     if (push_handler_) push_handler_(std::move(reply));
     return;
@@ -443,10 +449,12 @@ void Connection::on_reply(Reply reply) {
   // A server that wants a password answers every command so; say why once.
   if (reply.is_error() && reply.str.starts_with("NOAUTH"))
     report(password_missing(endpoint(), reply.str, options_.auth_hint));
-  // Out of memory: said every time (the client's log keeps one line per 30 s),
-  // not once per connection: it comes and goes while the connection stays.
-  if (reply.is_error() && reply.str.starts_with("OOM ") && options_.log)
-    options_.log(out_of_memory(endpoint()));
+  // A server that refuses writes for now (out of memory, ...): said every
+  // time (the client's log keeps one line per 30 s), not once per
+  // connection: it comes and goes while the connection stays.
+  if (reply.is_error() && options_.log && refusal(reply.str)) {
+    if (auto line = refusal_line(endpoint(), reply.str)) options_.log(*line);
+  }
   if (p.callback) std::move(p.callback)(error_code{}, std::move(reply));
 }
 

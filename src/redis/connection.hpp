@@ -33,10 +33,11 @@
 //    "smessage" or "sunsubscribe" (a Cluster node that lost a slot drops its
 //    shard channels; we never send SUNSUBSCRIBE) go to the push handler. SUBSCRIBE one channel per command
 //    (one confirmation reply per command).
-//  * A server out of memory answers a command that would add data with
-//    "OOM ...": options.log gets out_of_memory()'s line (the caller retries;
-//    redis/client.cpp). With check_eviction, a server that may evict keys is
-//    reported once per connect (eviction_risk()).
+//  * A server that refuses writes for now (OOM, MISCONF, NOREPLICAS, BUSY:
+//    refusal() in redis/database_check.hpp): options.log gets refusal_line()
+//    (the client sends the command again; redis/client.cpp). With
+//    check_eviction, a server that may evict keys is reported once per
+//    connect (eviction_risk()).
 //  * TLS (endpoint.tls.enabled, rediss://): a new TLS session on every
 //    connect, the handshake (certificate and name verified) before the
 //    connection counts as up; a failed or timed-out handshake is a failed

@@ -96,12 +96,46 @@ std::optional<std::string_view> info_field(std::string_view info, std::string_vi
 
 }  // namespace
 
-std::string out_of_memory(const Endpoint& endpoint) {
+std::string too_many_clients(const Endpoint& endpoint) {
   return where(endpoint) +
-         " is out of memory (OOM: used memory above maxmemory, policy noeviction): it refuses every "
-         "command that would add data, so arrivals cannot queue and heartbeats fail; fairgate retries "
-         "them, and after degrade_after follows on_redis_down. Free memory or raise maxmemory "
-         "(docs/faults.md, \"Redis out of memory\")";
+         " refuses new connections (ERR max number of clients reached): it is at maxclients; fairgate "
+         "connects again with backoff. Raise maxclients, or close what else holds connections to it";
+}
+
+bool refusal(std::string_view error) {
+  return error.starts_with("OOM ") || error.starts_with("MISCONF ") || error.starts_with("NOREPLICAS ") ||
+         error.starts_with("BUSY ");
+}
+
+std::optional<std::string> refusal_line(const Endpoint& endpoint, std::string_view error) {
+  const char* what = nullptr;
+  const char* fix = nullptr;
+  if (error.starts_with("OOM ")) {
+    what =
+        " is out of memory (OOM: used memory above maxmemory, policy noeviction): it refuses every "
+        "command that would add data, so arrivals cannot queue and heartbeats fail";
+    fix = "Free memory or raise maxmemory";
+  } else if (error.starts_with("MISCONF ")) {
+    what =
+        " refuses writes (MISCONF: its last RDB snapshot failed and stop-writes-on-bgsave-error is on): "
+        "arrivals, releases and heartbeats fail";
+    fix = "Redis' log says why the snapshot failed";
+  } else if (error.starts_with("NOREPLICAS ")) {
+    what =
+        " refuses writes (NOREPLICAS: fewer replicas connected than min-replicas-to-write): arrivals, "
+        "releases and heartbeats fail";
+    fix = "Bring a replica back, or lower min-replicas-to-write";
+  } else if (error.starts_with("BUSY ")) {
+    what =
+        " is busy running a script past busy-reply-threshold (BUSY) and answers nothing else: arrivals, "
+        "releases and heartbeats fail";
+    fix = "End it with SCRIPT KILL (SHUTDOWN NOSAVE if it wrote)";
+  } else {
+    return std::nullopt;
+  }
+  return where(endpoint) + what +
+         "; fairgate sends them again, and after degrade_after follows on_redis_down. " + fix +
+         " (docs/faults.md, \"Redis refuses writes\")";
 }
 
 std::optional<std::string> eviction_risk(const Endpoint& endpoint, std::string_view info) {
@@ -116,7 +150,7 @@ std::optional<std::string> eviction_risk(const Endpoint& endpoint, std::string_v
          " bytes, maxmemory-policy " + core::escape_controls(policy->substr(0, 64)) +
          "): a key evicted takes permits or waiters with it, and the cap may not hold until the "
          "instances restore them; set maxmemory-policy noeviction, or give fairgate a Redis of its own "
-         "(docs/faults.md, \"Redis out of memory\")";
+         "(docs/faults.md, \"Redis refuses writes\")";
 }
 
 std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::milliseconds timeout) {

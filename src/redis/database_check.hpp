@@ -30,10 +30,24 @@ std::string auth_refused(const Endpoint& endpoint, std::string_view reason);
 /// user:password@).
 std::string password_missing(const Endpoint& endpoint, std::string_view reason, std::string_view hint = {});
 
-/// The line a server out of memory is reported with (an "OOM ..." answer:
-/// maxmemory reached under the policy noeviction, so every command that
-/// would add data is refused): what fairgate does meanwhile and the fix.
-std::string out_of_memory(const Endpoint& endpoint);
+/// Does this error reply say the server refuses the command for now, without
+/// running it? "OOM" (maxmemory reached under noeviction: every command
+/// that would add data), "MISCONF" (the last RDB snapshot failed and
+/// stop-writes-on-bgsave-error is on: every write), "NOREPLICAS" (fewer
+/// replicas than min-replicas-to-write: every write), "BUSY" (another
+/// client's script runs past busy-reply-threshold: every command). Redis
+/// refuses a script these only at its first write (BUSY: before it runs).
+bool refusal(std::string_view error);
+
+/// The line a server at maxclients is reported with (it answers a new
+/// connection "ERR max number of clients reached" and closes it).
+std::string too_many_clients(const Endpoint& endpoint);
+
+/// The line such a refusal is reported with: what the server says, what
+/// fairgate does meanwhile (the call is sent again, then it counts as Redis
+/// failing: on_redis_down after degrade_after) and the fix. Nothing for any
+/// other reply.
+std::optional<std::string> refusal_line(const Endpoint& endpoint, std::string_view error);
 
 /// From the text of `INFO memory`: the line for a server that may evict
 /// keys — maxmemory set and a maxmemory_policy other than noeviction (the

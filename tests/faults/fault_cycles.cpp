@@ -10,8 +10,11 @@
 //    the dead instance's permits and waiters are gone), "fence_ms" (how long
 //    grants were held back after a re-creation, as Redis said), "problems"}
 //   usage: fault_cycles [--kind K[,K...]] [--cycles N] [--kill-cycles N]
-//   kinds: kill9 restart aof flushall script_flush sigstop oom debug_sleep client_kill partition
-//          (oom: maxmemory 1 under noeviction for TTL + 0.5 s: every write refused with -OOM)
+//   kinds: kill9 restart aof flushall script_flush sigstop oom misconf noreplicas busy debug_sleep
+//          client_kill partition
+//          (oom: maxmemory 1 under noeviction for TTL + 0.5 s: every write refused with -OOM;
+//          misconf, noreplicas: every write refused, releases too; busy: another client's script
+//          loops past busy-reply-threshold until SCRIPT KILL; docs/faults.md "Redis refuses writes")
 //          bad_replies bad_fields (30 % of two instances' script replies spoiled for 1 s)
 //          snapshot (SAVE, 300 ms of grants, kill -9, up again from the snapshot: those grants
 //          are lost while their holders, 300-1500 ms here, still run; docs/design.md rule 14)
@@ -195,7 +198,7 @@ Figures kill9(std::size_t cycles) {
 }
 
 constexpr const char* kKinds =
-    "kill9,restart,aof,flushall,script_flush,sigstop,oom,debug_sleep,"
+    "kill9,restart,aof,flushall,script_flush,sigstop,oom,misconf,noreplicas,busy,debug_sleep,"
     "client_kill,partition,bad_replies,bad_fields,snapshot";
 
 }  // namespace
@@ -271,6 +274,44 @@ int main(int argc, char** argv) {
         c.redis().command({"CONFIG", "SET", "maxmemory", "1"});
         sleep(c.options().ttl + 500ms);
         c.redis().command({"CONFIG", "SET", "maxmemory", "0"});
+      });
+    } else if (kind == "misconf" || kind == "noreplicas") {
+      // Every write refused for TTL + 0.5 s, releases included: MISCONF (an
+      // RDB snapshot into /proc failed), NOREPLICAS (min-replicas-to-write 1).
+      fairgate::test::RedisServer::Options redis;
+      redis.extra_args = {"--enable-protected-configs", "yes"};
+      const bool misconf = kind == "misconf";
+      f = redis_fault(
+          kind, cycles, 1000ms,
+          [misconf](Cluster& c, std::size_t) {
+            if (misconf) {
+              const std::string dir = c.redis().command({"CONFIG", "GET", "dir"});
+              c.redis().command({"CONFIG", "SET", "save", "3600 1"});  // MISCONF needs save points
+              c.redis().command({"CONFIG", "SET", "dir", "/proc"});
+              c.redis().command({"BGSAVE"});
+              for (int i = 0;
+                   i < 200 && c.redis().command({"SET", "probe", "x"}).find("MISCONF") == std::string::npos;
+                   ++i)
+                sleep(10ms);
+              sleep(c.options().ttl + 500ms);
+              c.redis().command({"CONFIG", "SET", "dir", dir.substr(dir.find('\n') + 1)});
+              c.redis().command({"SAVE"});
+              c.redis().command({"CONFIG", "SET", "save", ""});
+              c.redis().command({"DEL", "probe"});
+            } else {
+              c.redis().command({"CONFIG", "SET", "min-replicas-to-write", "1"});
+              sleep(c.options().ttl + 500ms);
+              c.redis().command({"CONFIG", "SET", "min-replicas-to-write", "0"});
+            }
+          },
+          std::move(redis));
+    } else if (kind == "busy") {
+      f = redis_fault(kind, cycles, 1000ms, [](Cluster& c, std::size_t) {
+        c.redis().command({"CONFIG", "SET", "busy-reply-threshold", "100"});
+        std::thread runaway([&] { c.redis().command({"EVAL", "while true do end", "0"}, 60s); });
+        sleep(c.options().ttl + 500ms);
+        c.redis().command({"SCRIPT", "KILL"});
+        runaway.join();
       });
     } else if (kind == "debug_sleep") {
       f = redis_fault(kind, cycles, 800ms, [](Cluster& c, std::size_t) {

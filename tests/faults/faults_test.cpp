@@ -8,6 +8,7 @@
 // more (the fence, the gap rule, the degraded policies, the state after Redis
 // returns).
 #include "faults/harness.hpp"
+#include "support/wait.hpp"
 
 #include <gtest/gtest.h>
 #include <boost/json.hpp>
@@ -271,9 +272,9 @@ TEST(Faults, ClientKillOfEveryConnection) {
 // the TTL: every command that would add data is refused with -OOM (an
 // arrival cannot queue, a heartbeat cannot extend its liveness), while a
 // release, which only removes, still runs. A Redis fault like a stall: the
-// arrivals wait and are asked again, never rejected "unavailable" (before:
+// arrivals wait and are sent again, never rejected "unavailable" (before:
 // 91 of 108 requests, each at once), and once memory is back the state is
-// whole (docs/faults.md, "Redis out of memory").
+// whole (docs/faults.md, "Redis refuses writes").
 TEST(Faults, RedisOutOfMemoryMidRun) {
   Cluster c(long_holds(run()));
   c.start();
@@ -284,6 +285,67 @@ TEST(Faults, RedisOutOfMemoryMidRun) {
   ASSERT_EQ(c.redis().command({"CONFIG", "SET", "maxmemory", "1"}), "OK");
   sleep(c.options().ttl + 1000ms);
   ASSERT_EQ(c.redis().command({"CONFIG", "SET", "maxmemory", "0"}), "OK");
+  EXPECT_TRUE(c.wait_whole(15s));
+  const Report r = c.finish(finish_within(c.options()));
+  EXPECT_RUN_OK(r);
+  EXPECT_EQ(r.unavailable, 0u);
+}
+
+// Redis refusing every write for longer than the TTL, releases included:
+// first MISCONF (with a save point, its RDB snapshot failed: the save
+// directory moved to /proc, where nothing can be written;
+// stop-writes-on-bgsave-error is on by default), then NOREPLICAS (min-replicas-to-write 1 with no replica,
+// the setting docs/faults.md suggests against two masters at once). The same as a stall: nobody rejected,
+// overshoot 0, whole once writes are back.
+TEST(Faults, RedisRefusingWritesMidRun) {
+  RedisServer::Options protected_configs;
+  protected_configs.extra_args = {"--enable-protected-configs", "yes"};
+  Cluster c(long_holds(run()), protected_configs);
+  c.start();
+  c.start();
+  c.go();
+  sleep(1500ms);
+  const std::string dir = c.redis().command({"CONFIG", "GET", "dir"});
+  // MISCONF needs save points (the test server runs without).
+  ASSERT_EQ(c.redis().command({"CONFIG", "SET", "save", "3600 1"}), "OK");
+  ASSERT_EQ(c.redis().command({"CONFIG", "SET", "dir", "/proc"}), "OK");
+  c.redis().command({"BGSAVE"});
+  ASSERT_TRUE(fairgate::test::wait_until(
+      [&] {
+        return c.redis().command({"SET", "faults:probe", "x"}).find("MISCONF") != std::string::npos;
+      },
+      10s))
+      << "writes refused";
+  sleep(c.options().ttl + 1000ms);
+  ASSERT_EQ(c.redis().command({"CONFIG", "SET", "min-replicas-to-write", "1"}), "OK");
+  ASSERT_EQ(c.redis().command({"CONFIG", "SET", "dir", dir.substr(dir.find('\n') + 1)}), "OK");
+  ASSERT_EQ(c.redis().command({"SAVE"}), "OK");  // the snapshot works again: MISCONF over
+  ASSERT_EQ(c.redis().command({"CONFIG", "SET", "save", ""}), "OK");
+  EXPECT_NE(c.redis().command({"SET", "faults:probe", "x"}).find("NOREPLICAS"), std::string::npos);
+  sleep(c.options().ttl + 1000ms);
+  ASSERT_EQ(c.redis().command({"CONFIG", "SET", "min-replicas-to-write", "0"}), "OK");
+  EXPECT_TRUE(c.wait_whole(15s));
+  const Report r = c.finish(finish_within(c.options()));
+  EXPECT_RUN_OK(r);
+  EXPECT_EQ(r.unavailable, 0u);
+}
+
+// Another client's script runs away (a loop, past busy-reply-threshold):
+// Redis answers BUSY to everything else until SCRIPT KILL ends it.
+TEST(Faults, ARunawayScriptOnRedisMidRun) {
+  Cluster c(long_holds(run()));
+  c.start();
+  c.start();
+  c.go();
+  sleep(1500ms);
+  ASSERT_EQ(c.redis().command({"CONFIG", "SET", "busy-reply-threshold", "100"}), "OK");
+  std::string ended;
+  std::thread runaway([&] { ended = c.redis().command({"EVAL", "while true do end", "0"}, 60s); });
+  sleep(c.options().ttl + 1000ms);
+  const std::string killed = c.redis().command({"SCRIPT", "KILL"});
+  runaway.join();
+  EXPECT_EQ(killed, "OK");
+  EXPECT_NE(ended.find("Script killed"), std::string::npos) << ended;
   EXPECT_TRUE(c.wait_whole(15s));
   const Report r = c.finish(finish_within(c.options()));
   EXPECT_RUN_OK(r);

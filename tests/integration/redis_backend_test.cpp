@@ -472,8 +472,8 @@ TEST(RedisBackendTest, AnOutOfMemoryRedisIsWaitedOutAndNamed) {
   EXPECT_TRUE(wait_until([&] { return holders() == "1"; }, 10s)) << "Redis counts the waiter's permit";
   const auto said = logged.with("is out of memory");
   ASSERT_EQ(said.size(), 1u) << logged.all();
-  EXPECT_EQ(said[0], fairgate::redis::out_of_memory(
-                         std::get<fairgate::redis::Endpoint>(fairgate::redis::parse_url(own.url()))));
+  EXPECT_EQ(said[0], fairgate::redis::refusal_line(
+                         std::get<fairgate::redis::Endpoint>(fairgate::redis::parse_url(own.url())), "OOM "));
   EXPECT_EQ(fairgate::redis::level_of(said[0]), fairgate::LogLevel::warn);
   waiter->release();
   EXPECT_TRUE(wait_until([&] { return holders() == "0"; }, 10s));

@@ -338,7 +338,7 @@ TEST_F(RedisConnectionTest, APasswordTheServerWantsIsNamedOnce) {
 // A server that may evict keys (maxmemory with a policy other than
 // noeviction) can drop a limiter's keys, and permits or waiters with them:
 // a connection that carries a limiter's commands asks at each connect and
-// says so once (docs/faults.md, "Redis out of memory"). Checked from
+// says so once (docs/faults.md, "Redis refuses writes"). Checked from
 // the server's own settings, changed between reconnects.
 TEST_F(RedisConnectionTest, AServerThatMayEvictKeysIsNamedAtConnect) {
   RedisServer server({"--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"});
@@ -364,7 +364,7 @@ TEST_F(RedisConnectionTest, AServerThatMayEvictKeysIsNamedAtConnect) {
   EXPECT_EQ(lines[0], at + " may evict fairgate's keys (maxmemory 104857600 bytes, maxmemory-policy "
                            "allkeys-lru): a key evicted takes permits or waiters with it, and the cap may "
                            "not hold until the instances restore them; set maxmemory-policy noeviction, "
-                           "or give fairgate a Redis of its own (docs/faults.md, \"Redis out of memory\")");
+                           "or give fairgate a Redis of its own (docs/faults.md, \"Redis refuses writes\")");
   EXPECT_EQ(fairgate::redis::level_of(lines[0]), fairgate::LogLevel::warn);
 
   ASSERT_EQ(server.command({"CONFIG", "SET", "maxmemory-policy", "noeviction"}), "OK");
@@ -414,6 +414,78 @@ TEST_F(RedisConnectionTest, AnAclWithoutInfoSkipsTheEvictionCheck) {
             std::string::npos)
       << "asked once, refused once\n"
       << stats;
+}
+
+// A server at maxclients answers a new connection with an error and closes
+// it: the connection says so once (not as a refused AUTH, which its first
+// command is, and not silently), connects again with backoff, and works once
+// a slot is free.
+TEST_F(RedisConnectionTest, AServerAtMaxclientsIsNamedOnce) {
+  RedisServer::Options so;
+  so.extra_args = {"--maxclients", "1"};
+  so.password = "pw";
+  RedisServer server(so);
+  ConnectionOptions o;
+  o.endpoint.port = server.port();
+  o.endpoint.password = "pw";
+  auto first = connect(o);
+  ASSERT_EQ(exec(*first, {"PING"}, 5s).reply.str, "PONG");
+  fairgate::test::LogLines log;
+  o.reconnect_min = 20ms;
+  o.reconnect_max = 40ms;
+  o.log = log.sink();
+  auto second = connect(o);
+  EXPECT_TRUE(exec(*second, {"PING"}, 500ms).ec) << "no slot: it never runs";
+  const auto lines = log.lines();
+  ASSERT_EQ(lines.size(), 1u) << log.all();
+  EXPECT_EQ(lines[0], "Redis at 127.0.0.1:" + std::to_string(server.port()) +
+                          " refuses new connections (ERR max number of clients reached): it is at "
+                          "maxclients; fairgate connects again with backoff. Raise maxclients, or close "
+                          "what else holds connections to it");
+  EXPECT_EQ(fairgate::redis::level_of(lines[0]), fairgate::LogLevel::warn);
+  first->close();
+  EXPECT_EQ(exec(*second, {"PING"}, 5s).reply.str, "PONG") << "a slot is free";
+  EXPECT_EQ(log.lines().size(), 1u) << log.all();
+}
+
+// The answers that mean "not now, nothing ran" (the client sends the call
+// again; redis/client.cpp), each with its own line, and nothing else.
+TEST(RedisRefusal, EachKindIsNamedWithItsFix) {
+  fairgate::redis::Endpoint ep;
+  ep.host = "10.0.0.7";
+  ep.port = 6380;
+  const std::string tail = "; fairgate sends them again, and after degrade_after follows on_redis_down. ";
+  const std::string doc = " (docs/faults.md, \"Redis refuses writes\")";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"OOM command not allowed when used memory > 'maxmemory'. script: 0f, on @user_script:495.",
+       "Redis at 10.0.0.7:6380 is out of memory (OOM: used memory above maxmemory, policy noeviction): it "
+       "refuses every command that would add data, so arrivals cannot queue and heartbeats fail" +
+           tail + "Free memory or raise maxmemory" + doc},
+      {"MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk.",
+       "Redis at 10.0.0.7:6380 refuses writes (MISCONF: its last RDB snapshot failed and "
+       "stop-writes-on-bgsave-error is on): arrivals, releases and heartbeats fail" +
+           tail + "Redis' log says why the snapshot failed" + doc},
+      {"NOREPLICAS Not enough good replicas to write.",
+       "Redis at 10.0.0.7:6380 refuses writes (NOREPLICAS: fewer replicas connected than "
+       "min-replicas-to-write): arrivals, releases and heartbeats fail" +
+           tail + "Bring a replica back, or lower min-replicas-to-write" + doc},
+      {"BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+       "Redis at 10.0.0.7:6380 is busy running a script past busy-reply-threshold (BUSY) and answers "
+       "nothing else: arrivals, releases and heartbeats fail" +
+           tail + "End it with SCRIPT KILL (SHUTDOWN NOSAVE if it wrote)" + doc},
+  };
+  for (const auto& [reply, line] : cases) {
+    EXPECT_TRUE(fairgate::redis::refusal(reply)) << reply;
+    EXPECT_EQ(fairgate::redis::refusal_line(ep, reply), line);
+    EXPECT_EQ(fairgate::redis::level_of(line), fairgate::LogLevel::warn) << line;
+  }
+  for (const std::string other :
+       {"BUSYKEY Target key name already exists.", "BUSYGROUP Consumer Group name already exists",
+        "ERR unknown command", "NOSCRIPT No matching script.", "OOMPH", "NOAUTH x",
+        "WRONGTYPE Operation against a key holding the wrong kind of value", ""}) {
+    EXPECT_FALSE(fairgate::redis::refusal(other)) << other;
+    EXPECT_EQ(fairgate::redis::refusal_line(ep, other), std::nullopt) << other;
+  }
 }
 
 // A program that embeds fairgate and starts another one (fork and exec)
