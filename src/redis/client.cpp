@@ -95,12 +95,12 @@ bool starts_with(const std::string& s, std::string_view prefix) { return s.rfind
 /// little later: a failover, a migration, a server loading its data, or one
 /// that refuses writes for now (refusal() in redis/database_check.hpp: out of
 /// memory, a failed snapshot, too few replicas, another client's script
-/// running). A script is refused those only at its first write, so a
-/// refused script changed nothing.
-bool retry_later(const Reply& r) {
+/// running; ClientOptions::retry_refusals). A script is refused those only at
+/// its first write, so a refused script changed nothing.
+bool retry_later(const Reply& r, const ClientOptions& o) {
   return r.is_error() && (starts_with(r.str, "TRYAGAIN") || starts_with(r.str, "CLUSTERDOWN") ||
                           starts_with(r.str, "LOADING") || starts_with(r.str, "MASTERDOWN") ||
-                          starts_with(r.str, "READONLY") || refusal(r.str));
+                          starts_with(r.str, "READONLY") || (o.retry_refusals && refusal(r.str)));
 }
 
 /// One command (or script call) on its way, across redirections and retries.
@@ -256,7 +256,7 @@ class SingleClient : public Client, public std::enable_shared_from_this<SingleCl
   void attempt(OpPtr op) {
     const auto t = std::max(op->left(), milliseconds(1));
     op->run(*commands_, t, false, [self = shared_from_this(), op](error_code ec, Reply r) {
-      if (!ec && retry_later(r)) {
+      if (!ec && retry_later(r, self->options_)) {
         // READONLY (a demoted master), LOADING, MASTERDOWN: it did not run.
         if (starts_with(r.str, "READONLY") || starts_with(r.str, "MASTERDOWN")) self->on_not_master();
         const auto wait = backoff(op->retries++);
@@ -756,7 +756,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
         return attempt(op, node, ask);
       }
     }
-    if (retry_later(r) || moved || ask) {
+    if (retry_later(r, options_) || moved || ask) {
       // TRYAGAIN (a multi-key call while its slot migrates), CLUSTERDOWN (a
       // failover in progress), LOADING...: it did not run. Again, a little later.
       if (starts_with(r.str, "CLUSTERDOWN") || starts_with(r.str, "READONLY")) refresh();

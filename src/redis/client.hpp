@@ -47,6 +47,12 @@ struct ClientOptions {
   /// Set by make_client: the connections' problem lines (TLS failures, ...)
   /// to `log`, deduplicated.
   std::function<void(const std::string&)> connection_log;
+  /// Send a call again (within its command timeout) when Redis refuses it for
+  /// now (OOM, MISCONF, NOREPLICAS, BUSY: refusal() in
+  /// redis/database_check.hpp), as after LOADING. Off: the refusal is the
+  /// reply at once (the rate limiter decides by on_redis_down rather than
+  /// wait: a rate decision cannot wait).
+  bool retry_refusals = true;
 };
 
 class Client {

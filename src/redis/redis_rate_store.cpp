@@ -35,6 +35,7 @@ class RedisRateStore final : public detail::RateStore {
     co.target = std::move(target);
     co.command_timeout = o.command_timeout;
     co.client_name = "fairgate-ratelimit";
+    co.retry_refusals = false;  // OOM and the like: on_redis_down at once (docs/ratelimit.md)
     client_ = redis::make_client(std::move(executor), std::move(co));
     client_->start();
     client_->close_subscriber();  // no wake messages here

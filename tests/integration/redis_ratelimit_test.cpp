@@ -386,6 +386,37 @@ TEST_F(RedisRateLimitTest, RedisDownFollowsOnRedisDown) {
   EXPECT_GE(rules[0].stats.degraded, 1u);
 }
 
+// A Redis that refuses writes for now (here NOREPLICAS: min-replicas-to-write
+// 1 and no replica) is, for a rate decision, Redis down: decided at once by
+// on_redis_down, not sent again until the command timeout as a concurrency
+// limiter's calls are (a rate decision cannot wait: docs/ratelimit.md).
+// Once writes are back, Redis decides again.
+TEST_F(RedisRateLimitTest, ARefusedWriteIsDecidedAtOnceByOnRedisDown) {
+  RedisServer own;
+  fairgate::RateLimiterRedisOptions o;
+  o.url = own.url();
+  o.key_prefix = prefix_;
+  o.command_timeout = 5s;  // a decision that waited for it would show
+  limiters_.push_back(RateLimiter::redis(io_.get_executor(), o, false));
+  RateLimiter l = limiters_.back();
+  RateRule rule = make_rule(RateAlgorithm::fixed_window, 8, 600'000);
+  rule.local_divisor = 4;
+  ASSERT_TRUE(l.set_rule("r", rule));
+  EXPECT_EQ(check(l, "r", "k").source, fairgate::RateSource::store);
+  ASSERT_EQ(own.command({"CONFIG", "SET", "min-replicas-to-write", "1"}), "OK");
+  const auto t0 = std::chrono::steady_clock::now();
+  const RateResult r = check(l, "r", "k");
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(r.source, fairgate::RateSource::degraded);
+  EXPECT_TRUE(r.allowed) << "within the local share of 8 / 4";
+  EXPECT_LT(took, o.command_timeout / 2) << "decided at once, not after the command timeout";
+  EXPECT_TRUE(l.degraded());
+  ASSERT_EQ(own.command({"CONFIG", "SET", "min-replicas-to-write", "0"}), "OK");
+  EXPECT_EQ(check(l, "r", "k").source, fairgate::RateSource::store);
+  EXPECT_FALSE(l.degraded());
+  l.shutdown();  // while its server is up (after, closing waits the command timeout)
+}
+
 // A decision whose reply has one field of the wrong type (the test proxy
 // spoils every script reply, Mangling::inner) is a store error, decided by
 // on_redis_down — never read as an allow or a refusal, nor its figures as 0.
