@@ -134,8 +134,8 @@ std::optional<std::string> refusal_line(const Endpoint& endpoint, std::string_vi
     return std::nullopt;
   }
   return where(endpoint) + what +
-         "; fairgate sends them again, and after degrade_after follows on_redis_down. " + fix +
-         " (docs/faults.md, \"Redis refuses writes\")";
+         "; limiters send them again and follow on_redis_down after degrade_after (rate limits at once). " +
+         fix + " (docs/faults.md, \"Redis refuses writes\")";
 }
 
 std::optional<std::string> eviction_risk(const Endpoint& endpoint, std::string_view info) {

@@ -454,7 +454,8 @@ TEST(RedisRefusal, EachKindIsNamedWithItsFix) {
   fairgate::redis::Endpoint ep;
   ep.host = "10.0.0.7";
   ep.port = 6380;
-  const std::string tail = "; fairgate sends them again, and after degrade_after follows on_redis_down. ";
+  const std::string tail =
+      "; limiters send them again and follow on_redis_down after degrade_after (rate limits at once). ";
   const std::string doc = " (docs/faults.md, \"Redis refuses writes\")";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"OOM command not allowed when used memory > 'maxmemory'. script: 0f, on @user_script:495.",
