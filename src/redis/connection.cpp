@@ -434,11 +434,14 @@ void Connection::on_read(std::size_t n) {
 }
 
 void Connection::on_reply(Reply reply) {
-  // Redis at maxclients writes this on a new connection and closes it: say
-  // so (once, until a connection works) rather than "refused AUTH" or nothing.
-  if (reply.is_error() && reply.str.starts_with("ERR max number of clients reached")) {
-    report(too_many_clients(endpoint()));
-    return reset("maxclients");
+  // Redis at maxclients, or in protected mode for a client not on loopback,
+  // writes this on a new connection and closes it: say so (once, until a
+  // connection works) rather than "refused AUTH" or nothing.
+  if (reply.is_error()) {
+    if (auto line = turned_away(endpoint(), reply.str)) {
+      report(*line);
+      return reset("turned away");
+    }
   }
   if ((options_.subscriber && is_push(reply)) || in_flight_.empty()) {
     if (push_handler_) push_handler_(std::move(reply));

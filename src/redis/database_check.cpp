@@ -102,6 +102,20 @@ std::string too_many_clients(const Endpoint& endpoint) {
          "connects again with backoff. Raise maxclients, or close what else holds connections to it";
 }
 
+std::string protected_mode(const Endpoint& endpoint) {
+  return where(endpoint) +
+         " turns this client away (DENIED: it runs in protected mode, with no password for the default "
+         "user, and then accepts clients on loopback only): give Redis a password (requirepass, or an "
+         "ACL user: docs/redis-acl.md) and put it in the URL, or, where only trusted hosts reach it, "
+         "set protected-mode no";
+}
+
+std::optional<std::string> turned_away(const Endpoint& endpoint, std::string_view error) {
+  if (error.starts_with("ERR max number of clients reached")) return too_many_clients(endpoint);
+  if (error.starts_with("DENIED ")) return protected_mode(endpoint);
+  return std::nullopt;
+}
+
 bool refusal(std::string_view error) {
   return error.starts_with("OOM ") || error.starts_with("MISCONF ") || error.starts_with("NOREPLICAS ") ||
          error.starts_with("BUSY ");
@@ -161,10 +175,20 @@ std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::
   if (!c || c->err != 0) return std::nullopt;  // no server there (yet): serve starts degraded
   bound_arrays(c->reader);
   if (redisSetTimeout(c.get(), tv) != REDIS_OK) return std::nullopt;
+  // A server that turns every new client away answers the first command so
+  // (turned_away): protected mode is a problem, maxclients is not (a slot
+  // may free; the connection says so meanwhile).
   if (!endpoint.password.empty()) {
     const ReplyPtr r = command(*c, auth_command(endpoint));
     if (!r) return std::nullopt;
-    if (is_error(r)) return auth_refused(endpoint, std::string_view(r->str, r->len));
+    if (is_error(r)) {
+      const std::string_view reason(r->str, r->len);
+      if (turned_away(endpoint, reason)) {
+        if (reason.starts_with("DENIED ")) return protected_mode(endpoint);
+        return std::nullopt;
+      }
+      return auth_refused(endpoint, reason);
+    }
   }
   // SELECT of the database; with database 0 (never selected) a PING, which is
   // how a server that wants a password says so.
@@ -173,6 +197,10 @@ std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::
                                    : std::vector<std::string>{"SELECT", std::to_string(endpoint.db)});
   if (!is_error(r)) return std::nullopt;
   const std::string_view reason(r->str, r->len);
+  if (turned_away(endpoint, reason)) {
+    if (reason.starts_with("DENIED ")) return protected_mode(endpoint);
+    return std::nullopt;
+  }
   if (reason.starts_with("NOAUTH")) return password_missing(endpoint, reason);
   if (endpoint.db == 0) return std::nullopt;  // (an ACL without PING, a busy server: not for this check)
   // A script runs: busy, not wrong. (SELECT runs while Redis loads its data: no LOADING here.)

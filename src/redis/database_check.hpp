@@ -43,6 +43,15 @@ bool refusal(std::string_view error);
 /// connection "ERR max number of clients reached" and closes it).
 std::string too_many_clients(const Endpoint& endpoint);
 
+/// The line a server in protected mode is reported with (no password for
+/// the default user, so it answers a client not on loopback "DENIED ..."
+/// and closes the connection).
+std::string protected_mode(const Endpoint& endpoint);
+
+/// What a server writes on a new connection it will not serve, before it
+/// closes it: maxclients, protected mode. The line for it, or nothing.
+std::optional<std::string> turned_away(const Endpoint& endpoint, std::string_view error);
+
 /// The line such a refusal is reported with: what the server says, what
 /// fairgate does meanwhile (the call is sent again, then it counts as Redis
 /// failing: on_redis_down after degrade_after) and the fix. Nothing for any
@@ -64,7 +73,9 @@ std::vector<std::string> auth_command(const Endpoint& endpoint);
 /// sends AUTH when it has a password, then SELECT of its database (PING for
 /// database 0). Returns the line for what the server refuses: auth_refused()
 /// for a refused AUTH, password_missing() for NOAUTH, database_refused() for
-/// a refused SELECT. Nothing when all is accepted, when the endpoint is TLS
+/// a refused SELECT, protected_mode() for a server that turns this client
+/// away (a server at maxclients is no problem: a slot may free; the
+/// connection says so at run time). Nothing when all is accepted, when the endpoint is TLS
 /// (not asked), or when the check cannot tell (no server there, no answer, a
 /// server busy with a script: serve starts degraded then). Everything it opens
 /// is closed on every path.

@@ -11,15 +11,25 @@
 namespace fairgate::redis {
 
 inline LogLevel level_of(std::string_view line) noexcept {
-  static constexpr std::array<std::string_view, 18> kProblems = {"fail",          "degraded",
-                                                                 "unexpected",    "cannot",
-                                                                 "lost",          "no node",
-                                                                 "unreachable",   "fence",
-                                                                 "overshoot",     "timeout",
-                                                                 "refused",       "error",
-                                                                 "no sentinel",   "wants a password",
-                                                                 "out of memory", "may evict",
-                                                                 "refuses",       "busy running a script"};
+  static constexpr std::array<std::string_view, 19> kProblems = {"fail",
+                                                                 "degraded",
+                                                                 "unexpected",
+                                                                 "cannot",
+                                                                 "lost",
+                                                                 "no node",
+                                                                 "unreachable",
+                                                                 "fence",
+                                                                 "overshoot",
+                                                                 "timeout",
+                                                                 "refused",
+                                                                 "error",
+                                                                 "no sentinel",
+                                                                 "wants a password",
+                                                                 "out of memory",
+                                                                 "may evict",
+                                                                 "refuses",
+                                                                 "busy running a script",
+                                                                 "turns this client away"};
   for (const auto word : kProblems)
     if (line.find(word) != std::string_view::npos) return LogLevel::warn;
   return LogLevel::info;

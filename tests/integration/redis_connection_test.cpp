@@ -3,6 +3,7 @@
 #include "redis/database_check.hpp"
 #include "redis/log_level.hpp"
 #include "support/log_lines.hpp"
+#include "support/netns.hpp"
 #include "support/redis_server.hpp"
 #include "support/wait.hpp"
 
@@ -17,6 +18,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cstdlib>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -446,6 +448,52 @@ TEST_F(RedisConnectionTest, AServerAtMaxclientsIsNamedOnce) {
   first->close();
   EXPECT_EQ(exec(*second, {"PING"}, 5s).reply.str, "PONG") << "a slot is free";
   EXPECT_EQ(log.lines().size(), 1u) << log.all();
+}
+
+// A server in protected mode turns away a client that is not on loopback
+// (DENIED, then it closes the connection): a connection from a network
+// namespace of the test's own says so once, with the fix, and its command
+// never runs.
+TEST(RedisTurnedAway, AServerInProtectedModeIsNamedOnceFromAnotherHost) {
+  if (const auto why = fairgate::test::NetNamespace::unavailable_reason()) {
+    const char* required = std::getenv("FAIRGATE_REQUIRE_NETNS");
+    if (required && std::string(required) == "1") FAIL() << "FAIRGATE_REQUIRE_NETNS=1: " << *why;
+    GTEST_SKIP() << "network namespaces unavailable: " << *why;
+  }
+  fairgate::test::NetNamespace ns;
+  RedisServer::Options so;
+  so.bind = {"127.0.0.1", ns.host_address()};
+  so.extra_args = {"--protected-mode", "yes"};
+  RedisServer server(so);
+  fairgate::test::LogLines log;
+  ConnectionOptions o;
+  o.endpoint.host = ns.host_address();
+  o.endpoint.port = server.port();
+  o.reconnect_min = 20ms;
+  o.reconnect_max = 40ms;
+  o.log = log.sink();
+  Result r;
+  // The connection's sockets are made on the io thread: run it inside.
+  ns.run_inside([&] {
+    asio::io_context io;
+    auto c = Connection::create(io.get_executor(), o);
+    c->start();
+    c->exec(
+        {"SET", "denied:k", "x"},
+        [&](boost::system::error_code ec, Reply reply) {
+          r = {ec, std::move(reply)};
+          c->close();
+        },
+        500ms);
+    io.run_for(10s);
+  });
+  EXPECT_TRUE(r.ec) << "never ran: " << r.reply.excerpt();
+  EXPECT_EQ(server.command({"EXISTS", "denied:k"}), "0");
+  const auto lines = log.lines();
+  ASSERT_EQ(lines.size(), 1u) << log.all();
+  EXPECT_EQ(lines[0], fairgate::redis::protected_mode(o.endpoint));
+  EXPECT_NE(lines[0].find("turns this client away (DENIED: it runs in protected mode"), std::string::npos);
+  EXPECT_EQ(fairgate::redis::level_of(lines[0]), fairgate::LogLevel::warn);
 }
 
 // The answers that mean "not now, nothing ran" (the client sends the call

@@ -2,20 +2,24 @@
 // real redis-server: a database the server does not have, a refused password
 // or a missing one is an error at start (exit 1, the server's reason), never
 // a silent database 0 or a server that starts and retries for ever.
+#include "support/netns.hpp"
 #include "support/redis_server.hpp"
 
 #include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
 
 #include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace {
 
+using fairgate::test::NetNamespace;
 using fairgate::test::RedisServer;
 
 struct Outcome {
@@ -23,10 +27,11 @@ struct Outcome {
   std::string output;  // stdout and stderr
 };
 
-Outcome run_fairgate(const std::string& args) {
+Outcome run_fairgate(const std::string& args, int seconds = 30, const std::string& prefix = {}) {
   Outcome r;
   // A server that starts instead of refusing runs until the timeout (exit 124).
-  const std::string cmd = "timeout 30 " + std::string(FAIRGATE_BIN) + " " + args + " 2>&1";
+  const std::string cmd =
+      prefix + "timeout " + std::to_string(seconds) + " " + std::string(FAIRGATE_BIN) + " " + args + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
   std::array<char, 4096> buf{};
@@ -62,6 +67,56 @@ TEST(ServeRedisDatabase, ARefusedOrMissingPasswordIsAnErrorAtStart) {
     EXPECT_EQ(r.exit_code, 1) << r.output;
     EXPECT_EQ(r.output, "fairgate serve: error: Redis at " + where + line + "\n");
   }
+}
+
+// A server in protected mode (no password for the default user) turns away
+// every client that is not on loopback: from another host (here a network
+// namespace of the test's own) that is an error at start with the fix, not a
+// server that retries for ever with "Redis unreachable".
+TEST(ServeRedisDatabase, AServerInProtectedModeIsAnErrorAtStartFromAnotherHost) {
+  if (const auto why = NetNamespace::unavailable_reason()) {
+    const char* required = std::getenv("FAIRGATE_REQUIRE_NETNS");
+    if (required && std::string(required) == "1") FAIL() << "FAIRGATE_REQUIRE_NETNS=1: " << *why;
+    GTEST_SKIP() << "network namespaces unavailable: " << *why;
+  }
+  NetNamespace ns;
+  RedisServer::Options o;
+  o.bind = {"127.0.0.1", ns.host_address()};
+  o.extra_args = {"--protected-mode", "yes"};
+  RedisServer server(o);
+  std::string prefix;
+  for (const auto& a : ns.exec_prefix()) prefix += a + " ";
+  const std::string where = ns.host_address() + ":" + std::to_string(server.port());
+  const Outcome r =
+      run_fairgate("serve --listen 127.0.0.1:0 --limiter chat=3 --redis redis://" + where, 30, prefix);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.output, "fairgate serve: error: Redis at " + where +
+                          " turns this client away (DENIED: it runs in protected mode, with no password for "
+                          "the default user, and then accepts clients on loopback only): give Redis a "
+                          "password (requirepass, or an ACL user: docs/redis-acl.md) and put it in the URL, "
+                          "or, where only trusted hosts reach it, set protected-mode no\n");
+}
+
+// A server at maxclients is no error at start (a slot may free): serve starts
+// and says why it cannot connect yet — not "refused AUTH", which the error
+// Redis writes on the new connection used to be read as.
+TEST(ServeRedisDatabase, AServerAtMaxclientsIsNoErrorAtStart) {
+  RedisServer::Options o;
+  o.extra_args = {"--maxclients", "1"};
+  o.password = "pw";
+  RedisServer server(o);
+  redisContext* slot = redisConnect("127.0.0.1", server.port());  // takes the one slot
+  ASSERT_TRUE(slot != nullptr && slot->err == 0);
+  const std::string where = "127.0.0.1:" + std::to_string(server.port());
+  const Outcome r =
+      run_fairgate("serve --listen 127.0.0.1:0 --limiter chat=3 --redis redis://:pw@" + where, 3);
+  redisFree(slot);
+  EXPECT_EQ(r.exit_code, 124) << "still running: " << r.output;
+  EXPECT_EQ(r.output.find("refused AUTH"), std::string::npos) << r.output;
+  EXPECT_NE(
+      r.output.find("Redis at " + where + " refuses new connections (ERR max number of clients reached)"),
+      std::string::npos)
+      << r.output;
 }
 
 }  // namespace
