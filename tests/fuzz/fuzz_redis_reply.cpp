@@ -156,7 +156,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         FUZZ_CHECK(line->size() < 600, "a bounded line");
         FUZZ_CHECK(r.str.find("maxmemory:") != std::string::npos, "a limit was given");
         FUZZ_CHECK(line->find("maxmemory 0 ") == std::string::npos, "no warning without a limit");
-        FUZZ_CHECK(line->find("maxmemory-policy noeviction)") == std::string::npos, "noeviction evicts nothing");
+        FUZZ_CHECK(line->find("maxmemory-policy noeviction)") == std::string::npos,
+                   "noeviction evicts nothing");
       }
     }
 
