@@ -337,9 +337,8 @@ class SentinelClient final : public SingleClient {
     o.connect_timeout = o.command_timeout;
     o.client_name = options_.client_name + "-sentinel";
     o.auth_hint =
-        "the sentinels want one of their own: add ?sentinel_password=PASSWORD (and &sentinel_user=USER for "
-        "an "
-        "ACL user) to the redis+sentinel:// URL (docs/redis-cluster.md)";
+        "the sentinels want one of their own: add ?sentinel_password=PASSWORD (and &sentinel_user=USER "
+        "for an ACL user) to the redis+sentinel:// URL (docs/redis-cluster.md)";
     return o;
   }
 

@@ -455,9 +455,8 @@ void Connection::on_reply(Reply reply) {
   // A server that refuses writes for now (out of memory, ...): said every
   // time (the client's log keeps one line per 30 s), not once per
   // connection: it comes and goes while the connection stays.
-  if (reply.is_error() && options_.log && refusal(reply.str)) {
-    if (auto line = refusal_line(endpoint(), reply.str)) options_.log(*line);
-  }
+  if (reply.is_error() && options_.log && refusal(reply.str))
+    options_.log(*refusal_line(endpoint(), reply.str));
   if (p.callback) std::move(p.callback)(error_code{}, std::move(reply));
 }
 

@@ -6,6 +6,7 @@
 #include <hiredis/hiredis.h>
 
 #include <sys/time.h>
+#include <array>
 #include <charconv>
 #include <memory>
 #include <vector>
@@ -96,6 +97,10 @@ std::optional<std::string_view> info_field(std::string_view info, std::string_vi
 
 }  // namespace
 
+// What a server writes on a new connection it will not serve, then closes it.
+constexpr std::string_view kMaxclients = "ERR max number of clients reached";
+constexpr std::string_view kDenied = "DENIED ";
+
 std::string too_many_clients(const Endpoint& endpoint) {
   return where(endpoint) +
          " refuses new connections (ERR max number of clients reached): it is at maxclients; fairgate "
@@ -111,45 +116,52 @@ std::string protected_mode(const Endpoint& endpoint) {
 }
 
 std::optional<std::string> turned_away(const Endpoint& endpoint, std::string_view error) {
-  if (error.starts_with("ERR max number of clients reached")) return too_many_clients(endpoint);
-  if (error.starts_with("DENIED ")) return protected_mode(endpoint);
+  if (error.starts_with(kMaxclients)) return too_many_clients(endpoint);
+  if (error.starts_with(kDenied)) return protected_mode(endpoint);
   return std::nullopt;
 }
 
-bool refusal(std::string_view error) {
-  return error.starts_with("OOM ") || error.starts_with("MISCONF ") || error.starts_with("NOREPLICAS ") ||
-         error.starts_with("BUSY ");
+namespace {
+
+/// The answers that refuse a call for now (refusal()): what the server says, and the fix.
+struct Refusal {
+  std::string_view prefix, what, fix;
+};
+constexpr std::array<Refusal, 4> kRefusals{{
+    {"OOM ",
+     " is out of memory (OOM: used memory above maxmemory, policy noeviction): it refuses every command "
+     "that would add data, so arrivals cannot queue and heartbeats fail",
+     "Free memory or raise maxmemory"},
+    {"MISCONF ",
+     " refuses writes (MISCONF: its last RDB snapshot failed and stop-writes-on-bgsave-error is on): "
+     "arrivals, releases and heartbeats fail",
+     "Redis' log says why the snapshot failed"},
+    {"NOREPLICAS ",
+     " refuses writes (NOREPLICAS: fewer replicas connected than min-replicas-to-write): arrivals, "
+     "releases and heartbeats fail",
+     "Bring a replica back, or lower min-replicas-to-write"},
+    {"BUSY ",
+     " is busy running a script past busy-reply-threshold (BUSY) and answers nothing else: arrivals, "
+     "releases and heartbeats fail",
+     "End it with SCRIPT KILL (SHUTDOWN NOSAVE if it wrote)"},
+}};
+
+const Refusal* refusal_of(std::string_view error) {
+  for (const auto& r : kRefusals)
+    if (error.starts_with(r.prefix)) return &r;
+  return nullptr;
 }
 
+}  // namespace
+
+bool refusal(std::string_view error) { return refusal_of(error) != nullptr; }
+
 std::optional<std::string> refusal_line(const Endpoint& endpoint, std::string_view error) {
-  const char* what = nullptr;
-  const char* fix = nullptr;
-  if (error.starts_with("OOM ")) {
-    what =
-        " is out of memory (OOM: used memory above maxmemory, policy noeviction): it refuses every "
-        "command that would add data, so arrivals cannot queue and heartbeats fail";
-    fix = "Free memory or raise maxmemory";
-  } else if (error.starts_with("MISCONF ")) {
-    what =
-        " refuses writes (MISCONF: its last RDB snapshot failed and stop-writes-on-bgsave-error is on): "
-        "arrivals, releases and heartbeats fail";
-    fix = "Redis' log says why the snapshot failed";
-  } else if (error.starts_with("NOREPLICAS ")) {
-    what =
-        " refuses writes (NOREPLICAS: fewer replicas connected than min-replicas-to-write): arrivals, "
-        "releases and heartbeats fail";
-    fix = "Bring a replica back, or lower min-replicas-to-write";
-  } else if (error.starts_with("BUSY ")) {
-    what =
-        " is busy running a script past busy-reply-threshold (BUSY) and answers nothing else: arrivals, "
-        "releases and heartbeats fail";
-    fix = "End it with SCRIPT KILL (SHUTDOWN NOSAVE if it wrote)";
-  } else {
-    return std::nullopt;
-  }
-  return where(endpoint) + what +
+  const Refusal* r = refusal_of(error);
+  if (!r) return std::nullopt;
+  return where(endpoint) + std::string(r->what) +
          "; limiters send them again and follow on_redis_down after degrade_after (rate limits at once). " +
-         fix + " (docs/faults.md, \"Redis refuses writes\")";
+         std::string(r->fix) + " (docs/faults.md, \"Redis refuses writes\")";
 }
 
 std::optional<std::string> eviction_risk(const Endpoint& endpoint, std::string_view info) {
@@ -183,10 +195,8 @@ std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::
     if (!r) return std::nullopt;
     if (is_error(r)) {
       const std::string_view reason(r->str, r->len);
-      if (turned_away(endpoint, reason)) {
-        if (reason.starts_with("DENIED ")) return protected_mode(endpoint);
-        return std::nullopt;
-      }
+      if (reason.starts_with(kDenied)) return protected_mode(endpoint);
+      if (reason.starts_with(kMaxclients)) return std::nullopt;
       return auth_refused(endpoint, reason);
     }
   }
@@ -197,10 +207,8 @@ std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::
                                    : std::vector<std::string>{"SELECT", std::to_string(endpoint.db)});
   if (!is_error(r)) return std::nullopt;
   const std::string_view reason(r->str, r->len);
-  if (turned_away(endpoint, reason)) {
-    if (reason.starts_with("DENIED ")) return protected_mode(endpoint);
-    return std::nullopt;
-  }
+  if (reason.starts_with(kDenied)) return protected_mode(endpoint);
+  if (reason.starts_with(kMaxclients)) return std::nullopt;
   if (reason.starts_with("NOAUTH")) return password_missing(endpoint, reason);
   if (endpoint.db == 0) return std::nullopt;  // (an ACL without PING, a busy server: not for this check)
   // A script runs: busy, not wrong. (SELECT runs while Redis loads its data: no LOADING here.)

@@ -38,6 +38,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using fairgate::faults::Cluster;
+using fairgate::faults::Refusing;
 using fairgate::faults::Report;
 using fairgate::faults::Route;
 using fairgate::faults::RunOptions;
@@ -197,6 +198,15 @@ Figures kill9(std::size_t cycles) {
   return f;
 }
 
+std::optional<fairgate::faults::Refusal> refusal_named(const std::string& kind) {
+  using fairgate::faults::Refusal;
+  if (kind == "oom") return Refusal::oom;
+  if (kind == "misconf") return Refusal::misconf;
+  if (kind == "noreplicas") return Refusal::noreplicas;
+  if (kind == "busy") return Refusal::busy;
+  return std::nullopt;
+}
+
 constexpr const char* kKinds =
     "kill9,restart,aof,flushall,script_flush,sigstop,oom,misconf,noreplicas,busy,debug_sleep,"
     "client_kill,partition,bad_replies,bad_fields,snapshot";
@@ -268,51 +278,16 @@ int main(int argc, char** argv) {
         sleep(c.options().ttl + 500ms);
         c.redis().continue_process();
       });
-    } else if (kind == "oom") {
-      f = redis_fault(kind, cycles, 1000ms, [](Cluster& c, std::size_t) {
-        c.redis().command({"CONFIG", "SET", "maxmemory-policy", "noeviction"});
-        c.redis().command({"CONFIG", "SET", "maxmemory", "1"});
-        sleep(c.options().ttl + 500ms);
-        c.redis().command({"CONFIG", "SET", "maxmemory", "0"});
-      });
-    } else if (kind == "misconf" || kind == "noreplicas") {
-      // Every write refused for TTL + 0.5 s, releases included: MISCONF (an
-      // RDB snapshot into /proc failed), NOREPLICAS (min-replicas-to-write 1).
-      fairgate::test::RedisServer::Options redis;
-      redis.extra_args = {"--enable-protected-configs", "yes"};
-      const bool misconf = kind == "misconf";
+    } else if (const auto refusal = refusal_named(kind)) {
+      // Redis refusing calls for TTL + 0.5 s (harness.hpp, Refusing).
       f = redis_fault(
           kind, cycles, 1000ms,
-          [misconf](Cluster& c, std::size_t) {
-            if (misconf) {
-              const std::string dir = c.redis().command({"CONFIG", "GET", "dir"});
-              c.redis().command({"CONFIG", "SET", "save", "3600 1"});  // MISCONF needs save points
-              c.redis().command({"CONFIG", "SET", "dir", "/proc"});
-              c.redis().command({"BGSAVE"});
-              for (int i = 0;
-                   i < 200 && c.redis().command({"SET", "probe", "x"}).find("MISCONF") == std::string::npos;
-                   ++i)
-                sleep(10ms);
-              sleep(c.options().ttl + 500ms);
-              c.redis().command({"CONFIG", "SET", "dir", dir.substr(dir.find('\n') + 1)});
-              c.redis().command({"SAVE"});
-              c.redis().command({"CONFIG", "SET", "save", ""});
-              c.redis().command({"DEL", "probe"});
-            } else {
-              c.redis().command({"CONFIG", "SET", "min-replicas-to-write", "1"});
-              sleep(c.options().ttl + 500ms);
-              c.redis().command({"CONFIG", "SET", "min-replicas-to-write", "0"});
-            }
+          [r = *refusal](Cluster& c, std::size_t) {
+            Refusing refusing(c, r);
+            sleep(c.options().ttl + 500ms);
+            refusing.end();
           },
-          std::move(redis));
-    } else if (kind == "busy") {
-      f = redis_fault(kind, cycles, 1000ms, [](Cluster& c, std::size_t) {
-        c.redis().command({"CONFIG", "SET", "busy-reply-threshold", "100"});
-        std::thread runaway([&] { c.redis().command({"EVAL", "while true do end", "0"}, 60s); });
-        sleep(c.options().ttl + 500ms);
-        c.redis().command({"SCRIPT", "KILL"});
-        runaway.join();
-      });
+          fairgate::faults::refusal_redis_options());
     } else if (kind == "debug_sleep") {
       f = redis_fault(kind, cycles, 800ms, [](Cluster& c, std::size_t) {
         c.redis().command({"DEBUG", "SLEEP", "0.6"}, 10s);

@@ -8,7 +8,6 @@
 // more (the fence, the gap rule, the degraded policies, the state after Redis
 // returns).
 #include "faults/harness.hpp"
-#include "support/wait.hpp"
 
 #include <gtest/gtest.h>
 #include <boost/json.hpp>
@@ -23,6 +22,8 @@ namespace {
 
 using namespace std::chrono_literals;
 using fairgate::faults::Cluster;
+using fairgate::faults::Refusal;
+using fairgate::faults::Refusing;
 using fairgate::faults::Report;
 using fairgate::faults::Route;
 using fairgate::faults::RunOptions;
@@ -268,89 +269,44 @@ TEST(Faults, ClientKillOfEveryConnection) {
   EXPECT_GT(r.grants, 20u);
 }
 
-// Redis out of memory (maxmemory reached, policy noeviction) for longer than
-// the TTL: every command that would add data is refused with -OOM (an
-// arrival cannot queue, a heartbeat cannot extend its liveness), while a
-// release, which only removes, still runs. A Redis fault like a stall: the
-// arrivals wait and are sent again, never rejected "unavailable" (before:
-// 91 of 108 requests, each at once), and once memory is back the state is
-// whole (docs/faults.md, "Redis refuses writes").
-TEST(Faults, RedisOutOfMemoryMidRun) {
-  Cluster c(long_holds(run()));
+// Redis refusing calls for a while (docs/faults.md, "Redis refuses writes"):
+// each refusal in turn for longer than the TTL, in the middle of a run. The
+// same as a stall: the arrivals wait and are sent again, never rejected
+// "unavailable", overshoot 0, and once Redis takes calls again the state is
+// whole. The Refusing helper (harness.hpp) checks that a write is refused
+// with the expected answer before the wait, and works again after it.
+void refused_mid_run(std::initializer_list<Refusal> kinds) {
+  Cluster c(long_holds(run()), fairgate::faults::refusal_redis_options());
   c.start();
   c.start();
   c.go();
   sleep(1500ms);
-  ASSERT_EQ(c.redis().command({"CONFIG", "SET", "maxmemory-policy", "noeviction"}), "OK");
-  ASSERT_EQ(c.redis().command({"CONFIG", "SET", "maxmemory", "1"}), "OK");
-  sleep(c.options().ttl + 1000ms);
-  ASSERT_EQ(c.redis().command({"CONFIG", "SET", "maxmemory", "0"}), "OK");
+  for (const Refusal kind : kinds) {
+    Refusing refusing(c, kind);
+    sleep(c.options().ttl + 1000ms);
+    refusing.end();
+  }
   EXPECT_TRUE(c.wait_whole(15s));
   const Report r = c.finish(finish_within(c.options()));
   EXPECT_RUN_OK(r);
   EXPECT_EQ(r.unavailable, 0u);
 }
 
-// Redis refusing every write for longer than the TTL, releases included:
-// first MISCONF (with a save point, its RDB snapshot failed: the save
-// directory moved to /proc, where nothing can be written;
-// stop-writes-on-bgsave-error is on by default), then NOREPLICAS (min-replicas-to-write 1 with no replica,
-// the setting docs/faults.md suggests against two masters at once). The same as a stall: nobody rejected,
-// overshoot 0, whole once writes are back.
-TEST(Faults, RedisRefusingWritesMidRun) {
-  RedisServer::Options protected_configs;
-  protected_configs.extra_args = {"--enable-protected-configs", "yes"};
-  Cluster c(long_holds(run()), protected_configs);
-  c.start();
-  c.start();
-  c.go();
-  sleep(1500ms);
-  const std::string dir = c.redis().command({"CONFIG", "GET", "dir"});
-  // MISCONF needs save points (the test server runs without).
-  ASSERT_EQ(c.redis().command({"CONFIG", "SET", "save", "3600 1"}), "OK");
-  ASSERT_EQ(c.redis().command({"CONFIG", "SET", "dir", "/proc"}), "OK");
-  c.redis().command({"BGSAVE"});
-  ASSERT_TRUE(fairgate::test::wait_until(
-      [&] {
-        return c.redis().command({"SET", "faults:probe", "x"}).find("MISCONF") != std::string::npos;
-      },
-      10s))
-      << "writes refused";
-  sleep(c.options().ttl + 1000ms);
-  ASSERT_EQ(c.redis().command({"CONFIG", "SET", "min-replicas-to-write", "1"}), "OK");
-  ASSERT_EQ(c.redis().command({"CONFIG", "SET", "dir", dir.substr(dir.find('\n') + 1)}), "OK");
-  ASSERT_EQ(c.redis().command({"SAVE"}), "OK");  // the snapshot works again: MISCONF over
-  ASSERT_EQ(c.redis().command({"CONFIG", "SET", "save", ""}), "OK");
-  EXPECT_NE(c.redis().command({"SET", "faults:probe", "x"}).find("NOREPLICAS"), std::string::npos);
-  sleep(c.options().ttl + 1000ms);
-  ASSERT_EQ(c.redis().command({"CONFIG", "SET", "min-replicas-to-write", "0"}), "OK");
-  EXPECT_TRUE(c.wait_whole(15s));
-  const Report r = c.finish(finish_within(c.options()));
-  EXPECT_RUN_OK(r);
-  EXPECT_EQ(r.unavailable, 0u);
-}
+// Out of memory (maxmemory reached, policy noeviction): every command that
+// would add data is refused with -OOM (an arrival cannot queue, a heartbeat
+// cannot extend its liveness), while a release, which only removes, still
+// runs. Before: 91 of 108 requests rejected "unavailable", each at once.
+TEST(Faults, RedisOutOfMemoryMidRun) { refused_mid_run({Refusal::oom}); }
+
+// Every write refused, releases included: MISCONF (a failed RDB snapshot,
+// stop-writes-on-bgsave-error on by default), then NOREPLICAS
+// (min-replicas-to-write 1 with no replica, the setting docs/faults.md
+// suggests against two masters at once).
+TEST(Faults, RedisRefusingWritesMidRun) { refused_mid_run({Refusal::misconf, Refusal::noreplicas}); }
 
 // Another client's script runs away (a loop, past busy-reply-threshold):
 // Redis answers BUSY to everything else until SCRIPT KILL ends it.
-TEST(Faults, ARunawayScriptOnRedisMidRun) {
-  Cluster c(long_holds(run()));
-  c.start();
-  c.start();
-  c.go();
-  sleep(1500ms);
-  ASSERT_EQ(c.redis().command({"CONFIG", "SET", "busy-reply-threshold", "100"}), "OK");
-  std::string ended;
-  std::thread runaway([&] { ended = c.redis().command({"EVAL", "while true do end", "0"}, 60s); });
-  sleep(c.options().ttl + 1000ms);
-  const std::string killed = c.redis().command({"SCRIPT", "KILL"});
-  runaway.join();
-  EXPECT_EQ(killed, "OK");
-  EXPECT_NE(ended.find("Script killed"), std::string::npos) << ended;
-  EXPECT_TRUE(c.wait_whole(15s));
-  const Report r = c.finish(finish_within(c.options()));
-  EXPECT_RUN_OK(r);
-  EXPECT_EQ(r.unavailable, 0u);
-}
+TEST(Faults, ARunawayScriptOnRedisMidRun) { refused_mid_run({Refusal::busy}); }
 
 // --- the network -----------------------------------------------------------------
 
@@ -359,10 +315,7 @@ TEST(Faults, ARunawayScriptOnRedisMidRun) {
 // the cut-off one reuses its seats only while Redis still counts them, then
 // waits; back, it restores and its waiters are served.
 TEST(Faults, PartitionOfOneInstanceLongerThanTheTtl) {
-  if (auto why = fairgate::test::NetNamespace::unavailable_reason()) {
-    if (std::getenv("FAIRGATE_REQUIRE_NETNS")) FAIL() << *why;
-    GTEST_SKIP() << *why;
-  }
+  REQUIRE_NETNS_OR_SKIP();
   Cluster c(run(), {}, /*with_netns=*/true);
   Worker& cut = c.start(Route::netns);
   c.start();

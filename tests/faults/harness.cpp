@@ -41,6 +41,101 @@ std::size_t max_concurrent(std::vector<std::pair<std::int64_t, std::int64_t>> in
   return most;
 }
 
+// --- Refusing -------------------------------------------------------------------
+
+namespace {
+
+constexpr const char* kProbe = "fairgate-faults:probe";
+
+const char* answer_of(Refusal kind) {
+  switch (kind) {
+    case Refusal::oom: return "OOM";
+    case Refusal::misconf: return "MISCONF";
+    case Refusal::noreplicas: return "NOREPLICAS";
+    case Refusal::busy: return "BUSY";
+  }
+  return "?";
+}
+
+void expect_ok(test::RedisServer& redis, const std::vector<std::string>& args) {
+  const std::string r = redis.command(args);
+  if (r != "OK") throw std::runtime_error(fmt::format("Refusing: {} answered {}", args.front(), r));
+}
+
+}  // namespace
+
+test::RedisServer::Options refusal_redis_options() {
+  test::RedisServer::Options o;
+  o.extra_args = {"--enable-protected-configs", "yes"};
+  return o;
+}
+
+Refusing::Refusing(Cluster& c, Refusal kind) : c_(c), kind_(kind) {
+  auto& redis = c_.redis();
+  switch (kind_) {
+    case Refusal::oom:
+      expect_ok(redis, {"CONFIG", "SET", "maxmemory-policy", "noeviction"});
+      expect_ok(redis, {"CONFIG", "SET", "maxmemory", "1"});
+      break;
+    case Refusal::misconf: {
+      const std::string dir = redis.command({"CONFIG", "GET", "dir"});  // "dir\n<path>"
+      dir_ = dir.substr(dir.find('\n') + 1);
+      expect_ok(redis, {"CONFIG", "SET", "save", "3600 1"});  // MISCONF needs save points
+      expect_ok(redis, {"CONFIG", "SET", "dir", "/proc"});    // where no snapshot can be written
+      redis.command({"BGSAVE"});
+      break;
+    }
+    case Refusal::noreplicas: expect_ok(redis, {"CONFIG", "SET", "min-replicas-to-write", "1"}); break;
+    case Refusal::busy:
+      expect_ok(redis, {"CONFIG", "SET", "busy-reply-threshold", "100"});
+      runaway_ = std::thread([this] {
+        script_end_ = c_.redis().command({"EVAL", "while true do end", "0"}, std::chrono::seconds(60));
+      });
+      break;
+  }
+  const auto until = Clock::now() + std::chrono::seconds(10);
+  while (redis.command({"SET", kProbe, "x"}).find(answer_of(kind_)) == std::string::npos) {
+    if (Clock::now() > until) {
+      lift();
+      throw std::runtime_error(
+          fmt::format("Refusing: writes were not refused with {} within 10 s", answer_of(kind_)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+void Refusing::lift() {
+  if (ended_) return;
+  ended_ = true;
+  auto& redis = c_.redis();
+  switch (kind_) {
+    case Refusal::oom: redis.command({"CONFIG", "SET", "maxmemory", "0"}); break;
+    case Refusal::misconf:
+      redis.command({"CONFIG", "SET", "dir", dir_});
+      redis.command({"SAVE"});  // a snapshot that works: MISCONF over
+      redis.command({"CONFIG", "SET", "save", ""});
+      break;
+    case Refusal::noreplicas: redis.command({"CONFIG", "SET", "min-replicas-to-write", "0"}); break;
+    case Refusal::busy:
+      redis.command({"SCRIPT", "KILL"});
+      if (runaway_.joinable()) runaway_.join();
+      break;
+  }
+}
+
+void Refusing::end() {
+  lift();
+  if (kind_ == Refusal::busy && script_end_.find("Script killed") == std::string::npos)
+    throw std::runtime_error("Refusing: the looping script was not killed: " + script_end_);
+  const std::string r = c_.redis().command({"SET", kProbe, "x"});
+  if (r != "OK")
+    throw std::runtime_error(
+        fmt::format("Refusing: {} is over, yet a write answers {}", answer_of(kind_), r));
+  c_.redis().command({"DEL", kProbe});
+}
+
+Refusing::~Refusing() { lift(); }
+
 // --- Worker ------------------------------------------------------------------
 
 Worker::Worker(const std::string& executable, bench::WorkerOptions options, std::vector<std::string> prefix)

@@ -36,6 +36,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace fairgate::faults {
@@ -163,6 +164,39 @@ class Cluster {
   std::unique_ptr<test::NetNamespace> netns_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::size_t started_ = 0;
+};
+
+/// What makes a Redis refuse calls for a while (docs/faults.md, "Redis
+/// refuses writes"): out of memory (maxmemory 1 under noeviction), a failed
+/// RDB snapshot (a save point and the save directory moved to /proc), too few
+/// replicas (min-replicas-to-write 1), another client's script looping past
+/// a 100 ms busy-reply-threshold.
+enum class Refusal { oom, misconf, noreplicas, busy };
+
+/// The redis-server options a Cluster needs for every Refusal (misconf moves
+/// the save directory: a protected config).
+test::RedisServer::Options refusal_redis_options();
+
+/// While it lives, `c`'s Redis refuses calls with `kind`'s answer. The
+/// constructor returns once a probe write is refused so, and throws
+/// std::runtime_error if it is not within 10 s; end() takes it back and
+/// throws unless a write then works (the destructor does it too, quietly).
+class Refusing {
+ public:
+  Refusing(Cluster& c, Refusal kind);
+  ~Refusing();
+  Refusing(const Refusing&) = delete;
+  Refusing& operator=(const Refusing&) = delete;
+  void end();
+
+ private:
+  void lift();
+  Cluster& c_;
+  Refusal kind_;
+  std::string dir_;         // misconf: the save directory to go back to
+  std::string script_end_;  // busy: what the looping EVAL answered in the end
+  std::thread runaway_;     // busy: the client running it
+  bool ended_ = false;
 };
 
 /// The `fairgate` binary (the worker executable): $FAIRGATE_BIN, else the one built with the harness.

@@ -471,14 +471,6 @@ TEST(TcpProxyLifetime, DestructorClosesOpenAndStalledConnections) {
 
 // --- NetNamespace: a child in its own network namespace, partitioned by nftables.
 
-// Skips where namespaces cannot work, unless FAIRGATE_REQUIRE_NETNS=1 says they must.
-#define REQUIRE_NETNS_OR_SKIP()                                                                   \
-  if (const auto why = NetNamespace::unavailable_reason()) {                                      \
-    const char* required = std::getenv("FAIRGATE_REQUIRE_NETNS");                                 \
-    if (required && std::string(required) == "1") FAIL() << "FAIRGATE_REQUIRE_NETNS=1: " << *why; \
-    GTEST_SKIP() << "network namespaces unavailable: " << *why;                                   \
-  }
-
 // `redis-cli -h host -p port ARGS...` inside the namespace, killed after `seconds`
 // (redis-cli 7.0 has no connect timeout option).
 ProcessResult redis_cli(const NetNamespace& ns, const RedisServer& server, int seconds,

@@ -455,11 +455,7 @@ TEST_F(RedisConnectionTest, AServerAtMaxclientsIsNamedOnce) {
 // namespace of the test's own says so once, with the fix, and its command
 // never runs.
 TEST(RedisTurnedAway, AServerInProtectedModeIsNamedOnceFromAnotherHost) {
-  if (const auto why = fairgate::test::NetNamespace::unavailable_reason()) {
-    const char* required = std::getenv("FAIRGATE_REQUIRE_NETNS");
-    if (required && std::string(required) == "1") FAIL() << "FAIRGATE_REQUIRE_NETNS=1: " << *why;
-    GTEST_SKIP() << "network namespaces unavailable: " << *why;
-  }
+  REQUIRE_NETNS_OR_SKIP();
   fairgate::test::NetNamespace ns;
   RedisServer::Options so;
   so.bind = {"127.0.0.1", ns.host_address()};

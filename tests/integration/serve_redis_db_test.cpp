@@ -74,11 +74,7 @@ TEST(ServeRedisDatabase, ARefusedOrMissingPasswordIsAnErrorAtStart) {
 // namespace of the test's own) that is an error at start with the fix, not a
 // server that retries for ever with "Redis unreachable".
 TEST(ServeRedisDatabase, AServerInProtectedModeIsAnErrorAtStartFromAnotherHost) {
-  if (const auto why = NetNamespace::unavailable_reason()) {
-    const char* required = std::getenv("FAIRGATE_REQUIRE_NETNS");
-    if (required && std::string(required) == "1") FAIL() << "FAIRGATE_REQUIRE_NETNS=1: " << *why;
-    GTEST_SKIP() << "network namespaces unavailable: " << *why;
-  }
+  REQUIRE_NETNS_OR_SKIP();
   NetNamespace ns;
   RedisServer::Options o;
   o.bind = {"127.0.0.1", ns.host_address()};

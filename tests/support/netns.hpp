@@ -17,6 +17,16 @@
 // constructor made, also after a partial set-up.
 #pragma once
 
+// For a GoogleTest test (expanded where gtest is included): skips where
+// namespaces cannot work, unless FAIRGATE_REQUIRE_NETNS=1 says they must.
+#define REQUIRE_NETNS_OR_SKIP()                                                                   \
+  if (const auto why = ::fairgate::test::NetNamespace::unavailable_reason()) {                    \
+    const char* required = std::getenv("FAIRGATE_REQUIRE_NETNS");                                 \
+    if (required && std::string(required) == "1") FAIL() << "FAIRGATE_REQUIRE_NETNS=1: " << *why; \
+    GTEST_SKIP() << "network namespaces unavailable: " << *why;                                   \
+  }
+
+#include <cstdlib>
 #include <functional>
 #include <optional>
 #include <string>
