@@ -146,7 +146,13 @@ void check_redis_at_start(const serve::ServeConfig& config) {
   const auto parsed = redis::parse_target(config.redis->url);
   const auto* target = std::get_if<redis::Target>(&parsed);
   if (target == nullptr || target->kind != redis::Target::Kind::standalone || target->nodes.empty()) return;
-  if (auto problem = redis::start_problem(target->nodes.front(), std::chrono::seconds(2)))
+  // Beyond the login: may this user load the scripts, call them on each
+  // limiter's and rule's keys and hear its wake channel (docs/redis-acl.md)?
+  std::vector<std::string> limiters, rules;
+  for (const auto& limiter : config.limiters) limiters.push_back(limiter.name);
+  for (const auto& rule : config.rate_rules) rules.push_back(rule.name);
+  const auto probe = redis::start_probe(config.redis->key_prefix, limiters, rules);
+  if (auto problem = redis::start_problem(target->nodes.front(), std::chrono::seconds(2), probe))
     throw std::runtime_error(*problem);
 }
 

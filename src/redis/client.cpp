@@ -185,6 +185,17 @@ void log_line(const ClientOptions& o, const std::string& line) {
   }
 }
 
+/// A call the ACL refused: said with the fix, at most every 30 s per line
+/// (the connections' log), however many calls it refuses.
+void report_denied(const ClientOptions& o, const Endpoint& ep, const std::string& error) {
+  const std::string line = denied_line(ep, error);
+  if (o.connection_log) {
+    o.connection_log(line);
+  } else {
+    log_line(o, line);
+  }
+}
+
 // --- standalone and Sentinel ------------------------------------------------------
 
 class SingleClient : public Client, public std::enable_shared_from_this<SingleClient> {
@@ -232,7 +243,16 @@ class SingleClient : public Client, public std::enable_shared_from_this<SingleCl
     submit(std::move(op), std::move(callback));
   }
   void subscribe(const std::string& channel, Callback callback) override {
-    subscriber_->exec({"SSUBSCRIBE", channel}, std::move(callback));
+    subscriber_->exec({"SSUBSCRIBE", channel}, [self = shared_from_this(), callback = std::move(callback)](
+                                                   error_code ec, Reply r) mutable {
+      // Without its wake channel a limiter hears of a free seat only at its
+      // next heartbeat: said, like any refused call.
+      if (!ec && r.is_error() && denied(r.str)) {
+        report_denied(self->options_, self->subscriber_->endpoint(), r.str);
+        return std::move(callback)(make_error_code(Error::denied), std::move(r));
+      }
+      std::move(callback)(ec, std::move(r));
+    });
   }
   void drop_subscriber(const std::string&, const char* why) override { subscriber_->drop(why); }
   bool connected(const std::string&) const override { return commands_->connected(); }
@@ -264,6 +284,10 @@ class SingleClient : public Client, public std::enable_shared_from_this<SingleCl
         op->timer = std::make_shared<asio::steady_timer>(self->executor_, wait);
         op->timer->async_wait([self, op](error_code) { self->attempt(op); });
         return;
+      }
+      if (!ec && r.is_error() && denied(r.str)) {
+        report_denied(self->options_, self->commands_->endpoint(), r.str);
+        return op->finish(make_error_code(Error::denied), std::move(r));
       }
       op->finish(ec, std::move(r));
     });
@@ -711,12 +735,12 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
       return;
     }
     const auto t = std::max(op->left(), milliseconds(1));
-    op->run(*conn, t, asking, [self = shared_from_this(), op](error_code ec, Reply r) {
-      self->on_reply(op, ec, std::move(r));
+    op->run(*conn, t, asking, [self = shared_from_this(), op, ep = conn->endpoint()](error_code ec, Reply r) {
+      self->on_reply(op, ep, ec, std::move(r));
     });
   }
 
-  void on_reply(const OpPtr& op, error_code ec, Reply r) {
+  void on_reply(const OpPtr& op, const Endpoint& from, error_code ec, Reply r) {
     if (ec) {
       // Lost connection or none: the map may have changed (failover).
       if (ec != make_error_code(Error::timeout) && ec != make_error_code(Error::closed)) refresh();
@@ -764,6 +788,10 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
       op->timer = std::make_shared<asio::steady_timer>(executor_, wait);
       op->timer->async_wait([self = shared_from_this(), op](error_code) { self->attempt(op); });
       return;
+    }
+    if (denied(r.str)) {
+      report_denied(options_, from, r.str);
+      return op->finish(make_error_code(Error::denied), std::move(r));
     }
     op->finish(ec, std::move(r));
   }

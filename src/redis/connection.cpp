@@ -39,6 +39,7 @@ class ErrorCategory final : public boost::system::error_category {
       case Error::closed: return "Redis client closed";
       case Error::protocol: return "Redis protocol error";
       case Error::no_script: return "Redis lost the script cache (NOSCRIPT); the call did not run";
+      case Error::denied: return "Redis does not let this user make the call (an ACL: docs/redis-acl.md)";
     }
     return "Redis error";
   }
@@ -359,7 +360,20 @@ void Connection::on_selected() {
   }
   // The scripts, before anything that may call them (Redis may have restarted
   // with an empty script cache).
-  for (const auto& command : preload_) do_exec(command, ignore(), options_.command_timeout);
+  // A user that may not load them, or a server without scripts, is said
+  // here: the calls then fail with NOSCRIPT, which does not say why.
+  for (const auto& command : preload_) {
+    do_exec(command, Callback([weak = weak_from_this(), gen = generation_](error_code ec, Reply r) {
+              auto self = weak.lock();
+              if (!self || gen != self->generation_ || ec || !r.is_error() || !self->options_.log) return;
+              if (denied(r.str)) {
+                self->options_.log(denied_line(self->endpoint(), r.str));
+              } else if (r.str.starts_with("ERR unknown command")) {
+                self->options_.log(no_scripting(self->endpoint(), r.str));
+              }
+            }),
+            options_.command_timeout);
+  }
   if (options_.check_eviction && !info_denied_) {
     do_exec({"INFO", "memory"},
             Callback([weak = weak_from_this(), gen = generation_](error_code ec, Reply r) {

@@ -2,6 +2,7 @@
 
 #include "core/text.hpp"
 #include "redis/reply.hpp"
+#include "redis/scripts.hpp"
 
 #include <hiredis/hiredis.h>
 
@@ -97,6 +98,10 @@ std::optional<std::string_view> info_field(std::string_view info, std::string_vi
 
 }  // namespace
 
+// How Redis 7.0 says that the ACL refused a command inside a script ("ERR
+// The user executing the script can't run this command or subcommand ...").
+constexpr std::string_view kDeniedInScript = "The user executing the script can't";
+
 // What a server writes on a new connection it will not serve, then closes it.
 constexpr std::string_view kMaxclients = "ERR max number of clients reached";
 constexpr std::string_view kDenied = "DENIED ";
@@ -164,6 +169,25 @@ std::optional<std::string> refusal_line(const Endpoint& endpoint, std::string_vi
          std::string(r->fix) + " (docs/faults.md, \"Redis refuses writes\")";
 }
 
+bool denied(std::string_view error) {
+  return error.starts_with("NOPERM") || error.find(kDeniedInScript) != std::string_view::npos;
+}
+
+std::string denied_line(const Endpoint& endpoint, std::string_view error) {
+  return where(endpoint) + " refused a call of fairgate's as user '" +
+         (endpoint.user.empty() ? std::string("default") : core::escape_controls(endpoint.user)) + "' (" +
+         core::escape_controls(error.substr(0, 200)) +
+         "); until it is allowed, limiters follow on_redis_down after degrade_after (rate limits at once). "
+         "Give the user the commands, keys and channels in docs/redis-acl.md";
+}
+
+std::string no_scripting(const Endpoint& endpoint, std::string_view error) {
+  return where(endpoint) + " cannot run fairgate's Lua scripts (" +
+         core::escape_controls(error.substr(0, 200)) +
+         "): fairgate needs SCRIPT LOAD and EVALSHA, which this server renames or leaves out "
+         "(rename-command?); give fairgate a Redis that runs scripts";
+}
+
 std::optional<std::string> eviction_risk(const Endpoint& endpoint, std::string_view info) {
   const auto max = info_field(info, "maxmemory");
   const auto policy = info_field(info, "maxmemory_policy");
@@ -179,7 +203,22 @@ std::optional<std::string> eviction_risk(const Endpoint& endpoint, std::string_v
          "(docs/faults.md, \"Redis refuses writes\")";
 }
 
-std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::milliseconds timeout) {
+StartProbe start_probe(std::string_view key_prefix, const std::vector<std::string>& limiters,
+                       const std::vector<std::string>& rate_rules) {
+  StartProbe probe;
+  probe.script = std::string(scripts::kAcquire.text());
+  const std::string prefix(key_prefix);
+  for (const auto& name : limiters) {
+    const std::string base = prefix + ":{" + name + "}:";  // as RedisLimiter names them
+    probe.keys.push_back(limiter_keys(base).front());      // cfg
+    probe.channels.push_back(base + "wake:start-check");
+  }
+  for (const auto& rule : rate_rules) probe.keys.push_back(prefix + ":rl:{" + rule + ":start-check}:x");
+  return probe;
+}
+
+std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::milliseconds timeout,
+                                         const StartProbe& probe) {
   if (endpoint.tls.enabled) return std::nullopt;
   const auto us = std::chrono::duration_cast<std::chrono::microseconds>(timeout).count();
   const timeval tv{static_cast<time_t>(us / 1'000'000), static_cast<suseconds_t>(us % 1'000'000)};
@@ -205,15 +244,37 @@ std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::
   const ReplyPtr r =
       command(*c, endpoint.db == 0 ? std::vector<std::string>{"PING"}
                                    : std::vector<std::string>{"SELECT", std::to_string(endpoint.db)});
-  if (!is_error(r)) return std::nullopt;
-  const std::string_view reason(r->str, r->len);
-  if (reason.starts_with(kDenied)) return protected_mode(endpoint);
-  if (reason.starts_with(kMaxclients)) return std::nullopt;
-  if (reason.starts_with("NOAUTH")) return password_missing(endpoint, reason);
-  if (endpoint.db == 0) return std::nullopt;  // (an ACL without PING, a busy server: not for this check)
-  // A script runs: busy, not wrong. (SELECT runs while Redis loads its data: no LOADING here.)
-  if (reason.starts_with("BUSY")) return std::nullopt;
-  return database_refused(endpoint, reason);
+  if (!r) return std::nullopt;
+  if (is_error(r)) {
+    const std::string_view reason(r->str, r->len);
+    if (reason.starts_with(kDenied)) return protected_mode(endpoint);
+    if (reason.starts_with(kMaxclients)) return std::nullopt;
+    if (reason.starts_with("NOAUTH")) return password_missing(endpoint, reason);
+    if (endpoint.db == 0) return std::nullopt;  // (an ACL without PING, a busy server: not for this check)
+    // A script runs: busy, not wrong. (SELECT runs while Redis loads its data: no LOADING here.)
+    if (reason.starts_with("BUSY")) return std::nullopt;
+    return database_refused(endpoint, reason);
+  }
+  // What the user may do: each answer that says "not this user" or "no such
+  // command" is a problem; any other (BUSY, LOADING, OOM, ...) cannot tell.
+  const auto problem = [&](const std::vector<std::string>& args) -> std::optional<std::string> {
+    const ReplyPtr a = command(*c, args);
+    if (!is_error(a)) return std::nullopt;
+    const std::string_view reason(a->str, a->len);
+    if (denied(reason)) return denied_line(endpoint, reason);
+    if (reason.starts_with("ERR unknown command")) return no_scripting(endpoint, reason);
+    return std::nullopt;
+  };
+  if (!probe.script.empty())
+    if (auto p = problem({"SCRIPT", "LOAD", probe.script})) return p;
+  // A script that does not exist, on each key: the ACL is checked first
+  // (NOPERM), then NOSCRIPT. Nothing runs.
+  for (const auto& key : probe.keys)
+    if (auto p = problem({"EVALSHA", std::string(40, '0'), "1", key})) return p;
+  // Last: a subscribed connection takes no other command.
+  for (const auto& channel : probe.channels)
+    if (auto p = problem({"SSUBSCRIBE", channel})) return p;
+  return std::nullopt;
 }
 
 }  // namespace fairgate::redis

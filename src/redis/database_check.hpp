@@ -65,6 +65,37 @@ std::optional<std::string> refusal_line(const Endpoint& endpoint, std::string_vi
 /// not readable.
 std::optional<std::string> eviction_risk(const Endpoint& endpoint, std::string_view info);
 
+/// Does this error reply say that the ACL refused the call: "NOPERM" (the
+/// command, a key or a channel), or a command inside a script (Redis 7.0:
+/// "ERR The user executing the script can't ..."; the script may have run
+/// in part)?
+bool denied(std::string_view error);
+
+/// The line such a refusal is reported with: the user (never the password),
+/// what Redis says, what fairgate does meanwhile and the fix
+/// (docs/redis-acl.md).
+std::string denied_line(const Endpoint& endpoint, std::string_view error);
+
+/// The line for a server that does not know SCRIPT LOAD or EVALSHA
+/// ("ERR unknown command": renamed or left out).
+std::string no_scripting(const Endpoint& endpoint, std::string_view error);
+
+/// What start_problem() asks beyond the login, to see that the user may do
+/// what fairgate does: SCRIPT LOAD of `script`, EVALSHA on each of `keys`
+/// (of a script that does not exist: the ACL is checked first, then
+/// NOSCRIPT; nothing runs), SSUBSCRIBE to each of `channels`.
+struct StartProbe {
+  std::string script;
+  std::vector<std::string> keys;
+  std::vector<std::string> channels;
+};
+
+/// The probe for these limiters and rate-limit rules under `key_prefix`:
+/// fairgate's acquire script (each connection loads it anyway), each
+/// limiter's cfg key and wake channel, a key of each rule.
+StartProbe start_probe(std::string_view key_prefix, const std::vector<std::string>& limiters,
+                       const std::vector<std::string>& rate_rules);
+
 /// AUTH [USER] PASSWORD for `endpoint` (which has a password), as the
 /// connection and start_problem() send it first.
 std::vector<std::string> auth_command(const Endpoint& endpoint);
@@ -75,10 +106,13 @@ std::vector<std::string> auth_command(const Endpoint& endpoint);
 /// for a refused AUTH, password_missing() for NOAUTH, database_refused() for
 /// a refused SELECT, protected_mode() for a server that turns this client
 /// away (a server at maxclients is no problem: a slot may free; the
-/// connection says so at run time). Nothing when all is accepted, when the endpoint is TLS
+/// connection says so at run time); then what `probe` asks: denied_line()
+/// for what the ACL refuses, no_scripting() for a server without the script
+/// commands. Nothing when all is accepted, when the endpoint is TLS
 /// (not asked), or when the check cannot tell (no server there, no answer, a
 /// server busy with a script: serve starts degraded then). Everything it opens
 /// is closed on every path.
-std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::milliseconds timeout);
+std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::milliseconds timeout,
+                                         const StartProbe& probe = {});
 
 }  // namespace fairgate::redis

@@ -44,6 +44,9 @@ std::size_t count_of(const Reply& r) {
 }
 
 std::string why(boost::system::error_code ec, const Reply& reply) {
+  // Refused by the ACL: Redis' own words say which command, key or channel.
+  if (ec == make_error_code(Error::denied) && reply.is_error())
+    return reply.excerpt() + " (docs/redis-acl.md)";
   if (ec) return ec.message();
   if (reply.is_error()) return reply.excerpt();
   return "unexpected reply " + reply.excerpt();
@@ -58,7 +61,7 @@ std::string seconds(milliseconds ms) {
 // --- the backend's shared parts --------------------------------------------
 
 void BackendContext::count_failure(boost::system::error_code ec) {
-  if (!ec) {
+  if (!ec || ec == make_error_code(Error::denied)) {  // denied: an error reply (NOPERM)
     failures.error_replies.fetch_add(1, std::memory_order_relaxed);
   } else if (ec == make_error_code(Error::timeout)) {
     failures.timeouts.fetch_add(1, std::memory_order_relaxed);
@@ -321,7 +324,10 @@ void RedisLimiter::on_acquire_reply(const RequestPtr& request, boost::system::er
     {
       std::lock_guard lock(mu_);
       if (request->ticket.pending() && request->phase == Phase::sending) {
-        const bool transport = ec && ec != make_error_code(Error::closed);
+        // Refused by the ACL: it stays refused, so the arrival hears it now
+        // (the limiter follows on_redis_down once every call is refused).
+        const bool transport =
+            ec && ec != make_error_code(Error::closed) && ec != make_error_code(Error::denied);
         if (transport && !(settings_.on_redis_down == RedisDownPolicy::closed &&
                            !context_->client->connected(keys_.front()))) {
           // Outcome unknown: asked again (idempotently) once Redis answers,
@@ -1155,6 +1161,7 @@ void RedisLimiter::note_failure(boost::system::error_code ec) {
     std::lock_guard lock(mu_);
     const auto now = Clock::now();
     up_since_ = {};
+    last_failure_denied_ = ec == make_error_code(Error::denied);
     if (link_ == Link::up) {
       link_ = Link::failing;
       failing_since_ = now;
@@ -1173,6 +1180,9 @@ void RedisLimiter::enter_degraded_locked(Clock::time_point now, std::vector<std:
   ++engine_.degraded_entries;
   seats_expired_ = false;
   const auto unreachable = seconds(since(failing_since_, now));
+  // What the operator looks for: a Redis away, or one that refuses this user.
+  const char* down =
+      last_failure_denied_ ? "Redis refused this user's calls (docs/redis-acl.md)" : "Redis unreachable";
   const std::vector<RequestPtr> waiting = waiting_oldest_first_locked();
   switch (settings_.on_redis_down) {
     case RedisDownPolicy::local: {
@@ -1188,9 +1198,9 @@ void RedisLimiter::enter_degraded_locked(Clock::time_point now, std::vector<std:
       for (const auto& [n, h] : holders_) local_->adopt(n, h.granted, h.tenant);
       for (const auto& r : waiting) local_admit_locked(r, now);
       logs.push_back(fmt::format(
-          "degraded: Redis unreachable for {}; on_redis_down = local: {} seat(s) ({}), {} waiter(s) kept in "
+          "degraded: {} for {}; on_redis_down = local: {} seat(s) ({}), {} waiter(s) kept in "
           "order",
-          unreachable, cap, settings_.local_share ? "local_share" : "the permits Redis counts for it",
+          down, unreachable, cap, settings_.local_share ? "local_share" : "the permits Redis counts for it",
           waiting.size()));
       // With other instances alive, Redis would reap this one's permits one
       // TTL after its last heartbeat if only this instance is cut off: its
@@ -1216,15 +1226,15 @@ void RedisLimiter::enter_degraded_locked(Clock::time_point now, std::vector<std:
         deliver_granted(*r, now);
       }
       logs.push_back(
-          fmt::format("degraded: Redis unreachable for {}; on_redis_down = open: everything is let "
+          fmt::format("degraded: {} for {}; on_redis_down = open: everything is let "
                       "through ({} waiter(s) granted now)",
-                      unreachable, waiting.size()));
+                      down, unreachable, waiting.size()));
       break;
     case RedisDownPolicy::closed:
       logs.push_back(
-          fmt::format("degraded: Redis unreachable for {}; on_redis_down = closed: new requests are "
+          fmt::format("degraded: {} for {}; on_redis_down = closed: new requests are "
                       "rejected, {} waiter(s) wait for Redis",
-                      unreachable, waiting.size()));
+                      down, unreachable, waiting.size()));
       break;
   }
 }

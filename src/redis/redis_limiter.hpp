@@ -278,6 +278,7 @@ class RedisLimiter final : public detail::LimiterImpl {
   // Link health and the degraded modes.
   Link link_ = Link::up;
   Clock::time_point failing_since_{}, degraded_since_{}, up_since_{};
+  bool last_failure_denied_ = false;         // the last failed call was refused by the ACL (Error::denied)
   std::optional<core::LimiterState> local_;  // degraded, policy local
   // Permits released here whose release never reached Redis (not_sent): Redis
   // still counts them for this instance, so they are seats while degraded.

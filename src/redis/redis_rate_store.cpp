@@ -85,7 +85,8 @@ class RedisRateStore final : public detail::RateStore {
           detail::RateStoreAnswer a;
           if (ec) {
             a.error = ec;
-            a.message = ec.message();
+            // Refused by the ACL: Redis' own words say which command or key.
+            a.message = reply.is_error() ? "Redis: " + reply.excerpt() : ec.message();
           } else if (reply.is_error()) {
             a.error = make_error_code(Errc::unavailable);
             a.message = "Redis: " + reply.excerpt();

@@ -83,6 +83,7 @@ enum class Error : int {
   closed,        ///< the client was closed
   protocol,      ///< the server sent bytes that are not RESP
   no_script,     ///< Redis did not have the script (NOSCRIPT) and the call was not repeated
+  denied,  ///< the ACL refused the call (NOPERM), or a command inside the script (it may have run in part)
 };
 
 const boost::system::error_category& error_category() noexcept;

@@ -15,7 +15,8 @@
 // back the same once written as a CLUSTER SLOTS reply; a string reply taken
 // for INFO memory (eviction_risk, src/redis/database_check.hpp) gives at most
 // one clear line, and only for a limit above 0 and a policy other than
-// noeviction.
+// noeviction; an error reply the ACL sent (denied) gives one clear, bounded
+// line that names the fix.
 //
 // Input: a shape to try (up to the first '\n'), split points, then the bytes.
 #include "fuzz/check.hpp"
@@ -159,6 +160,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         FUZZ_CHECK(line->find("maxmemory-policy noeviction)") == std::string::npos,
                    "noeviction evicts nothing");
       }
+    }
+
+    // An error reply the ACL sent: one clear, bounded line (Redis' words
+    // escaped), with the fix.
+    if (r.is_error() && fairgate::redis::denied(r.str)) {
+      fairgate::redis::Endpoint ep;
+      ep.host = "h";
+      ep.port = 1;
+      const std::string line = fairgate::redis::denied_line(ep, r.str);
+      FUZZ_CHECK(fairgate::fuzz::is_clear_message(line), line);
+      FUZZ_CHECK(line.size() < 1400, "a bounded line");
+      FUZZ_CHECK(line.ends_with("docs/redis-acl.md"), "the fix is named");
     }
 
     const bool matched = fairgate::redis::has_shape(r, shape);

@@ -436,6 +436,53 @@ TEST(RedisBackendTest, AnAclThatDeniesInfoIsReportedOnce) {
   server().command({"ACL", "DELUSER", user});
 }
 
+// A user the ACL does not let call fairgate's scripts (here EVALSHA taken
+// away while it runs, as an operator might): every call is refused. That is
+// Redis failing for this limiter, not a verdict: it follows on_redis_down
+// (local, local_share 1: served from its own seat) where before it answered
+// each arrival "unavailable" and never went degraded (so /healthz said all
+// was well), logging every call and every heartbeat. The operator is told
+// once what Redis refuses, as which user, and where the fix is. Given back,
+// the limiter is Redis' again and Redis has the permit.
+TEST(RedisBackendTest, AUserRefusedItsCallsIsNamedOnceAndFollowsOnRedisDown) {
+  const std::string name = test_name();
+  const std::string user = "fg-denied-" + std::to_string(::getpid());
+  ASSERT_EQ(server().command(fairgate::test::documented_acl(user, "pw")), "OK");
+  fairgate::test::LogLines logged;
+  const auto o = options_as(user, logged);
+  const auto holders = [&] { return zcard(name, "holders"); };
+  {
+    Instance a(o);
+    Settings s = cap(2, 30s);
+    s.local_share = 1;
+    Limiter l = a.open(name, s);
+    ASSERT_TRUE(wait_until([&] { return ready_past_fence(a, name, l); }, 10s));
+    ASSERT_EQ(server().command({"ACL", "SETUSER", user, "-evalsha"}), "OK");
+    EXPECT_TRUE(wait_until([&] { return a.impl(name)->degraded(); }, 10s)) << logged.all();
+    auto held = acquire(l);
+    ASSERT_TRUE(wait_until([&] { return held->done(); }, 10s));
+    EXPECT_EQ(held->outcome(), Outcome::granted) << "served from its own seat: " << held->message();
+    std::this_thread::sleep_for(o.heartbeat_interval * 4);  // several probes, all refused
+    const auto said = logged.with("refused a call of fairgate's");
+    ASSERT_EQ(said.size(), 1u) << "told once, not per call: " << logged.all();
+    auto ep = std::get<fairgate::redis::Endpoint>(fairgate::redis::parse_url(o.url));
+    EXPECT_EQ(said[0], fairgate::redis::denied_line(
+                           ep, "NOPERM this user has no permissions to run the 'evalsha' command"));
+    EXPECT_EQ(fairgate::redis::level_of(said[0]), fairgate::LogLevel::warn);
+    EXPECT_TRUE(logged.with("heartbeat failed").empty()) << logged.all();
+    EXPECT_EQ(logged.with("degraded: Redis refused this user's calls (docs/redis-acl.md) for ").size(), 1u)
+        << "not \"unreachable\": " << logged.all();
+    EXPECT_GT(a.backend->health().error_replies, 0u) << "counted as Redis refusing";
+
+    ASSERT_EQ(server().command({"ACL", "SETUSER", user, "+evalsha"}), "OK");
+    EXPECT_TRUE(wait_until([&] { return !a.impl(name)->degraded(); }, 10s)) << logged.all();
+    EXPECT_TRUE(wait_until([&] { return holders() == 1; }, 10s)) << "Redis counts the local permit";
+    held->release();
+    EXPECT_TRUE(wait_until([&] { return holders() == 0; }, 10s));
+  }
+  server().command({"ACL", "DELUSER", user});
+}
+
 // A Redis out of memory (maxmemory reached, policy noeviction) answers -OOM
 // to every command that would add data: an arrival cannot queue, a heartbeat
 // cannot extend its liveness. That is Redis failing, not a verdict: the
@@ -560,6 +607,7 @@ TEST(RedisBackendTest, TheDocumentedAclIsEnough) {
     }
   }
   for (const auto& l : logged.with("NOPERM")) ADD_FAILURE() << l;
+  for (const auto& l : logged.with("refused a call")) ADD_FAILURE() << l;
   for (const auto& l : logged.with("run INFO")) ADD_FAILURE() << l;
   server().command({"ACL", "DELUSER", user});
   server().command({"DEL", "fairgate:rl-rules"});

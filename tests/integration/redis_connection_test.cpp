@@ -2,6 +2,8 @@
 #include "redis/connection.hpp"
 #include "redis/database_check.hpp"
 #include "redis/log_level.hpp"
+#include "redis/scripts.hpp"
+#include "support/acl.hpp"
 #include "support/log_lines.hpp"
 #include "support/netns.hpp"
 #include "support/redis_server.hpp"
@@ -17,6 +19,7 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <functional>
@@ -665,6 +668,75 @@ TEST(RedisDatabaseCheck, AnAclUsersRefusedPasswordNamesTheUser) {
                           "disabled.");
   ep.password = "right";
   EXPECT_EQ(fairgate::redis::start_problem(ep, 2s), std::nullopt);
+}
+
+// A user that may log in but not do what fairgate does (docs/redis-acl.md):
+// each part the ACL leaves out is named at start, with the user and Redis'
+// own words, before any limiter runs. Nothing runs on the way (a script
+// that does not exist is asked for: NOPERM comes before NOSCRIPT).
+TEST(RedisDatabaseCheck, WhatTheUserMayNotDoIsNamedAtStart) {
+  RedisServer server(RedisServer::Options{});
+  fairgate::redis::Endpoint ep;
+  ep.port = server.port();
+  ep.password = "pw";
+  const auto probe = fairgate::redis::start_probe("fairgate", {"chat"}, {"per-user"});  // as serve asks
+  EXPECT_EQ(probe.script, fairgate::redis::scripts::kAcquire.text());
+  EXPECT_EQ(probe.keys,
+            (std::vector<std::string>{"fairgate:{chat}:cfg", "fairgate:rl:{per-user:start-check}:x"}));
+  EXPECT_EQ(probe.channels, std::vector<std::string>{"fairgate:{chat}:wake:start-check"});
+  const auto without = [](std::vector<std::string> acl, const std::string& word) {
+    const auto it = std::find(acl.begin(), acl.end(), word);
+    EXPECT_NE(it, acl.end()) << word << " is in the documented ACL";
+    if (it != acl.end()) acl.erase(it);
+    return acl;
+  };
+  const auto with_user = [&](const std::string& user, std::vector<std::string> acl) {
+    EXPECT_EQ(server.command(acl), "OK") << user;
+    ep.user = user;
+    return fairgate::redis::start_problem(ep, 2s, probe);
+  };
+  const std::string at = "Redis at 127.0.0.1:" + std::to_string(server.port());
+  const std::string then =
+      "); until it is allowed, limiters follow on_redis_down after degrade_after (rate limits at once). Give "
+      "the user the commands, keys and channels in docs/redis-acl.md";
+  const auto line = [&](const std::string& user, const std::string& says) {
+    return at + " refused a call of fairgate's as user '" + user + "' (" + says + then;
+  };
+
+  EXPECT_EQ(with_user("fg-doc", fairgate::test::documented_acl("fg-doc", "pw")), std::nullopt)
+      << "the documented user may do all of it";
+  EXPECT_EQ(server.command({"KEYS", "*"}), "") << "nothing was written";
+  EXPECT_EQ(with_user("fg-noeval", without(fairgate::test::documented_acl("fg-noeval", "pw"), "+evalsha")),
+            line("fg-noeval", "NOPERM this user has no permissions to run the 'evalsha' command"));
+  EXPECT_EQ(
+      with_user("fg-noload", without(fairgate::test::documented_acl("fg-noload", "pw"), "+script|load")),
+      line("fg-noload", "NOPERM this user has no permissions to run the 'script|load' command"));
+  auto other_keys = fairgate::test::documented_acl("fg-keys", "pw", "other");
+  EXPECT_EQ(
+      with_user("fg-keys", other_keys),
+      line("fg-keys", "NOPERM this user has no permissions to access one of the keys used as arguments"));
+  auto rl_keys = fairgate::test::documented_acl("fg-rl", "pw");
+  std::replace(rl_keys.begin(), rl_keys.end(), std::string("~fairgate:*"), std::string("~fairgate:{*"));
+  EXPECT_EQ(with_user("fg-rl", rl_keys),
+            line("fg-rl", "NOPERM this user has no permissions to access one of the keys used as arguments"))
+      << "the rate rules' keys are asked too";
+  EXPECT_EQ(with_user("fg-nochan", without(fairgate::test::documented_acl("fg-nochan", "pw"), "&fairgate:*")),
+            line("fg-nochan",
+                 "NOPERM this user has no permissions to access one of the channels used as arguments"));
+  EXPECT_EQ(server.command({"KEYS", "*"}), "") << "nothing was written";
+
+  // A server that renames its script commands away cannot run fairgate at all.
+  RedisServer renamed({"--rename-command", "EVALSHA", ""});
+  fairgate::redis::Endpoint plain;
+  plain.port = renamed.port();
+  EXPECT_EQ(
+      fairgate::redis::start_problem(plain, 2s, probe),
+      "Redis at 127.0.0.1:" + std::to_string(renamed.port()) +
+          " cannot run fairgate's Lua scripts (ERR unknown command 'EVALSHA', with args beginning with: "
+          "'0000000000000000000000000000000000000000' '1' 'fairgate:{chat}:cfg' ): fairgate needs SCRIPT "
+          "LOAD and EVALSHA, which this server renames or leaves out (rename-command?); give fairgate a "
+          "Redis that runs scripts");
+  EXPECT_EQ(fairgate::redis::start_problem(plain, 2s), std::nullopt) << "without a probe: the login only";
 }
 
 // A command that could not be sent before its timeout: not_sent (it never

@@ -2,6 +2,7 @@
 // every decision replayed in Redis' execution order against the reference
 // models; multi-rule atomicity; refunds; the local layer; bad input; every key
 // has a TTL; degraded modes with Redis unreachable.
+#include "support/acl.hpp"
 #include "support/rate_checks.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
@@ -415,6 +416,35 @@ TEST_F(RedisRateLimitTest, ARefusedWriteIsDecidedAtOnceByOnRedisDown) {
   EXPECT_EQ(check(l, "r", "k").source, fairgate::RateSource::store);
   EXPECT_FALSE(l.degraded());
   l.shutdown();  // while its server is up (after, closing waits the command timeout)
+}
+
+// A user the ACL does not let call the decision script: decided by
+// on_redis_down at once (closed here: refused), and the answer carries
+// Redis' own words, not a bare "Redis error". Allowed again, Redis decides.
+TEST_F(RedisRateLimitTest, ACallTheAclRefusesIsDecidedByOnRedisDownWithRedisWords) {
+  RedisServer own;
+  ASSERT_EQ(own.command(fairgate::test::documented_acl("fg-rl", "pw", prefix_)), "OK");
+  fairgate::RateLimiterRedisOptions o;
+  o.url = "redis://fg-rl:pw@127.0.0.1:" + std::to_string(own.port());
+  o.key_prefix = prefix_;
+  limiters_.push_back(RateLimiter::redis(io_.get_executor(), o, false));
+  RateLimiter l = limiters_.back();
+  RateRule rule = make_rule(RateAlgorithm::fixed_window, 8, 600'000);
+  rule.on_redis_down = fairgate::RedisDownPolicy::closed;
+  ASSERT_TRUE(l.set_rule("r", rule));
+  EXPECT_EQ(check(l, "r", "k").source, fairgate::RateSource::store);
+  ASSERT_EQ(own.command({"ACL", "SETUSER", "fg-rl", "-evalsha"}), "OK");
+  const RateResult r = check(l, "r", "k");
+  EXPECT_EQ(r.source, fairgate::RateSource::degraded);
+  EXPECT_FALSE(r.allowed) << "on_redis_down = closed";
+  EXPECT_NE(r.message.find("NOPERM this user has no permissions to run the 'evalsha' command"),
+            std::string::npos)
+      << r.message;
+  EXPECT_TRUE(l.degraded());
+  ASSERT_EQ(own.command({"ACL", "SETUSER", "fg-rl", "+evalsha"}), "OK");
+  EXPECT_EQ(check(l, "r", "k").source, fairgate::RateSource::store);
+  EXPECT_FALSE(l.degraded());
+  l.shutdown();
 }
 
 // A decision whose reply has one field of the wrong type (the test proxy

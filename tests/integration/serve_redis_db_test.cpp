@@ -2,6 +2,7 @@
 // real redis-server: a database the server does not have, a refused password
 // or a missing one is an error at start (exit 1, the server's reason), never
 // a silent database 0 or a server that starts and retries for ever.
+#include "support/acl.hpp"
 #include "support/netns.hpp"
 #include "support/redis_server.hpp"
 
@@ -67,6 +68,30 @@ TEST(ServeRedisDatabase, ARefusedOrMissingPasswordIsAnErrorAtStart) {
     EXPECT_EQ(r.exit_code, 1) << r.output;
     EXPECT_EQ(r.output, "fairgate serve: error: Redis at " + where + line + "\n");
   }
+}
+
+// A user that may log in but not call fairgate's scripts on its keys: an
+// error at start with the user, Redis' words and the fix, not a server that
+// starts, says "ok" on /healthz and answers every request 503. The documented
+// user (docs/redis-acl.md) starts.
+TEST(ServeRedisDatabase, AUserThatMayNotRunFairgatesScriptsIsAnErrorAtStart) {
+  RedisServer server(RedisServer::Options{});
+  const std::string where = "127.0.0.1:" + std::to_string(server.port());
+  auto acl = fairgate::test::documented_acl("fg-other-keys", "pw", "other");
+  ASSERT_EQ(server.command(acl), "OK");
+  const Outcome r =
+      run_fairgate("serve --listen 127.0.0.1:0 --limiter chat=3 --redis redis://fg-other-keys:pw@" + where);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.output, "fairgate serve: error: Redis at " + where +
+                          " refused a call of fairgate's as user 'fg-other-keys' (NOPERM this user has no "
+                          "permissions to access one of the keys used as arguments); until it is allowed, "
+                          "limiters follow on_redis_down after degrade_after (rate limits at once). Give the "
+                          "user the commands, keys and channels in docs/redis-acl.md\n");
+  ASSERT_EQ(server.command(fairgate::test::documented_acl("fg-doc", "pw")), "OK");
+  const Outcome ok =
+      run_fairgate("serve --listen 127.0.0.1:0 --limiter chat=3 --redis redis://fg-doc:pw@" + where, 3);
+  EXPECT_EQ(ok.exit_code, 124) << "it starts and runs: " << ok.output;
+  EXPECT_EQ(ok.output.find("refused"), std::string::npos) << ok.output;
 }
 
 // A server in protected mode (no password for the default user) turns away
