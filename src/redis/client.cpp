@@ -196,6 +196,18 @@ void report_denied(const ClientOptions& o, const Endpoint& ep, const std::string
   }
 }
 
+/// A command the server does not know (SSUBSCRIBE before Redis 7.0, or one
+/// renamed away): said the same way. Nothing for any other error.
+void report_unknown(const ClientOptions& o, const Endpoint& ep, const std::string& error) {
+  if (!starts_with(error, "ERR unknown command")) return;
+  const std::string line = unknown_command(ep, error);
+  if (o.connection_log) {
+    o.connection_log(line);
+  } else {
+    log_line(o, line);
+  }
+}
+
 // --- standalone and Sentinel ------------------------------------------------------
 
 class SingleClient : public Client, public std::enable_shared_from_this<SingleClient> {
@@ -251,6 +263,7 @@ class SingleClient : public Client, public std::enable_shared_from_this<SingleCl
         report_denied(self->options_, self->subscriber_->endpoint(), r.str);
         return std::move(callback)(make_error_code(Error::denied), std::move(r));
       }
+      if (!ec && r.is_error()) report_unknown(self->options_, self->subscriber_->endpoint(), r.str);
       std::move(callback)(ec, std::move(r));
     });
   }
@@ -793,6 +806,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
       report_denied(options_, from, r.str);
       return op->finish(make_error_code(Error::denied), std::move(r));
     }
+    if (op->on_sub) report_unknown(options_, from, r.str);
     op->finish(ec, std::move(r));
   }
 

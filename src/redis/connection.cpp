@@ -369,7 +369,7 @@ void Connection::on_selected() {
               if (denied(r.str)) {
                 self->options_.log(denied_line(self->endpoint(), r.str));
               } else if (r.str.starts_with("ERR unknown command")) {
-                self->options_.log(no_scripting(self->endpoint(), r.str));
+                self->options_.log(unknown_command(self->endpoint(), r.str));
               }
             }),
             options_.command_timeout);

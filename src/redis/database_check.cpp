@@ -181,11 +181,11 @@ std::string denied_line(const Endpoint& endpoint, std::string_view error) {
          "Give the user the commands, keys and channels in docs/redis-acl.md";
 }
 
-std::string no_scripting(const Endpoint& endpoint, std::string_view error) {
-  return where(endpoint) + " cannot run fairgate's Lua scripts (" +
+std::string unknown_command(const Endpoint& endpoint, std::string_view error) {
+  return where(endpoint) + " does not know a command fairgate needs (" +
          core::escape_controls(error.substr(0, 200)) +
-         "): fairgate needs SCRIPT LOAD and EVALSHA, which this server renames or leaves out "
-         "(rename-command?); give fairgate a Redis that runs scripts";
+         "): fairgate needs Redis 7.0 or newer (SSUBSCRIBE: sharded Pub/Sub) with its script commands "
+         "(SCRIPT LOAD, EVALSHA); this server is older, or renames or leaves them out (rename-command)";
 }
 
 std::optional<std::string> eviction_risk(const Endpoint& endpoint, std::string_view info) {
@@ -262,7 +262,7 @@ std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::
     if (!is_error(a)) return std::nullopt;
     const std::string_view reason(a->str, a->len);
     if (denied(reason)) return denied_line(endpoint, reason);
-    if (reason.starts_with("ERR unknown command")) return no_scripting(endpoint, reason);
+    if (reason.starts_with("ERR unknown command")) return unknown_command(endpoint, reason);
     return std::nullopt;
   };
   if (!probe.script.empty())

@@ -76,9 +76,10 @@ bool denied(std::string_view error);
 /// (docs/redis-acl.md).
 std::string denied_line(const Endpoint& endpoint, std::string_view error);
 
-/// The line for a server that does not know SCRIPT LOAD or EVALSHA
-/// ("ERR unknown command": renamed or left out).
-std::string no_scripting(const Endpoint& endpoint, std::string_view error);
+/// The line for a server that does not know SCRIPT LOAD, EVALSHA or
+/// SSUBSCRIBE ("ERR unknown command": older than Redis 7.0, or renamed or
+/// left out).
+std::string unknown_command(const Endpoint& endpoint, std::string_view error);
 
 /// What start_problem() asks beyond the login, to see that the user may do
 /// what fairgate does: SCRIPT LOAD of `script`, EVALSHA on each of `keys`
@@ -107,8 +108,8 @@ std::vector<std::string> auth_command(const Endpoint& endpoint);
 /// a refused SELECT, protected_mode() for a server that turns this client
 /// away (a server at maxclients is no problem: a slot may free; the
 /// connection says so at run time); then what `probe` asks: denied_line()
-/// for what the ACL refuses, no_scripting() for a server without the script
-/// commands. Nothing when all is accepted, when the endpoint is TLS
+/// for what the ACL refuses, unknown_command() for a server without the script
+/// commands or sharded Pub/Sub. Nothing when all is accepted, when the endpoint is TLS
 /// (not asked), or when the check cannot tell (no server there, no answer, a
 /// server busy with a script: serve starts degraded then). Everything it opens
 /// is closed on every path.

@@ -11,7 +11,7 @@
 namespace fairgate::redis {
 
 inline LogLevel level_of(std::string_view line) noexcept {
-  static constexpr std::array<std::string_view, 19> kProblems = {"fail",
+  static constexpr std::array<std::string_view, 20> kProblems = {"fail",
                                                                  "degraded",
                                                                  "unexpected",
                                                                  "cannot",
@@ -29,7 +29,8 @@ inline LogLevel level_of(std::string_view line) noexcept {
                                                                  "may evict",
                                                                  "refuses",
                                                                  "busy running a script",
-                                                                 "turns this client away"};
+                                                                 "turns this client away",
+                                                                 "does not know"};
   for (const auto word : kProblems)
     if (line.find(word) != std::string_view::npos) return LogLevel::warn;
   return LogLevel::info;

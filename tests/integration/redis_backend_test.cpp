@@ -483,6 +483,29 @@ TEST(RedisBackendTest, AUserRefusedItsCallsIsNamedOnceAndFollowsOnRedisDown) {
   server().command({"ACL", "DELUSER", user});
 }
 
+// A server without sharded Pub/Sub (older than Redis 7.0, where SSUBSCRIBE
+// is unknown; renamed away here): a limiter cannot hear its wake messages,
+// so a waiter hears of a free seat only at its next heartbeat. Said once, at
+// a warning level, with what fairgate needs; before, the refused subscription
+// went unsaid.
+TEST(RedisBackendTest, AServerWithoutShardedPubSubIsNamed) {
+  RedisServer own({"--rename-command", "SSUBSCRIBE", ""});
+  const std::string name = test_name();
+  fairgate::test::LogLines logged;
+  auto o = fast_options();
+  o.url = own.url();
+  o.log = logged.sink();
+  Instance a(o);
+  Limiter l = a.open(name, cap(1));
+  const auto said_so = [&] { return logged.with("does not know a command fairgate needs"); };
+  ASSERT_TRUE(wait_until([&] { return !said_so().empty(); }, 10s)) << logged.all();
+  std::this_thread::sleep_for(o.heartbeat_interval * 4);
+  const auto said = said_so();
+  ASSERT_EQ(said.size(), 1u) << logged.all();
+  EXPECT_NE(said[0].find("ERR unknown command 'SSUBSCRIBE'"), std::string::npos) << said[0];
+  EXPECT_EQ(fairgate::redis::level_of(said[0]), fairgate::LogLevel::warn);
+}
+
 // A Redis out of memory (maxmemory reached, policy noeviction) answers -OOM
 // to every command that would add data: an arrival cannot queue, a heartbeat
 // cannot extend its liveness. That is Redis failing, not a verdict: the

@@ -725,17 +725,31 @@ TEST(RedisDatabaseCheck, WhatTheUserMayNotDoIsNamedAtStart) {
                  "NOPERM this user has no permissions to access one of the channels used as arguments"));
   EXPECT_EQ(server.command({"KEYS", "*"}), "") << "nothing was written";
 
-  // A server that renames its script commands away cannot run fairgate at all.
+  // A server that renames its script commands away, or one without sharded
+  // Pub/Sub (older than 7.0, where SSUBSCRIBE is unknown: renamed here),
+  // cannot run fairgate at all.
+  const auto unknown = [](const RedisServer& other, const std::string& says) {
+    return "Redis at 127.0.0.1:" + std::to_string(other.port()) + " does not know a command fairgate needs (" +
+           says +
+           "): fairgate needs Redis 7.0 or newer (SSUBSCRIBE: sharded Pub/Sub) with its script commands "
+           "(SCRIPT "
+           "LOAD, EVALSHA); this server is older, or renames or leaves them out (rename-command)";
+  };
   RedisServer renamed({"--rename-command", "EVALSHA", ""});
   fairgate::redis::Endpoint plain;
   plain.port = renamed.port();
+  EXPECT_EQ(fairgate::redis::start_problem(plain, 2s, probe),
+            unknown(renamed,
+                    "ERR unknown command 'EVALSHA', with args beginning with: "
+                    "'0000000000000000000000000000000000000000' '1' 'fairgate:{chat}:cfg' "));
+  RedisServer no_sharded({"--rename-command", "SSUBSCRIBE", ""});
+  fairgate::redis::Endpoint older;
+  older.port = no_sharded.port();
   EXPECT_EQ(
-      fairgate::redis::start_problem(plain, 2s, probe),
-      "Redis at 127.0.0.1:" + std::to_string(renamed.port()) +
-          " cannot run fairgate's Lua scripts (ERR unknown command 'EVALSHA', with args beginning with: "
-          "'0000000000000000000000000000000000000000' '1' 'fairgate:{chat}:cfg' ): fairgate needs SCRIPT "
-          "LOAD and EVALSHA, which this server renames or leaves out (rename-command?); give fairgate a "
-          "Redis that runs scripts");
+      fairgate::redis::start_problem(older, 2s, probe),
+      unknown(
+          no_sharded,
+          "ERR unknown command 'SSUBSCRIBE', with args beginning with: 'fairgate:{chat}:wake:start-check' "));
   EXPECT_EQ(fairgate::redis::start_problem(plain, 2s), std::nullopt) << "without a probe: the login only";
 }
 
