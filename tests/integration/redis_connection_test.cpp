@@ -729,8 +729,8 @@ TEST(RedisDatabaseCheck, WhatTheUserMayNotDoIsNamedAtStart) {
   // Pub/Sub (older than 7.0, where SSUBSCRIBE is unknown: renamed here),
   // cannot run fairgate at all.
   const auto unknown = [](const RedisServer& other, const std::string& says) {
-    return "Redis at 127.0.0.1:" + std::to_string(other.port()) + " does not know a command fairgate needs (" +
-           says +
+    return "Redis at 127.0.0.1:" + std::to_string(other.port()) +
+           " does not know a command fairgate needs (" + says +
            "): fairgate needs Redis 7.0 or newer (SSUBSCRIBE: sharded Pub/Sub) with its script commands "
            "(SCRIPT "
            "LOAD, EVALSHA); this server is older, or renames or leaves them out (rename-command)";
