@@ -1,12 +1,14 @@
 #include "redis/database_check.hpp"
 
 #include "core/text.hpp"
+#include "redis/client.hpp"
 #include "redis/reply.hpp"
 #include "redis/scripts.hpp"
 
 #include <hiredis/hiredis.h>
 
 #include <sys/time.h>
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <memory>
@@ -274,6 +276,50 @@ std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::
   // Last: a subscribed connection takes no other command.
   for (const auto& channel : probe.channels)
     if (auto p = problem({"SSUBSCRIBE", channel})) return p;
+  return std::nullopt;
+}
+
+std::vector<Endpoint> cluster_masters(const Endpoint& seed, std::chrono::milliseconds timeout) {
+  std::vector<Endpoint> out;
+  if (seed.tls.enabled) return out;
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(timeout).count();
+  const timeval tv{static_cast<time_t>(us / 1'000'000), static_cast<suseconds_t>(us % 1'000'000)};
+  ContextPtr c(redisConnectWithTimeout(seed.host.c_str(), seed.port, tv));
+  if (!c || c->err != 0) return out;
+  bound_arrays(c->reader);
+  if (redisSetTimeout(c.get(), tv) != REDIS_OK) return out;
+  if (!seed.password.empty()) {
+    const ReplyPtr r = command(*c, auth_command(seed));
+    if (!r || is_error(r)) return out;
+  }
+  const ReplyPtr r = command(*c, {"CLUSTER", "SLOTS"});
+  if (!r || is_error(r)) return out;
+  for (const auto& range : slot_ranges(reply_of(r.get()), seed.host)) {
+    Endpoint ep = seed;  // the URL's credentials
+    ep.host = range.host;
+    ep.port = range.port;
+    const bool known = std::any_of(out.begin(), out.end(),
+                                   [&](const Endpoint& e) { return e.host == ep.host && e.port == ep.port; });
+    if (!known) out.push_back(std::move(ep));
+  }
+  return out;
+}
+
+std::optional<std::string> cluster_start_problem(const std::vector<Endpoint>& seeds,
+                                                 std::chrono::milliseconds timeout, const StartProbe& probe) {
+  std::vector<Endpoint> nodes = seeds;
+  for (const auto& seed : seeds) {
+    auto masters = cluster_masters(seed, timeout);
+    if (masters.empty()) continue;
+    for (auto& m : masters) {
+      const bool known = std::any_of(nodes.begin(), nodes.end(),
+                                     [&](const Endpoint& e) { return e.host == m.host && e.port == m.port; });
+      if (!known) nodes.push_back(std::move(m));
+    }
+    break;
+  }
+  for (const auto& node : nodes)
+    if (auto problem = start_problem(node, timeout, probe)) return problem;
   return std::nullopt;
 }
 

@@ -116,4 +116,15 @@ std::vector<std::string> auth_command(const Endpoint& endpoint);
 std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::milliseconds timeout,
                                          const StartProbe& probe = {});
 
+/// The masters a Redis Cluster node's CLUSTER SLOTS names, with `seed`'s
+/// credentials; empty when it cannot tell (no answer, TLS, not a cluster).
+std::vector<Endpoint> cluster_masters(const Endpoint& seed, std::chrono::milliseconds timeout);
+
+/// start_problem() for a Redis Cluster URL: every seed, then every master
+/// the first seed that answers names (ACL users are not replicated: each
+/// node has its own), with the same probe. The first problem, or nothing.
+std::optional<std::string> cluster_start_problem(const std::vector<Endpoint>& seeds,
+                                                 std::chrono::milliseconds timeout,
+                                                 const StartProbe& probe = {});
+
 }  // namespace fairgate::redis

@@ -5,6 +5,8 @@
 // master that owns the limiter: FIFO), one record per request, nothing left.
 #include "bench/fleet.hpp"
 #include "redis/client.hpp"
+#include "redis/database_check.hpp"
+#include "redis/url.hpp"
 #include "support/acl.hpp"
 #include "support/lost_grant.hpp"
 #include "support/redis_cluster.hpp"
@@ -14,16 +16,22 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
+#include <variant>
 #include <vector>
 
 namespace {
@@ -288,6 +296,50 @@ TEST(ClusterResharding, BusyLimiterSlotMovesToAnotherMaster) {
       "slot %u of %s moved from master 0 to 1 under load in %.0f ms; longest pause between grants %.0f ms; "
       "%zu grants after the move\n",
       slot, name.c_str(), took_ms, longest_gap_ms(records, moved_at), after);
+}
+
+// ACL users are not replicated: each node has its own. A user made right on
+// the two masters the URL names as seeds but with another key pattern on the
+// third is an error at `fairgate serve` start naming the third, found through
+// CLUSTER SLOTS; made right there too, serve starts.
+TEST(ClusterAcl, AUserWrongOnOneMasterIsAnErrorAtStart) {
+  const std::string user = "fg-part-" + std::to_string(::getpid());
+  for (std::size_t m = 0; m < 2; ++m)
+    ASSERT_EQ(cluster().node(m).command(fairgate::test::documented_acl(user, "pw")), "OK");
+  ASSERT_EQ(cluster().node(2).command(fairgate::test::documented_acl(user, "pw", "other")), "OK");
+  std::string url = cluster().url();
+  url.insert(url.find("://") + 3, user + ":pw@");
+  const std::string name = cluster().name_on(0, "start");
+  const auto target = std::get<fairgate::redis::Target>(fairgate::redis::parse_target(url));
+  ASSERT_EQ(target.nodes.size(), 2u) << "two seeds: the third master is found, not given";
+  const auto probe = fairgate::redis::start_probe("fairgate", {name}, {});
+  fairgate::redis::Endpoint third = target.nodes.front();
+  third.port = cluster().node(2).port();
+  const std::string line = fairgate::redis::denied_line(
+      third, "NOPERM this user has no permissions to access one of the keys used as arguments");
+  EXPECT_EQ(fairgate::redis::cluster_start_problem(target.nodes, 2s, probe), line);
+
+  const auto serve = [&](int seconds) {
+    const std::string out = ::testing::TempDir() + "cluster-serve-" + std::to_string(::getpid()) + ".log";
+    const std::string cmd = "timeout " + std::to_string(seconds) + " " + FAIRGATE_BIN +
+                            " serve --listen 127.0.0.1:0 --limiter " + name + "=2 --redis '" + url + "' >" +
+                            out + " 2>&1";
+    const int status = std::system(cmd.c_str());
+    std::ifstream in(out);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::remove(out.c_str());
+    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, text);
+  };
+  const auto [code, text] = serve(30);
+  EXPECT_EQ(code, 1) << text;
+  EXPECT_EQ(text, "fairgate serve: error: " + line + "\n");
+
+  ASSERT_EQ(cluster().node(2).command(fairgate::test::documented_acl(user, "pw")), "OK");
+  EXPECT_EQ(fairgate::redis::cluster_start_problem(target.nodes, 2s, probe), std::nullopt);
+  const auto [code_ok, text_ok] = serve(3);
+  EXPECT_EQ(code_ok, 124) << "it starts and runs: " << text_ok;
+  EXPECT_EQ(text_ok.find("refused"), std::string::npos) << text_ok;
+  for (std::size_t m = 0; m < 3; ++m) cluster().node(m).command({"ACL", "DELUSER", user});
 }
 
 // docs/redis-acl.md on a Cluster: the documented user on every master
