@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -139,23 +140,35 @@ serve::ServeFlags to_flags(const ServeArgs& a) {
 /// a database the server does not have (/99 on a server with 16) is an error
 /// at start, with the server's reason; the connection would otherwise retry
 /// for ever. So is a user the ACL does not let do what fairgate does
-/// (docs/redis-acl.md). A plain server, or every master of a Cluster (TLS and
-/// Sentinel URLs are not asked). An unreachable server is no error here:
+/// (docs/redis-acl.md). A plain server, every master of a Cluster, or the
+/// master the sentinels name (TLS URLs are not asked). An unreachable server is no error here:
 /// serve starts degraded, as ever (docs/serve.md).
 void check_redis_at_start(const serve::ServeConfig& config) {
   if (!config.redis) return;
   const auto parsed = redis::parse_target(config.redis->url);
   const auto* target = std::get_if<redis::Target>(&parsed);
-  if (target == nullptr || target->kind == redis::Target::Kind::sentinel || target->nodes.empty()) return;
+  if (target == nullptr || target->nodes.empty()) return;
   // Beyond the login: may this user load the scripts, call them on each
   // limiter's and rule's keys and hear its wake channel (docs/redis-acl.md)?
   std::vector<std::string> limiters, rules;
   for (const auto& limiter : config.limiters) limiters.push_back(limiter.name);
   for (const auto& rule : config.rate_rules) rules.push_back(rule.name);
   const auto probe = redis::start_probe(config.redis->key_prefix, limiters, rules);
-  const auto problem = target->kind == redis::Target::Kind::cluster
-                           ? redis::cluster_start_problem(target->nodes, std::chrono::seconds(2), probe)
-                           : redis::start_problem(target->nodes.front(), std::chrono::seconds(2), probe);
+  constexpr std::chrono::seconds kWithin(2);
+  std::optional<std::string> problem;
+  switch (target->kind) {
+    case redis::Target::Kind::standalone:
+      problem = redis::start_problem(target->nodes.front(), kWithin, probe);
+      break;
+    case redis::Target::Kind::cluster:
+      problem = redis::cluster_start_problem(target->nodes, kWithin, probe);
+      break;
+    case redis::Target::Kind::sentinel:
+      // The master the sentinels name now (none answering: serve starts and keeps asking).
+      if (const auto master = redis::sentinel_master(*target, kWithin))
+        problem = redis::start_problem(*master, kWithin, probe);
+      break;
+  }
   if (problem) throw std::runtime_error(*problem);
 }
 

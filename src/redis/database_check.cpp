@@ -323,4 +323,37 @@ std::optional<std::string> cluster_start_problem(const std::vector<Endpoint>& se
   return std::nullopt;
 }
 
+std::optional<Endpoint> sentinel_master(const Target& target, std::chrono::milliseconds timeout) {
+  if (target.kind != Target::Kind::sentinel || target.nodes.empty()) return std::nullopt;
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(timeout).count();
+  const timeval tv{static_cast<time_t>(us / 1'000'000), static_cast<suseconds_t>(us % 1'000'000)};
+  for (const auto& sentinel : target.nodes) {
+    if (sentinel.tls.enabled) return std::nullopt;
+    ContextPtr c(redisConnectWithTimeout(sentinel.host.c_str(), sentinel.port, tv));
+    if (!c || c->err != 0) continue;
+    bound_arrays(c->reader);
+    if (redisSetTimeout(c.get(), tv) != REDIS_OK) continue;
+    if (!target.sentinel_password.empty()) {
+      std::vector<std::string> auth{"AUTH"};
+      if (!target.sentinel_user.empty()) auth.push_back(target.sentinel_user);
+      auth.push_back(target.sentinel_password);
+      const ReplyPtr r = command(*c, auth);
+      if (!r || is_error(r)) continue;
+    }
+    const ReplyPtr r = command(*c, {"SENTINEL", "get-master-addr-by-name", target.master_name});
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) continue;
+    const redisReply* host = r->element[0];
+    const redisReply* port = r->element[1];
+    if (host->type != REDIS_REPLY_STRING || port->type != REDIS_REPLY_STRING || host->len == 0) continue;
+    std::uint16_t p = 0;
+    const auto [end, ec] = std::from_chars(port->str, port->str + port->len, p);
+    if (ec != std::errc{} || end != port->str + port->len || p == 0) continue;
+    Endpoint master = sentinel;  // the data nodes' credentials and database ride on every node
+    master.host.assign(host->str, host->len);
+    master.port = p;
+    return master;
+  }
+  return std::nullopt;
+}
+
 }  // namespace fairgate::redis

@@ -127,4 +127,9 @@ std::optional<std::string> cluster_start_problem(const std::vector<Endpoint>& se
                                                  std::chrono::milliseconds timeout,
                                                  const StartProbe& probe = {});
 
+/// The master the sentinels of a Sentinel target name now (the first that
+/// answers, with the URL's sentinel credentials), carrying the URL's data
+/// credentials and database; nothing when none answers (or TLS).
+std::optional<Endpoint> sentinel_master(const Target& target, std::chrono::milliseconds timeout);
+
 }  // namespace fairgate::redis

@@ -11,20 +11,18 @@
 #include "support/lost_grant.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_monitor.hpp"
+#include "support/run_shell.hpp"
 #include "support/wait.hpp"
 
 #include <gtest/gtest.h>
 
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <memory>
 #include <set>
@@ -320,25 +318,18 @@ TEST(ClusterAcl, AUserWrongOnOneMasterIsAnErrorAtStart) {
   EXPECT_EQ(fairgate::redis::cluster_start_problem(target.nodes, 2s, probe), line);
 
   const auto serve = [&](int seconds) {
-    const std::string out = ::testing::TempDir() + "cluster-serve-" + std::to_string(::getpid()) + ".log";
-    const std::string cmd = "timeout " + std::to_string(seconds) + " " + FAIRGATE_BIN +
-                            " serve --listen 127.0.0.1:0 --limiter " + name + "=2 --redis '" + url + "' >" +
-                            out + " 2>&1";
-    const int status = std::system(cmd.c_str());
-    std::ifstream in(out);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::remove(out.c_str());
-    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, text);
+    return fairgate::test::run_serve("--listen 127.0.0.1:0 --limiter " + name + "=2 --redis '" + url + "'",
+                                     seconds);
   };
-  const auto [code, text] = serve(30);
-  EXPECT_EQ(code, 1) << text;
-  EXPECT_EQ(text, "fairgate serve: error: " + line + "\n");
+  const auto refused = serve(30);
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_EQ(refused.output, "fairgate serve: error: " + line + "\n");
 
   ASSERT_EQ(cluster().node(2).command(fairgate::test::documented_acl(user, "pw")), "OK");
   EXPECT_EQ(fairgate::redis::cluster_start_problem(target.nodes, 2s, probe), std::nullopt);
-  const auto [code_ok, text_ok] = serve(3);
-  EXPECT_EQ(code_ok, 124) << "it starts and runs: " << text_ok;
-  EXPECT_EQ(text_ok.find("refused"), std::string::npos) << text_ok;
+  const auto started = serve(3);
+  EXPECT_EQ(started.exit_code, 124) << "it starts and runs: " << started.output;
+  EXPECT_EQ(started.output.find("refused"), std::string::npos) << started.output;
   for (std::size_t m = 0; m < 3; ++m) cluster().node(m).command({"ACL", "DELUSER", user});
 }
 

@@ -4,11 +4,14 @@
 // master under load: the sentinels promote the replica, the instances follow
 // +switch-master; overshoot 0 after the rebuild, every request ends once.
 #include "bench/fleet.hpp"
+#include "redis/database_check.hpp"
+#include "redis/url.hpp"
 #include "support/acl.hpp"
 #include "support/instance.hpp"
 #include "support/log_lines.hpp"
 #include "support/lost_grant.hpp"
 #include "support/redis_cluster.hpp"
+#include "support/run_shell.hpp"
 #include "support/wait.hpp"
 
 #include <gtest/gtest.h>
@@ -16,11 +19,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
+#include <variant>
 #include <vector>
 
 namespace {
@@ -129,6 +135,41 @@ fairgate::RedisBackendOptions auth_options(const std::string& url, const LogLine
   o.instance_id = instance;
   o.log = logged.sink();
   return o;
+}
+
+// The start check behind Sentinel: the master the sentinels name is asked
+// what the user may do (ACL users are per node). A user with another key
+// pattern on it is an error at `fairgate serve` start naming the master;
+// the documented user starts.
+TEST(Sentinel, AUserWrongOnTheMasterIsAnErrorAtStart) {
+  RedisSentinels sentinels("fgstart", 1000ms);
+  const std::string user = "fg-start";
+  for (std::size_t i = 0; i < 2; ++i)
+    ASSERT_EQ(sentinels.data(i).command(fairgate::test::documented_acl(user, "pw", "other")), "OK");
+  std::string url = sentinels.url();
+  url.insert(url.find("://") + 3, user + ":pw@");
+  const auto target = std::get<fairgate::redis::Target>(fairgate::redis::parse_target(url));
+  const auto master = fairgate::redis::sentinel_master(target, 2s);
+  ASSERT_TRUE(master.has_value());
+  EXPECT_EQ(std::to_string(master->port),
+            sentinels.master_address().substr(sentinels.master_address().rfind(':') + 1));
+  EXPECT_EQ(master->user, user) << "the data nodes' credentials";
+  const std::string line = fairgate::redis::denied_line(
+      *master, "NOPERM this user has no permissions to access one of the keys used as arguments");
+
+  const auto serve = [&](int seconds) {
+    return fairgate::test::run_serve("--listen 127.0.0.1:0 --limiter chat=2 --redis '" + url + "'", seconds);
+  };
+  const auto refused = serve(30);
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_EQ(refused.output, "fairgate serve: error: " + line + "\n");
+  EXPECT_EQ(sentinels.data(0).command({"DBSIZE"}), "0") << "nothing written";
+
+  for (std::size_t i = 0; i < 2; ++i)
+    ASSERT_EQ(sentinels.data(i).command(fairgate::test::documented_acl(user, "pw")), "OK");
+  const auto started = serve(3);
+  EXPECT_EQ(started.exit_code, 124) << "it starts and runs: " << started.output;
+  EXPECT_EQ(started.output.find("refused"), std::string::npos) << started.output;
 }
 
 // Password-protected sentinels and data nodes, as managed set-ups run them

@@ -5,15 +5,11 @@
 #include "support/acl.hpp"
 #include "support/netns.hpp"
 #include "support/redis_server.hpp"
+#include "support/run_shell.hpp"
 
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,23 +19,12 @@ namespace {
 using fairgate::test::NetNamespace;
 using fairgate::test::RedisServer;
 
-struct Outcome {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
+using Outcome = fairgate::test::ShellOutcome;
 
 Outcome run_fairgate(const std::string& args, int seconds = 30, const std::string& prefix = {}) {
-  Outcome r;
   // A server that starts instead of refusing runs until the timeout (exit 124).
-  const std::string cmd =
-      prefix + "timeout " + std::to_string(seconds) + " " + std::string(FAIRGATE_BIN) + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), p) != nullptr) r.output += buf.data();
-  const int status = ::pclose(p);
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  return r;
+  return fairgate::test::run_shell(prefix + "timeout " + std::to_string(seconds) + " " +
+                                   std::string(FAIRGATE_BIN) + " " + args + " 2>&1");
 }
 
 TEST(ServeRedisDatabase, ADatabaseTheServerLacksIsAnErrorAtStart) {
