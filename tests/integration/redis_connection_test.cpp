@@ -22,8 +22,10 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <future>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -751,6 +753,60 @@ TEST(RedisDatabaseCheck, WhatTheUserMayNotDoIsNamedAtStart) {
           no_sharded,
           "ERR unknown command 'SSUBSCRIBE', with args beginning with: 'fairgate:{chat}:wake:start-check' "));
   EXPECT_EQ(fairgate::redis::start_problem(plain, 2s), std::nullopt) << "without a probe: the login only";
+}
+
+// docs/troubleshooting.md lists every problem line fairgate logs about Redis.
+// Each phrase in bold there is what the code writes: from the function that
+// makes the line, or (a limiter's or the client's lines) from the source
+// that builds it. A line reworded without the page fails here.
+TEST(RedisLines, EachProblemLineIsOnTheTroubleshootingPage) {
+  const auto read = [](const std::string& path) {
+    std::ifstream in(std::string(FAIRGATE_SOURCE_DIR) + "/" + path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string page = read("docs/troubleshooting.md");
+  ASSERT_FALSE(page.empty());
+  namespace r = fairgate::redis;
+  r::Endpoint ep;
+  ep.host = "10.0.0.7";
+  ep.port = 6380;
+  ep.db = 99;
+  ep.user = "fg";
+  const std::vector<std::pair<std::string, std::string>> made = {
+      {r::auth_refused(ep, "WRONGPASS invalid username-password pair"), "refused AUTH as user"},
+      {r::password_missing(ep, "NOAUTH Authentication required."), "wants a password"},
+      {r::database_refused(ep, "ERR DB index is out of range"), "cannot be selected"},
+      {r::protected_mode(ep), "turns this client away"},
+      {r::too_many_clients(ep), "refuses new connections"},
+      {r::denied_line(ep, "NOPERM this user has no permissions to run the 'evalsha' command"),
+       "refused a call of fairgate's as user"},
+      {r::unknown_command(ep, "ERR unknown command 'SSUBSCRIBE'"), "does not know a command fairgate needs"},
+      {r::refusal_line(ep, "OOM command not allowed").value_or(""), "is out of memory"},
+      {r::refusal_line(ep, "MISCONF Redis is configured to save").value_or(""), "refuses writes (MISCONF"},
+      {r::refusal_line(ep, "NOREPLICAS Not enough good replicas").value_or(""), "refuses writes (NOREPLICAS"},
+      {r::refusal_line(ep, "BUSY Redis is busy running a script").value_or(""), "is busy running a script"},
+      {r::eviction_risk(ep, "maxmemory:100\r\nmaxmemory_policy:allkeys-lru\r\n").value_or(""),
+       "may evict fairgate's keys"},
+  };
+  for (const auto& [line, phrase] : made) {
+    EXPECT_NE(line.find(phrase), std::string::npos) << "the code writes: " << line;
+    EXPECT_NE(page.find("**" + phrase), std::string::npos) << "the page has: " << phrase;
+  }
+  const std::string connection = read("src/redis/connection.cpp");
+  const std::string limiter = read("src/redis/redis_limiter.cpp");
+  const std::vector<std::pair<const std::string*, std::string>> written = {
+      {&connection, "answered with TLS: use rediss://"},
+      {&connection, "closed the connection before any reply"},
+      {&limiter, "does not let this user run INFO"},
+      {&limiter, "Redis refused this user's calls (docs/redis-acl.md)"},
+      {&limiter, "Redis unreachable"},
+      {&limiter, "no state in Redis"},
+      {&limiter, "the limiter's state is on another Redis than before"},
+  };
+  for (const auto& [source, phrase] : written) {
+    EXPECT_NE(source->find(phrase), std::string::npos) << "the code writes: " << phrase;
+    EXPECT_NE(page.find(phrase), std::string::npos) << "the page has: " << phrase;
+  }
 }
 
 // A command that could not be sent before its timeout: not_sent (it never
