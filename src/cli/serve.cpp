@@ -140,9 +140,10 @@ serve::ServeFlags to_flags(const ServeArgs& a) {
 /// a database the server does not have (/99 on a server with 16) is an error
 /// at start, with the server's reason; the connection would otherwise retry
 /// for ever. So is a user the ACL does not let do what fairgate does
-/// (docs/redis-acl.md). A plain server, every master of a Cluster, or the
-/// master the sentinels name (TLS URLs are not asked). An unreachable server is no error here:
-/// serve starts degraded, as ever (docs/serve.md).
+/// (docs/redis-acl.md), or, over TLS, a certificate the CA does not vouch for.
+/// A server, every master of a Cluster (its seeds only over TLS), or the
+/// master the sentinels name (not over TLS). An unreachable server is no
+/// error here: serve starts degraded, as ever (docs/serve.md).
 void check_redis_at_start(const serve::ServeConfig& config) {
   if (!config.redis) return;
   const auto parsed = redis::parse_target(config.redis->url);

@@ -2,10 +2,12 @@
 
 #include "core/text.hpp"
 #include "redis/client.hpp"
+#include "redis/connection.hpp"
 #include "redis/reply.hpp"
 #include "redis/scripts.hpp"
 
 #include <hiredis/hiredis.h>
+#include <boost/asio/io_context.hpp>
 
 #include <sys/time.h>
 #include <algorithm>
@@ -205,6 +207,94 @@ std::optional<std::string> eviction_risk(const Endpoint& endpoint, std::string_v
          "(docs/faults.md, \"Redis refuses writes\")";
 }
 
+namespace {
+
+/// Asks what `probe` asks through `ask` (the server's error reply for a
+/// command, empty for any other answer or none). Each answer that says "not
+/// this user" or "no such command" is a problem; any other (BUSY, LOADING,
+/// OOM, ...) cannot tell.
+template <class Ask>
+std::optional<std::string> run_probe(const Endpoint& endpoint, const StartProbe& probe, Ask&& ask) {
+  const auto problem = [&](const std::vector<std::string>& args) -> std::optional<std::string> {
+    const std::string reason = ask(args);
+    if (denied(reason)) return denied_line(endpoint, reason);
+    if (reason.starts_with("ERR unknown command")) return unknown_command(endpoint, reason);
+    return std::nullopt;
+  };
+  if (!probe.script.empty())
+    if (auto p = problem({"SCRIPT", "LOAD", probe.script})) return p;
+  // A script that does not exist, on each key: the ACL is checked first
+  // (NOPERM), then NOSCRIPT. Nothing runs.
+  for (const auto& key : probe.keys)
+    if (auto p = problem({"EVALSHA", std::string(40, '0'), "1", key})) return p;
+  // Last: a subscribed connection takes no other command.
+  for (const auto& channel : probe.channels)
+    if (auto p = problem({"SSUBSCRIBE", channel})) return p;
+  return std::nullopt;
+}
+
+/// A line of the connection's that is a mistake in the URL or its TLS
+/// settings, not a server that is away or slow: the login (AUTH, a missing
+/// password, the database, protected mode) or the server's certificate.
+bool login_problem(const Endpoint& endpoint, const std::string& line) {
+  return line.starts_with(auth_refused(endpoint, "")) ||
+         line.starts_with(where(endpoint) + " wants a password (") ||
+         line.starts_with(database_refused(endpoint, "")) || line == protected_mode(endpoint) ||
+         line.starts_with("TLS certificate verification failed for ");
+}
+
+/// start_problem() over TLS: the same questions through the client's own
+/// connection (the hiredis here has no TLS), each within `timeout`.
+std::optional<std::string> tls_start_problem(const Endpoint& endpoint, std::chrono::milliseconds timeout,
+                                             const StartProbe& probe) {
+  boost::asio::io_context io;
+  auto told = std::make_shared<std::string>();  // the connection's first problem line
+  ConnectionOptions o;
+  o.endpoint = endpoint;
+  o.command_timeout = timeout;
+  o.connect_timeout = timeout;
+  o.log = [told](const std::string& line) {
+    if (told->empty()) *told = line;
+  };
+  const auto c = Connection::create(io.get_executor(), o);
+  c->start();
+  struct Answer {
+    boost::system::error_code ec;
+    Reply reply;
+  };
+  // Nothing when no answer came in time (then the callback, if it still
+  // runs, writes into its own copy).
+  const auto ask = [&](std::vector<std::string> args) -> std::optional<Answer> {
+    auto out = std::make_shared<std::optional<Answer>>();
+    c->exec(
+        std::move(args),
+        [out](boost::system::error_code ec, Reply r) {
+          *out = Answer{ec, std::move(r)};
+        },
+        timeout);
+    const auto until = std::chrono::steady_clock::now() + timeout + std::chrono::milliseconds(500);
+    // (A login problem ends the wait: the connection only retries from there.)
+    while (!*out && !login_problem(endpoint, *told) && std::chrono::steady_clock::now() < until)
+      io.run_one_until(until);
+    return *out;
+  };
+  std::optional<std::string> problem;
+  const auto first = ask({"PING"});
+  if (login_problem(endpoint, *told)) {
+    problem = *told;
+  } else if (first && !first->ec && !first->reply.is_error()) {
+    problem = run_probe(endpoint, probe, [&](const std::vector<std::string>& args) {
+      const auto a = ask(args);
+      return a && !a->ec && a->reply.is_error() ? a->reply.str : std::string();
+    });
+  }
+  c->close();
+  io.run_for(std::chrono::milliseconds(50));  // the close's callbacks
+  return problem;
+}
+
+}  // namespace
+
 StartProbe start_probe(std::string_view key_prefix, const std::vector<std::string>& limiters,
                        const std::vector<std::string>& rate_rules) {
   StartProbe probe;
@@ -221,7 +311,7 @@ StartProbe start_probe(std::string_view key_prefix, const std::vector<std::strin
 
 std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::milliseconds timeout,
                                          const StartProbe& probe) {
-  if (endpoint.tls.enabled) return std::nullopt;
+  if (endpoint.tls.enabled) return tls_start_problem(endpoint, timeout, probe);
   const auto us = std::chrono::duration_cast<std::chrono::microseconds>(timeout).count();
   const timeval tv{static_cast<time_t>(us / 1'000'000), static_cast<suseconds_t>(us % 1'000'000)};
   ContextPtr c(redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port, tv));
@@ -257,26 +347,10 @@ std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::
     if (reason.starts_with("BUSY")) return std::nullopt;
     return database_refused(endpoint, reason);
   }
-  // What the user may do: each answer that says "not this user" or "no such
-  // command" is a problem; any other (BUSY, LOADING, OOM, ...) cannot tell.
-  const auto problem = [&](const std::vector<std::string>& args) -> std::optional<std::string> {
+  return run_probe(endpoint, probe, [&](const std::vector<std::string>& args) {
     const ReplyPtr a = command(*c, args);
-    if (!is_error(a)) return std::nullopt;
-    const std::string_view reason(a->str, a->len);
-    if (denied(reason)) return denied_line(endpoint, reason);
-    if (reason.starts_with("ERR unknown command")) return unknown_command(endpoint, reason);
-    return std::nullopt;
-  };
-  if (!probe.script.empty())
-    if (auto p = problem({"SCRIPT", "LOAD", probe.script})) return p;
-  // A script that does not exist, on each key: the ACL is checked first
-  // (NOPERM), then NOSCRIPT. Nothing runs.
-  for (const auto& key : probe.keys)
-    if (auto p = problem({"EVALSHA", std::string(40, '0'), "1", key})) return p;
-  // Last: a subscribed connection takes no other command.
-  for (const auto& channel : probe.channels)
-    if (auto p = problem({"SSUBSCRIBE", channel})) return p;
-  return std::nullopt;
+    return is_error(a) ? std::string(a->str, a->len) : std::string();
+  });
 }
 
 std::vector<Endpoint> cluster_masters(const Endpoint& seed, std::chrono::milliseconds timeout) {

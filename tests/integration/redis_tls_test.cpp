@@ -7,7 +7,10 @@
 // a hang; a bad CA path is refused up front.
 #include "bench/fleet.hpp"
 #include "redis/connection.hpp"
+#include "redis/database_check.hpp"
+#include "support/acl.hpp"
 #include "support/redis_server.hpp"
+#include "support/run_shell.hpp"
 #include "support/test_pki.hpp"
 #include "support/wait.hpp"
 
@@ -195,6 +198,52 @@ TEST(RedisTls, AWrongNameIsRefusedAndTlsServerNameFixesIt) {
                                   "&tls_server_name=wrong.example");
   EXPECT_FALSE(r3.ec) << loop3.all();
   EXPECT_EQ(r3.reply, "PONG");
+}
+
+// The start check over TLS (the hiredis the check otherwise uses has no
+// TLS): a refused AUTH, a user the ACL does not let do what fairgate does,
+// and a certificate from another CA are errors at `fairgate serve` start,
+// with the lines the connection writes at run time. The documented user
+// passes; a port where nothing listens cannot tell, within the bound.
+TEST(RedisTls, TheStartCheckAsksOverTls) {
+  RedisServer& s = good_server();
+  ASSERT_EQ(s.command(fairgate::test::documented_acl("fg-tls-doc", "pw")), "OK");
+  ASSERT_EQ(s.command(fairgate::test::documented_acl("fg-tls-other", "pw", "other")), "OK");
+  const auto probe = fairgate::redis::start_probe("fairgate", {"chat"}, {});
+  const auto url = [&](const std::string& userinfo, std::uint16_t port) {
+    return "rediss://" + userinfo + "127.0.0.1:" + std::to_string(port) + "?tls_ca_file=" + ca();
+  };
+  const auto endpoint = [&](const std::string& userinfo, std::uint16_t port) {
+    return std::get<fairgate::redis::Endpoint>(fairgate::redis::parse_url(url(userinfo, port)));
+  };
+  const auto wrong = endpoint("fg-tls-doc:not-it@", s.port());
+  EXPECT_EQ(
+      fairgate::redis::start_problem(wrong, 2s, probe),
+      fairgate::redis::auth_refused(wrong, "WRONGPASS invalid username-password pair or user is disabled."));
+  const auto other = endpoint("fg-tls-other:pw@", s.port());
+  EXPECT_EQ(fairgate::redis::start_problem(other, 2s, probe),
+            fairgate::redis::denied_line(
+                other, "NOPERM this user has no permissions to access one of the keys used as arguments"));
+  EXPECT_EQ(fairgate::redis::start_problem(endpoint("fg-tls-doc:pw@", s.port()), 2s, probe), std::nullopt);
+
+  RedisServer foreign(tls_options("foreign"));
+  const auto untrusted = fairgate::redis::start_problem(endpoint("", foreign.port()), 2s, probe);
+  ASSERT_TRUE(untrusted.has_value());
+  EXPECT_EQ(untrusted->rfind("TLS certificate verification failed for 127.0.0.1:" + port_of(foreign), 0), 0u)
+      << *untrusted;
+
+  const auto t0 = Clock::now();
+  EXPECT_EQ(fairgate::redis::start_problem(endpoint("", fairgate::test::free_loopback_port()), 1s, probe),
+            std::nullopt)
+      << "nothing there: serve starts degraded";
+  EXPECT_LT(Clock::now() - t0, 5s);
+
+  const auto served = fairgate::test::run_serve(
+      "--listen 127.0.0.1:0 --limiter chat=2 --redis '" + url("fg-tls-doc:not-it@", s.port()) + "'", 30);
+  EXPECT_EQ(served.exit_code, 1) << served.output;
+  EXPECT_EQ(served.output,
+            "fairgate serve: error: " + *fairgate::redis::start_problem(wrong, 2s, probe) + "\n");
+  s.command({"ACL", "DELUSER", "fg-tls-doc", "fg-tls-other"});
 }
 
 TEST(RedisTls, MutualTlsWithAClientCertificate) {
