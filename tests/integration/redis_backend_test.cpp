@@ -397,6 +397,14 @@ TEST(RedisBackendTest, ARestartThatLostAGrantFencesTheStateBeforeGrantingAgain) 
 }
 
 /// fast_options() as `user` (password "pw") on the shared server, logging to `log`.
+/// fast_options() on a server of the test's own, logging to `log`.
+RedisBackendOptions options_on(const RedisServer& own, const fairgate::test::LogLines& log) {
+  auto o = fast_options();
+  o.url = own.url();
+  o.log = log.sink();
+  return o;
+}
+
 RedisBackendOptions options_as(const std::string& user, const fairgate::test::LogLines& log) {
   auto o = fast_options();
   o.url = "redis://" + user + ":pw@" + server().host() + ":" + std::to_string(server().port());
@@ -492,9 +500,7 @@ TEST(RedisBackendTest, AServerWithoutShardedPubSubIsNamed) {
   RedisServer own({"--rename-command", "SSUBSCRIBE", ""});
   const std::string name = test_name();
   fairgate::test::LogLines logged;
-  auto o = fast_options();
-  o.url = own.url();
-  o.log = logged.sink();
+  const auto o = options_on(own, logged);
   Instance a(o);
   Limiter l = a.open(name, cap(1));
   const auto said_so = [&] { return logged.with("does not know a command fairgate needs"); };
@@ -517,9 +523,7 @@ TEST(RedisBackendTest, AnOutOfMemoryRedisIsWaitedOutAndNamed) {
   RedisServer own;  // maxmemory on the shared server would stop the other tests
   const std::string name = test_name();
   fairgate::test::LogLines logged;
-  auto o = fast_options();
-  o.url = own.url();
-  o.log = logged.sink();
+  const auto o = options_on(own, logged);
   Instance a(o);
   Limiter l = a.open(name, cap(1, 30s));
   ASSERT_TRUE(wait_until([&] { return ready_past_fence(a, name, l); }, 10s));
