@@ -42,6 +42,19 @@ ReplyPtr command(redisContext& c, const std::vector<std::string>& args) {
 
 bool is_error(const ReplyPtr& r) { return r && r->type == REDIS_REPLY_ERROR; }
 
+/// A blocking connection to `host:port` (plain TCP) whose connect and every
+/// command end within `timeout`, reading arrays no longer than fairgate's
+/// bound; null when there is none.
+ContextPtr connect_within(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout) {
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(timeout).count();
+  const timeval tv{static_cast<time_t>(us / 1'000'000), static_cast<suseconds_t>(us % 1'000'000)};
+  ContextPtr c(redisConnectWithTimeout(host.c_str(), port, tv));
+  if (!c || c->err != 0) return nullptr;
+  bound_arrays(c->reader);
+  if (redisSetTimeout(c.get(), tv) != REDIS_OK) return nullptr;
+  return c;
+}
+
 }  // namespace
 
 std::vector<std::string> auth_command(const Endpoint& endpoint) {
@@ -312,12 +325,8 @@ StartProbe start_probe(std::string_view key_prefix, const std::vector<std::strin
 std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::milliseconds timeout,
                                          const StartProbe& probe) {
   if (endpoint.tls.enabled) return tls_start_problem(endpoint, timeout, probe);
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(timeout).count();
-  const timeval tv{static_cast<time_t>(us / 1'000'000), static_cast<suseconds_t>(us % 1'000'000)};
-  ContextPtr c(redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port, tv));
-  if (!c || c->err != 0) return std::nullopt;  // no server there (yet): serve starts degraded
-  bound_arrays(c->reader);
-  if (redisSetTimeout(c.get(), tv) != REDIS_OK) return std::nullopt;
+  const ContextPtr c = connect_within(endpoint.host, endpoint.port, timeout);
+  if (!c) return std::nullopt;  // no server there (yet): serve starts degraded
   // A server that turns every new client away answers the first command so
   // (turned_away): protected mode is a problem, maxclients is not (a slot
   // may free; the connection says so meanwhile).
@@ -356,12 +365,8 @@ std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::
 std::vector<Endpoint> cluster_masters(const Endpoint& seed, std::chrono::milliseconds timeout) {
   std::vector<Endpoint> out;
   if (seed.tls.enabled) return out;
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(timeout).count();
-  const timeval tv{static_cast<time_t>(us / 1'000'000), static_cast<suseconds_t>(us % 1'000'000)};
-  ContextPtr c(redisConnectWithTimeout(seed.host.c_str(), seed.port, tv));
-  if (!c || c->err != 0) return out;
-  bound_arrays(c->reader);
-  if (redisSetTimeout(c.get(), tv) != REDIS_OK) return out;
+  const ContextPtr c = connect_within(seed.host, seed.port, timeout);
+  if (!c) return out;
   if (!seed.password.empty()) {
     const ReplyPtr r = command(*c, auth_command(seed));
     if (!r || is_error(r)) return out;
@@ -399,14 +404,10 @@ std::optional<std::string> cluster_start_problem(const std::vector<Endpoint>& se
 
 std::optional<Endpoint> sentinel_master(const Target& target, std::chrono::milliseconds timeout) {
   if (target.kind != Target::Kind::sentinel || target.nodes.empty()) return std::nullopt;
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(timeout).count();
-  const timeval tv{static_cast<time_t>(us / 1'000'000), static_cast<suseconds_t>(us % 1'000'000)};
   for (const auto& sentinel : target.nodes) {
     if (sentinel.tls.enabled) return std::nullopt;
-    ContextPtr c(redisConnectWithTimeout(sentinel.host.c_str(), sentinel.port, tv));
-    if (!c || c->err != 0) continue;
-    bound_arrays(c->reader);
-    if (redisSetTimeout(c.get(), tv) != REDIS_OK) continue;
+    const ContextPtr c = connect_within(sentinel.host, sentinel.port, timeout);
+    if (!c) continue;
     if (!target.sentinel_password.empty()) {
       std::vector<std::string> auth{"AUTH"};
       if (!target.sentinel_user.empty()) auth.push_back(target.sentinel_user);
