@@ -61,6 +61,15 @@ unsigned key_slot(std::string_view key) {
   return crc16(key) & 16383u;
 }
 
+std::optional<std::pair<std::string, std::uint16_t>> master_address(const Reply& reply) {
+  if (!has_shape(reply, "si") || reply.elements[0].str.empty()) return std::nullopt;
+  const auto& p = reply.elements[1].str;
+  unsigned port = 0;
+  if (std::from_chars(p.data(), p.data() + p.size(), port).ec != std::errc{} || port == 0 || port > 65535)
+    return std::nullopt;
+  return std::make_pair(reply.elements[0].str, static_cast<std::uint16_t>(port));
+}
+
 std::vector<SlotRange> slot_ranges(const Reply& reply, const std::string& answered_by) {
   std::vector<SlotRange> out;
   if (reply.type != Reply::Type::array) return out;
@@ -185,29 +194,6 @@ void log_line(const ClientOptions& o, const std::string& line) {
   }
 }
 
-/// A call the ACL refused: said with the fix, at most every 30 s per line
-/// (the connections' log), however many calls it refuses.
-void report_denied(const ClientOptions& o, const Endpoint& ep, const std::string& error) {
-  const std::string line = denied_line(ep, error);
-  if (o.connection_log) {
-    o.connection_log(line);
-  } else {
-    log_line(o, line);
-  }
-}
-
-/// A command the server does not know (SSUBSCRIBE before Redis 7.0, or one
-/// renamed away): said the same way. Nothing for any other error.
-void report_unknown(const ClientOptions& o, const Endpoint& ep, const std::string& error) {
-  if (!starts_with(error, "ERR unknown command")) return;
-  const std::string line = unknown_command(ep, error);
-  if (o.connection_log) {
-    o.connection_log(line);
-  } else {
-    log_line(o, line);
-  }
-}
-
 // --- standalone and Sentinel ------------------------------------------------------
 
 class SingleClient : public Client, public std::enable_shared_from_this<SingleClient> {
@@ -258,12 +244,12 @@ class SingleClient : public Client, public std::enable_shared_from_this<SingleCl
     subscriber_->exec({"SSUBSCRIBE", channel}, [self = shared_from_this(), callback = std::move(callback)](
                                                    error_code ec, Reply r) mutable {
       // Without its wake channel a limiter hears of a free seat only at its
-      // next heartbeat: said, like any refused call.
-      if (!ec && r.is_error() && denied(r.str)) {
-        report_denied(self->options_, self->subscriber_->endpoint(), r.str);
-        return std::move(callback)(make_error_code(Error::denied), std::move(r));
+      // next heartbeat: said (the ACL, or a server older than 7.0).
+      if (!ec && r.is_error()) {
+        if (auto line = setup_problem(self->subscriber_->endpoint(), r.str))
+          self->options_.connection_log(*line);
+        if (denied(r.str)) return std::move(callback)(make_error_code(Error::denied), std::move(r));
       }
-      if (!ec && r.is_error()) report_unknown(self->options_, self->subscriber_->endpoint(), r.str);
       std::move(callback)(ec, std::move(r));
     });
   }
@@ -299,7 +285,7 @@ class SingleClient : public Client, public std::enable_shared_from_this<SingleCl
         return;
       }
       if (!ec && r.is_error() && denied(r.str)) {
-        report_denied(self->options_, self->commands_->endpoint(), r.str);
+        self->options_.connection_log(denied_line(self->commands_->endpoint(), r.str));
         return op->finish(make_error_code(Error::denied), std::move(r));
       }
       op->finish(ec, std::move(r));
@@ -364,12 +350,8 @@ class SentinelClient final : public SingleClient {
   /// A connection to sentinel `i`: the sentinels' own credentials (?sentinel_user=,
   /// ?sentinel_password=), never the data node's, and database 0.
   ConnectionOptions sentinel_options(std::size_t i) const {
-    Endpoint ep = options_.target.nodes[i];
-    ep.user = options_.target.sentinel_user;
-    ep.password = options_.target.sentinel_password;
-    ep.db = 0;
     ConnectionOptions o;
-    o.endpoint = ep;
+    o.endpoint = options_.target.sentinel(i);
     o.command_timeout = std::max(options_.command_timeout, milliseconds(200));
     o.connect_timeout = o.command_timeout;
     o.client_name = options_.client_name + "-sentinel";
@@ -422,13 +404,8 @@ class SentinelClient final : public SingleClient {
                  if (!s) return;
                  asio::post(s->strand_, [s, ec, r = std::move(r), i, problem] {
                    // {host, port}; nil (no such master), an error or anything else: the next sentinel.
-                   unsigned port = 0;
-                   if (!ec && has_shape(r, "si") && !r.elements[0].str.empty()) {
-                     const auto& p = r.elements[1].str;
-                     if (std::from_chars(p.data(), p.data() + p.size(), port).ec == std::errc{} && port > 0 &&
-                         port <= 65535)
-                       return s->found(i, r.elements[0].str, static_cast<std::uint16_t>(port));
-                   }
+                   if (const auto address = ec ? std::nullopt : master_address(r))
+                     return s->found(i, address->first, address->second);
                    // (NOAUTH, a refused AUTH, TLS: the connection's own line, with the hint.)
                    std::string why;
                    if (!problem->empty()) {
@@ -748,12 +725,13 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
       return;
     }
     const auto t = std::max(op->left(), milliseconds(1));
-    op->run(*conn, t, asking, [self = shared_from_this(), op, ep = conn->endpoint()](error_code ec, Reply r) {
-      self->on_reply(op, ep, ec, std::move(r));
-    });
+    op->run(*conn, t, asking,
+            [self = shared_from_this(), op, from = std::weak_ptr<Connection>(conn)](error_code ec, Reply r) {
+              self->on_reply(op, from, ec, std::move(r));
+            });
   }
 
-  void on_reply(const OpPtr& op, const Endpoint& from, error_code ec, Reply r) {
+  void on_reply(const OpPtr& op, const std::weak_ptr<Connection>& from, error_code ec, Reply r) {
     if (ec) {
       // Lost connection or none: the map may have changed (failover).
       if (ec != make_error_code(Error::timeout) && ec != make_error_code(Error::closed)) refresh();
@@ -802,11 +780,14 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
       op->timer->async_wait([self = shared_from_this(), op](error_code) { self->attempt(op); });
       return;
     }
-    if (denied(r.str)) {
-      report_denied(options_, from, r.str);
-      return op->finish(make_error_code(Error::denied), std::move(r));
+    // The ACL (any call), or a server older than 7.0 (the wake subscription):
+    // said with the node (its endpoint is copied only here, off the path of
+    // the calls Redis answers).
+    if (denied(r.str) || op->on_sub) {
+      if (const auto c = from.lock())  // (the reply came on it: it is there)
+        if (auto line = setup_problem(c->endpoint(), r.str)) options_.connection_log(*line);
+      if (denied(r.str)) return op->finish(make_error_code(Error::denied), std::move(r));
     }
-    if (op->on_sub) report_unknown(options_, from, r.str);
     op->finish(ec, std::move(r));
   }
 

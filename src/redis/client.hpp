@@ -34,7 +34,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fairgate::redis {
@@ -112,5 +114,10 @@ struct SlotRange {
 /// out (a reply of nonsense gives no range). A master that does not know its
 /// address (host nil, empty or "?") is `answered_by`, the node that answered.
 std::vector<SlotRange> slot_ranges(const Reply& reply, const std::string& answered_by);
+
+/// The master's address in a SENTINEL get-master-addr-by-name reply
+/// ([host, port]); nothing for nil (no such master), an error, an empty host
+/// or a port outside 1..65535.
+std::optional<std::pair<std::string, std::uint16_t>> master_address(const Reply& reply);
 
 }  // namespace fairgate::redis

@@ -366,11 +366,7 @@ void Connection::on_selected() {
     do_exec(command, Callback([weak = weak_from_this(), gen = generation_](error_code ec, Reply r) {
               auto self = weak.lock();
               if (!self || gen != self->generation_ || ec || !r.is_error() || !self->options_.log) return;
-              if (denied(r.str)) {
-                self->options_.log(denied_line(self->endpoint(), r.str));
-              } else if (r.str.starts_with("ERR unknown command")) {
-                self->options_.log(unknown_command(self->endpoint(), r.str));
-              }
+              if (auto line = setup_problem(self->endpoint(), r.str)) self->options_.log(*line);
             }),
             options_.command_timeout);
   }

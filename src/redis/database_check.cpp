@@ -205,6 +205,12 @@ std::string unknown_command(const Endpoint& endpoint, std::string_view error) {
          "(SCRIPT LOAD, EVALSHA); this server is older, or renames or leaves them out (rename-command)";
 }
 
+std::optional<std::string> setup_problem(const Endpoint& endpoint, std::string_view error) {
+  if (denied(error)) return denied_line(endpoint, error);
+  if (error.starts_with("ERR unknown command")) return unknown_command(endpoint, error);
+  return std::nullopt;
+}
+
 std::optional<std::string> eviction_risk(const Endpoint& endpoint, std::string_view info) {
   const auto max = info_field(info, "maxmemory");
   const auto policy = info_field(info, "maxmemory_policy");
@@ -228,11 +234,8 @@ namespace {
 /// OOM, ...) cannot tell.
 template <class Ask>
 std::optional<std::string> run_probe(const Endpoint& endpoint, const StartProbe& probe, Ask&& ask) {
-  const auto problem = [&](const std::vector<std::string>& args) -> std::optional<std::string> {
-    const std::string reason = ask(args);
-    if (denied(reason)) return denied_line(endpoint, reason);
-    if (reason.starts_with("ERR unknown command")) return unknown_command(endpoint, reason);
-    return std::nullopt;
+  const auto problem = [&](const std::vector<std::string>& args) {
+    return setup_problem(endpoint, ask(args));
   };
   if (!probe.script.empty())
     if (auto p = problem({"SCRIPT", "LOAD", probe.script})) return p;
@@ -362,6 +365,18 @@ std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::
   });
 }
 
+namespace {
+
+/// Adds `node` to `nodes` unless a node at its host and port is there.
+void add_node(std::vector<Endpoint>& nodes, Endpoint node) {
+  const bool known = std::any_of(nodes.begin(), nodes.end(), [&](const Endpoint& e) {
+    return e.host == node.host && e.port == node.port;
+  });
+  if (!known) nodes.push_back(std::move(node));
+}
+
+}  // namespace
+
 std::vector<Endpoint> cluster_masters(const Endpoint& seed, std::chrono::milliseconds timeout) {
   std::vector<Endpoint> out;
   if (seed.tls.enabled) return out;
@@ -377,9 +392,7 @@ std::vector<Endpoint> cluster_masters(const Endpoint& seed, std::chrono::millise
     Endpoint ep = seed;  // the URL's credentials
     ep.host = range.host;
     ep.port = range.port;
-    const bool known = std::any_of(out.begin(), out.end(),
-                                   [&](const Endpoint& e) { return e.host == ep.host && e.port == ep.port; });
-    if (!known) out.push_back(std::move(ep));
+    add_node(out, std::move(ep));
   }
   return out;
 }
@@ -390,11 +403,7 @@ std::optional<std::string> cluster_start_problem(const std::vector<Endpoint>& se
   for (const auto& seed : seeds) {
     auto masters = cluster_masters(seed, timeout);
     if (masters.empty()) continue;
-    for (auto& m : masters) {
-      const bool known = std::any_of(nodes.begin(), nodes.end(),
-                                     [&](const Endpoint& e) { return e.host == m.host && e.port == m.port; });
-      if (!known) nodes.push_back(std::move(m));
-    }
+    for (auto& m : masters) add_node(nodes, std::move(m));
     break;
   }
   for (const auto& node : nodes)
@@ -404,28 +413,21 @@ std::optional<std::string> cluster_start_problem(const std::vector<Endpoint>& se
 
 std::optional<Endpoint> sentinel_master(const Target& target, std::chrono::milliseconds timeout) {
   if (target.kind != Target::Kind::sentinel || target.nodes.empty()) return std::nullopt;
-  for (const auto& sentinel : target.nodes) {
+  for (std::size_t i = 0; i < target.nodes.size(); ++i) {
+    const Endpoint sentinel = target.sentinel(i);
     if (sentinel.tls.enabled) return std::nullopt;
     const ContextPtr c = connect_within(sentinel.host, sentinel.port, timeout);
     if (!c) continue;
-    if (!target.sentinel_password.empty()) {
-      std::vector<std::string> auth{"AUTH"};
-      if (!target.sentinel_user.empty()) auth.push_back(target.sentinel_user);
-      auth.push_back(target.sentinel_password);
-      const ReplyPtr r = command(*c, auth);
+    if (!sentinel.password.empty()) {
+      const ReplyPtr r = command(*c, auth_command(sentinel));
       if (!r || is_error(r)) continue;
     }
     const ReplyPtr r = command(*c, {"SENTINEL", "get-master-addr-by-name", target.master_name});
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) continue;
-    const redisReply* host = r->element[0];
-    const redisReply* port = r->element[1];
-    if (host->type != REDIS_REPLY_STRING || port->type != REDIS_REPLY_STRING || host->len == 0) continue;
-    std::uint16_t p = 0;
-    const auto [end, ec] = std::from_chars(port->str, port->str + port->len, p);
-    if (ec != std::errc{} || end != port->str + port->len || p == 0) continue;
-    Endpoint master = sentinel;  // the data nodes' credentials and database ride on every node
-    master.host.assign(host->str, host->len);
-    master.port = p;
+    const auto address = r ? master_address(reply_of(r.get())) : std::nullopt;
+    if (!address) continue;
+    Endpoint master = target.nodes[i];  // the data nodes' credentials and database ride on every node
+    master.host = address->first;
+    master.port = address->second;
     return master;
   }
   return std::nullopt;

@@ -81,6 +81,12 @@ std::string denied_line(const Endpoint& endpoint, std::string_view error);
 /// left out).
 std::string unknown_command(const Endpoint& endpoint, std::string_view error);
 
+/// The line for an error reply that says fairgate's setup is wrong, not
+/// Redis failing for now: denied_line() for what the ACL refuses,
+/// unknown_command() for a command the server does not know ("ERR unknown
+/// command"). Nothing for any other reply.
+std::optional<std::string> setup_problem(const Endpoint& endpoint, std::string_view error);
+
 /// What start_problem() asks beyond the login, to see that the user may do
 /// what fairgate does: SCRIPT LOAD of `script`, EVALSHA on each of `keys`
 /// (of a script that does not exist: the ACL is checked first, then

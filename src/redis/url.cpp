@@ -282,6 +282,14 @@ std::variant<Target, std::string> parse_target(std::string_view url) {
   return t;
 }
 
+Endpoint Target::sentinel(std::size_t i) const {
+  Endpoint ep = nodes.at(i);
+  ep.user = sentinel_user;
+  ep.password = sentinel_password;
+  ep.db = 0;
+  return ep;
+}
+
 std::string Target::redacted() const {
   if (kind == Kind::standalone) return nodes.empty() ? std::string("redis://?") : nodes.front().redacted();
   const bool tls = !nodes.empty() && nodes.front().tls.enabled;

@@ -67,6 +67,11 @@ struct Target {
 
   /// The URL again, password masked.
   std::string redacted() const;
+
+  /// Sentinel `i` as fairgate connects to it: the sentinels' own
+  /// credentials (?sentinel_user=, ?sentinel_password=), never the data
+  /// node's, and database 0.
+  Endpoint sentinel(std::size_t i) const;
 };
 
 /// The target, or one line saying what is wrong with the URL. Accepts every

@@ -157,19 +157,12 @@ TEST(Sentinel, AUserWrongOnTheMasterIsAnErrorAtStart) {
   const std::string line = fairgate::redis::denied_line(
       *master, "NOPERM this user has no permissions to access one of the keys used as arguments");
 
-  const auto serve = [&](int seconds) {
-    return fairgate::test::run_serve("--listen 127.0.0.1:0 --limiter chat=2 --redis '" + url + "'", seconds);
-  };
-  const auto refused = serve(30);
-  EXPECT_EQ(refused.exit_code, 1) << refused.output;
-  EXPECT_EQ(refused.output, "fairgate serve: error: " + line + "\n");
+  fairgate::test::expect_serve_refuses_at_start(url, line);
   EXPECT_EQ(sentinels.data(0).command({"DBSIZE"}), "0") << "nothing written";
 
   for (std::size_t i = 0; i < 2; ++i)
     ASSERT_EQ(sentinels.data(i).command(fairgate::test::documented_acl(user, "pw")), "OK");
-  const auto started = serve(3);
-  EXPECT_EQ(started.exit_code, 124) << "it starts and runs: " << started.output;
-  EXPECT_EQ(started.output.find("refused"), std::string::npos) << started.output;
+  fairgate::test::expect_serve_starts(url);
 }
 
 // Password-protected sentinels and data nodes, as managed set-ups run them

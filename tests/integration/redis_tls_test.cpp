@@ -217,9 +217,9 @@ TEST(RedisTls, TheStartCheckAsksOverTls) {
     return std::get<fairgate::redis::Endpoint>(fairgate::redis::parse_url(url(userinfo, port)));
   };
   const auto wrong = endpoint("fg-tls-doc:not-it@", s.port());
-  EXPECT_EQ(
-      fairgate::redis::start_problem(wrong, 2s, probe),
-      fairgate::redis::auth_refused(wrong, "WRONGPASS invalid username-password pair or user is disabled."));
+  const std::string refused =
+      fairgate::redis::auth_refused(wrong, "WRONGPASS invalid username-password pair or user is disabled.");
+  EXPECT_EQ(fairgate::redis::start_problem(wrong, 2s, probe), refused);
   const auto other = endpoint("fg-tls-other:pw@", s.port());
   EXPECT_EQ(fairgate::redis::start_problem(other, 2s, probe),
             fairgate::redis::denied_line(
@@ -238,11 +238,7 @@ TEST(RedisTls, TheStartCheckAsksOverTls) {
       << "nothing there: serve starts degraded";
   EXPECT_LT(Clock::now() - t0, 5s);
 
-  const auto served = fairgate::test::run_serve(
-      "--listen 127.0.0.1:0 --limiter chat=2 --redis '" + url("fg-tls-doc:not-it@", s.port()) + "'", 30);
-  EXPECT_EQ(served.exit_code, 1) << served.output;
-  EXPECT_EQ(served.output,
-            "fairgate serve: error: " + *fairgate::redis::start_problem(wrong, 2s, probe) + "\n");
+  fairgate::test::expect_serve_refuses_at_start(url("fg-tls-doc:not-it@", s.port()), refused);
   s.command({"ACL", "DELUSER", "fg-tls-doc", "fg-tls-other"});
 }
 

@@ -19,22 +19,14 @@ namespace {
 using fairgate::test::NetNamespace;
 using fairgate::test::RedisServer;
 
-using Outcome = fairgate::test::ShellOutcome;
-
-Outcome run_fairgate(const std::string& args, int seconds = 30, const std::string& prefix = {}) {
-  // A server that starts instead of refusing runs until the timeout (exit 124).
-  return fairgate::test::run_shell(prefix + "timeout " + std::to_string(seconds) + " " +
-                                   std::string(FAIRGATE_BIN) + " " + args + " 2>&1");
-}
+using fairgate::test::expect_serve_refuses_at_start;
 
 TEST(ServeRedisDatabase, ADatabaseTheServerLacksIsAnErrorAtStart) {
   RedisServer server({"--databases", "16"});
   const std::string where = "127.0.0.1:" + std::to_string(server.port());
-  const Outcome r =
-      run_fairgate("serve --listen 127.0.0.1:0 --limiter chat=3 --redis redis://" + where + "/99");
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_EQ(r.output, "fairgate serve: error: Redis at " + where +
-                          ": database 99 cannot be selected: ERR DB index is out of range\n");
+  expect_serve_refuses_at_start(
+      "redis://" + where + "/99",
+      "Redis at " + where + ": database 99 cannot be selected: ERR DB index is out of range");
   EXPECT_EQ(server.command({"DBSIZE"}), "0") << "nothing was written to database 0";
 }
 
@@ -48,10 +40,7 @@ TEST(ServeRedisDatabase, ARefusedOrMissingPasswordIsAnErrorAtStart) {
            {"",
             " wants a password (NOAUTH Authentication required.): give it in the URL, "
             "redis://:PASSWORD@HOST:PORT or redis://USER:PASSWORD@HOST:PORT"}}) {
-    const Outcome r =
-        run_fairgate("serve --listen 127.0.0.1:0 --limiter chat=3 --redis redis://" + userinfo + where);
-    EXPECT_EQ(r.exit_code, 1) << r.output;
-    EXPECT_EQ(r.output, "fairgate serve: error: Redis at " + where + line + "\n");
+    expect_serve_refuses_at_start("redis://" + userinfo + where, "Redis at " + where + line);
   }
 }
 
@@ -64,19 +53,15 @@ TEST(ServeRedisDatabase, AUserThatMayNotRunFairgatesScriptsIsAnErrorAtStart) {
   const std::string where = "127.0.0.1:" + std::to_string(server.port());
   auto acl = fairgate::test::documented_acl("fg-other-keys", "pw", "other");
   ASSERT_EQ(server.command(acl), "OK");
-  const Outcome r =
-      run_fairgate("serve --listen 127.0.0.1:0 --limiter chat=3 --redis redis://fg-other-keys:pw@" + where);
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_EQ(r.output, "fairgate serve: error: Redis at " + where +
-                          " refused a call of fairgate's as user 'fg-other-keys' (NOPERM this user has no "
-                          "permissions to access one of the keys used as arguments); until it is allowed, "
-                          "limiters follow on_redis_down after degrade_after (rate limits at once). Give the "
-                          "user the commands, keys and channels in docs/redis-acl.md\n");
+  expect_serve_refuses_at_start(
+      "redis://fg-other-keys:pw@" + where,
+      "Redis at " + where +
+          " refused a call of fairgate's as user 'fg-other-keys' (NOPERM this user has "
+          "no permissions to access one of the keys used as arguments); until it is "
+          "allowed, limiters follow on_redis_down after degrade_after (rate limits at "
+          "once). Give the user the commands, keys and channels in docs/redis-acl.md");
   ASSERT_EQ(server.command(fairgate::test::documented_acl("fg-doc", "pw")), "OK");
-  const Outcome ok =
-      run_fairgate("serve --listen 127.0.0.1:0 --limiter chat=3 --redis redis://fg-doc:pw@" + where, 3);
-  EXPECT_EQ(ok.exit_code, 124) << "it starts and runs: " << ok.output;
-  EXPECT_EQ(ok.output.find("refused"), std::string::npos) << ok.output;
+  fairgate::test::expect_serve_starts("redis://fg-doc:pw@" + where);
 }
 
 // A server in protected mode (no password for the default user) turns away
@@ -93,14 +78,14 @@ TEST(ServeRedisDatabase, AServerInProtectedModeIsAnErrorAtStartFromAnotherHost) 
   std::string prefix;
   for (const auto& a : ns.exec_prefix()) prefix += a + " ";
   const std::string where = ns.host_address() + ":" + std::to_string(server.port());
-  const Outcome r =
-      run_fairgate("serve --listen 127.0.0.1:0 --limiter chat=3 --redis redis://" + where, 30, prefix);
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_EQ(r.output, "fairgate serve: error: Redis at " + where +
-                          " turns this client away (DENIED: it runs in protected mode, with no password for "
-                          "the default user, and then accepts clients on loopback only): give Redis a "
-                          "password (requirepass, or an ACL user: docs/redis-acl.md) and put it in the URL, "
-                          "or, where only trusted hosts reach it, set protected-mode no\n");
+  expect_serve_refuses_at_start(
+      "redis://" + where,
+      "Redis at " + where +
+          " turns this client away (DENIED: it runs in protected mode, with no password "
+          "for the default user, and then accepts clients on loopback only): give Redis "
+          "a password (requirepass, or an ACL user: docs/redis-acl.md) and put it in the "
+          "URL, or, where only trusted hosts reach it, set protected-mode no",
+      "chat=3", prefix);
 }
 
 // A server at maxclients is no error at start (a slot may free): serve starts
@@ -114,8 +99,8 @@ TEST(ServeRedisDatabase, AServerAtMaxclientsIsNoErrorAtStart) {
   redisContext* slot = redisConnect("127.0.0.1", server.port());  // takes the one slot
   ASSERT_TRUE(slot != nullptr && slot->err == 0);
   const std::string where = "127.0.0.1:" + std::to_string(server.port());
-  const Outcome r =
-      run_fairgate("serve --listen 127.0.0.1:0 --limiter chat=3 --redis redis://:pw@" + where, 3);
+  const auto r =
+      fairgate::test::run_serve("--listen 127.0.0.1:0 --limiter chat=3 --redis redis://:pw@" + where, 3);
   redisFree(slot);
   EXPECT_EQ(r.exit_code, 124) << "still running: " << r.output;
   EXPECT_EQ(r.output.find("refused AUTH"), std::string::npos) << r.output;
