@@ -8,6 +8,8 @@
 #include "redis/database_check.hpp"
 #include "redis/url.hpp"
 #include "support/acl.hpp"
+#include "support/instance.hpp"
+#include "support/log_lines.hpp"
 #include "support/lost_grant.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_monitor.hpp"
@@ -296,6 +298,61 @@ TEST(ClusterResharding, BusyLimiterSlotMovesToAnotherMaster) {
       slot, name.c_str(), took_ms, longest_gap_ms(records, moved_at), after);
 }
 
+/// The backend's options on this cluster as `user` (password "pw"), this
+/// test's prefix and timings.
+fairgate::RedisBackendOptions options_as(const std::string& user) {
+  fairgate::RedisBackendOptions o;
+  o.url = cluster().url();
+  o.url.insert(o.url.find("://") + 3, user + ":pw@");
+  o.key_prefix = kPrefix;
+  o.heartbeat_interval = kHeartbeat;
+  o.liveness_ttl = kTtl;
+  o.command_timeout = 900ms;
+  o.key_expiry = 0ms;
+  return o;
+}
+
+// At run time on a Cluster: EVALSHA taken away from the user on one master
+// only. The limiter whose keys live there follows on_redis_down (degraded,
+// "refused this user's calls"), one line names that master, and a limiter
+// on another master goes on through Redis. Given back, it is Redis' again.
+TEST(ClusterAcl, ACallRefusedOnOneMasterDegradesOnlyTheLimitersThere) {
+  using fairgate::test::Instance;
+  using fairgate::test::ready_past_fence;
+  const std::string user = "fg-deny-" + std::to_string(::getpid());
+  const auto acl = fairgate::test::documented_acl(user, "pw", kPrefix);
+  for (std::size_t m = 0; m < 3; ++m) ASSERT_EQ(cluster().node(m).command(acl), "OK");
+  fairgate::test::LogLines logged;
+  auto o = options_as(user);
+  o.log = logged.sink();
+  {
+    Instance a(o);
+    fairgate::Settings one;
+    one.max_concurrent = 1;
+    one.local_share = 1;
+    const std::string refused = cluster().name_on(2, "deny"), fine = cluster().name_on(0, "deny");
+    fairgate::Limiter lr = a.open(refused, one);
+    fairgate::Limiter lf = a.open(fine, one);
+    ASSERT_TRUE(
+        wait_until([&] { return ready_past_fence(a, refused, lr) && ready_past_fence(a, fine, lf); }, 10s));
+    ASSERT_EQ(cluster().node(2).command({"ACL", "SETUSER", user, "-evalsha"}), "OK");
+    const auto degraded_line = [&] { return logged.with("degraded: Redis refused this user's calls"); };
+    // (The line is logged just after the flag is set.)
+    EXPECT_TRUE(wait_until([&] { return a.impl(refused)->degraded() && !degraded_line().empty(); }, 10s))
+        << logged.all();
+    EXPECT_FALSE(a.impl(fine)->degraded()) << "the other master's limiter is untouched";
+    const auto said = logged.with("refused a call of fairgate's");
+    ASSERT_FALSE(said.empty()) << logged.all();
+    EXPECT_NE(said.front().find(":" + std::to_string(cluster().node(2).port()) + " refused"),
+              std::string::npos)
+        << "names the master that refuses: " << said.front();
+    EXPECT_EQ(degraded_line().size(), 1u) << logged.all();
+    ASSERT_EQ(cluster().node(2).command({"ACL", "SETUSER", user, "+evalsha"}), "OK");
+    EXPECT_TRUE(wait_until([&] { return !a.impl(refused)->degraded(); }, 10s)) << logged.all();
+  }
+  for (std::size_t m = 0; m < 3; ++m) cluster().node(m).command({"ACL", "DELUSER", user});
+}
+
 // ACL users are not replicated: each node has its own. A user made right on
 // the two masters the URL names as seeds but with another key pattern on the
 // third is an error at `fairgate serve` start naming the third, found through
@@ -317,19 +374,11 @@ TEST(ClusterAcl, AUserWrongOnOneMasterIsAnErrorAtStart) {
       third, "NOPERM this user has no permissions to access one of the keys used as arguments");
   EXPECT_EQ(fairgate::redis::cluster_start_problem(target.nodes, 2s, probe), line);
 
-  const auto serve = [&](int seconds) {
-    return fairgate::test::run_serve("--listen 127.0.0.1:0 --limiter " + name + "=2 --redis '" + url + "'",
-                                     seconds);
-  };
-  const auto refused = serve(30);
-  EXPECT_EQ(refused.exit_code, 1) << refused.output;
-  EXPECT_EQ(refused.output, "fairgate serve: error: " + line + "\n");
+  fairgate::test::expect_serve_refuses_at_start(url, line, name + "=2");
 
   ASSERT_EQ(cluster().node(2).command(fairgate::test::documented_acl(user, "pw")), "OK");
   EXPECT_EQ(fairgate::redis::cluster_start_problem(target.nodes, 2s, probe), std::nullopt);
-  const auto started = serve(3);
-  EXPECT_EQ(started.exit_code, 124) << "it starts and runs: " << started.output;
-  EXPECT_EQ(started.output.find("refused"), std::string::npos) << started.output;
+  fairgate::test::expect_serve_starts(url, name + "=2");
   for (std::size_t m = 0; m < 3; ++m) cluster().node(m).command({"ACL", "DELUSER", user});
 }
 
@@ -345,14 +394,7 @@ TEST(ClusterAcl, TheDocumentedAclIsEnough) {
   const auto acl = fairgate::test::documented_acl(user, "pw", kPrefix);  // the doc's user, this test's prefix
   ASSERT_FALSE(acl.empty()) << "docs/redis-acl.md has its ACL SETUSER line";
   for (std::size_t i = 0; i < cluster().size(); ++i) ASSERT_EQ(cluster().node(i).command(acl), "OK");
-  fairgate::RedisBackendOptions o;
-  o.url = cluster().url();
-  o.url.insert(o.url.find("://") + 3, user + ":pw@");
-  o.key_prefix = kPrefix;
-  o.heartbeat_interval = kHeartbeat;
-  o.liveness_ttl = kTtl;
-  o.command_timeout = 900ms;
-  o.key_expiry = 0ms;
+  const auto o = options_as(user);
   {
     Instance a(o), b(o);
     fairgate::Settings one;
