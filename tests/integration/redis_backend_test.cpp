@@ -33,6 +33,8 @@
 #include <mutex>
 #include <random>
 #include <regex>
+#include <set>
+#include <sstream>
 #include <thread>
 
 namespace {
@@ -966,6 +968,63 @@ TEST(RedisBackendTest, HealthOfAReachableRedis) {
   const auto memory = fairgate::make_memory_backend(io.get_executor())->health();
   EXPECT_FALSE(memory.remote);
   EXPECT_TRUE(memory.connected);
+}
+
+// A Redis with `timeout 1` closes every command connection idle for a second
+// (a common setting against leaked clients; Pub/Sub connections are spared).
+// With heartbeats 2.5 s apart the instances' connections are closed between
+// them, so the release and the arrivals below each find theirs gone. That is
+// no fault: each call goes out on a new connection, the waiter is woken by the
+// release itself (not by a heartbeat that finds the grant, nor by the orphan
+// check), nothing degrades, nobody is rejected.
+TEST(RedisBackendTest, ARedisThatClosesIdleConnectionsIsNoFault) {
+  RedisServer own({"--timeout", "1"});
+  const std::string name = test_name();
+  fairgate::test::LogLines logged;
+  auto o = options_on(own, logged);
+  o.heartbeat_interval = 2500ms;
+  o.liveness_ttl = 10s;
+  o.recovery_fence = 500ms;  // a new limiter: both register at once
+  Instance a(o), b(o);
+  Limiter la = a.open(name, cap(1, 30s));
+  Limiter lb = b.open(name, cap(1, 30s));
+  ASSERT_TRUE(
+      wait_until([&] { return ready_past_fence(a, name, la) && ready_past_fence(b, name, lb); }, 20s));
+  // The ids Redis gave the instances' command connections (not their subscribers).
+  const auto command_connections = [&] {
+    std::set<std::string> ids;
+    std::istringstream list(own.command({"CLIENT", "LIST"}));
+    for (std::string line; std::getline(list, line);)
+      if (line.find(" name=fairgate:") != std::string::npos) ids.insert(line.substr(0, line.find(' ')));
+    return ids;
+  };
+  std::set<std::string> seen = command_connections();
+  std::size_t closed = 0;  // connections Redis closed (their ids gone for new ones)
+  const auto idle = [&] {
+    std::this_thread::sleep_for(2200ms);  // past `timeout 1` and Redis' check of it
+    const auto now = command_connections();
+    for (const auto& id : seen) closed += now.count(id) == 0 ? 1 : 0;
+    seen = now;
+  };
+  for (int round = 0; round < 2; ++round) {
+    idle();
+    auto held = acquire(la);
+    ASSERT_TRUE(wait_until([&] { return held->done(); }, 10s)) << logged.all();
+    ASSERT_EQ(held->outcome(), Outcome::granted) << held->message();
+    auto waiter = acquire(lb);
+    ASSERT_TRUE(wait_until([&] { return !waiter->done() && lb.snapshot().waiters.size() == 1; }, 10s));
+    idle();
+    held->release();
+    ASSERT_TRUE(wait_until([&] { return waiter->done(); }, 10s)) << logged.all();
+    EXPECT_EQ(waiter->outcome(), Outcome::granted) << waiter->message();
+    waiter->release();
+  }
+  EXPECT_GE(closed, 4u) << "Redis closed too few idle connections: the test tried nothing";
+  EXPECT_EQ(a.impl(name)->orphans_released() + b.impl(name)->orphans_released(), 0u);
+  EXPECT_EQ(b.impl(name)->lost_wakes_recovered(), 0u) << "the waiter was found by a heartbeat, not woken";
+  EXPECT_EQ(la.snapshot().engine.degraded_entries + lb.snapshot().engine.degraded_entries, 0u)
+      << logged.all();
+  EXPECT_TRUE(wait_until([&] { return own.command({"ZCARD", key(name, "holders")}) == "0"; }, 10s));
 }
 
 // --- recovery ---------------------------------------------------------------
