@@ -259,54 +259,85 @@ bool login_problem(const Endpoint& endpoint, const std::string& line) {
          line.starts_with("TLS certificate verification failed for ");
 }
 
-/// start_problem() over TLS: the same questions through the client's own
-/// connection (the hiredis here has no TLS), each within `timeout`.
-std::optional<std::string> tls_start_problem(const Endpoint& endpoint, std::chrono::milliseconds timeout,
-                                             const StartProbe& probe) {
-  boost::asio::io_context io;
-  auto told = std::make_shared<std::string>();  // the connection's first problem line
-  ConnectionOptions o;
-  o.endpoint = endpoint;
-  o.command_timeout = timeout;
-  o.connect_timeout = timeout;
-  o.log = [told](const std::string& line) {
-    if (told->empty()) *told = line;
-  };
-  const auto c = Connection::create(io.get_executor(), o);
-  c->start();
+/// Questions to one server over TLS, blocking, each answered within
+/// `timeout`: through the client's own connection on a private io_context
+/// (the hiredis here has no TLS). The connection logs in itself; a login
+/// problem it reports ends every wait.
+class TlsAsker {
+ public:
   struct Answer {
     boost::system::error_code ec;
     Reply reply;
   };
-  // Nothing when no answer came in time (then the callback, if it still
-  // runs, writes into its own copy).
-  const auto ask = [&](std::vector<std::string> args) -> std::optional<Answer> {
+
+  TlsAsker(const Endpoint& endpoint, std::chrono::milliseconds timeout)
+      : endpoint_(endpoint), timeout_(timeout) {
+    ConnectionOptions o;
+    o.endpoint = endpoint;
+    o.command_timeout = timeout;
+    o.connect_timeout = timeout;
+    o.log = [told = told_](const std::string& line) {
+      if (told->empty()) *told = line;
+    };
+    connection_ = Connection::create(io_.get_executor(), o);
+    connection_->start();
+  }
+  TlsAsker(const TlsAsker&) = delete;
+  TlsAsker& operator=(const TlsAsker&) = delete;
+  ~TlsAsker() {
+    connection_->close();
+    io_.run_for(std::chrono::milliseconds(50));  // the close's callbacks
+  }
+
+  /// Nothing when no answer came in time or the login failed (then the
+  /// callback, if it still runs, writes into its own copy).
+  std::optional<Answer> ask(std::vector<std::string> args) {
     auto out = std::make_shared<std::optional<Answer>>();
-    c->exec(
+    connection_->exec(
         std::move(args),
         [out](boost::system::error_code ec, Reply r) {
           *out = Answer{ec, std::move(r)};
         },
-        timeout);
-    const auto until = std::chrono::steady_clock::now() + timeout + std::chrono::milliseconds(500);
-    // (A login problem ends the wait: the connection only retries from there.)
-    while (!*out && !login_problem(endpoint, *told) && std::chrono::steady_clock::now() < until)
-      io.run_one_until(until);
+        timeout_);
+    const auto until = std::chrono::steady_clock::now() + timeout_ + std::chrono::milliseconds(500);
+    while (!*out && !login_refused() && std::chrono::steady_clock::now() < until) io_.run_one_until(until);
     return *out;
-  };
-  std::optional<std::string> problem;
-  const auto first = ask({"PING"});
-  if (login_problem(endpoint, *told)) {
-    problem = *told;
-  } else if (first && !first->ec && !first->reply.is_error()) {
-    problem = run_probe(endpoint, probe, [&](const std::vector<std::string>& args) {
-      const auto a = ask(args);
-      return a && !a->ec && a->reply.is_error() ? a->reply.str : std::string();
-    });
   }
-  c->close();
-  io.run_for(std::chrono::milliseconds(50));  // the close's callbacks
-  return problem;
+
+  /// The reply when it came and is no error.
+  std::optional<Reply> ask_ok(std::vector<std::string> args) {
+    auto a = ask(std::move(args));
+    if (!a || a->ec || a->reply.is_error()) return std::nullopt;
+    return std::move(a->reply);
+  }
+
+  /// The connection's line when it could not log in (a refused password, a
+  /// database, protected mode, a certificate the CA does not vouch for).
+  std::optional<std::string> login_refused() const {
+    if (login_problem(endpoint_, *told_)) return *told_;
+    return std::nullopt;
+  }
+
+ private:
+  Endpoint endpoint_;
+  std::chrono::milliseconds timeout_;
+  boost::asio::io_context io_;
+  std::shared_ptr<std::string> told_ =
+      std::make_shared<std::string>();  // the connection's first problem line
+  std::shared_ptr<Connection> connection_;
+};
+
+/// start_problem() over TLS: the same questions through a TlsAsker.
+std::optional<std::string> tls_start_problem(const Endpoint& endpoint, std::chrono::milliseconds timeout,
+                                             const StartProbe& probe) {
+  TlsAsker asker(endpoint, timeout);
+  const auto first = asker.ask({"PING"});
+  if (auto problem = asker.login_refused()) return problem;
+  if (!first || first->ec || first->reply.is_error()) return std::nullopt;
+  return run_probe(endpoint, probe, [&](const std::vector<std::string>& args) {
+    const auto a = asker.ask(args);
+    return a && !a->ec && a->reply.is_error() ? a->reply.str : std::string();
+  });
 }
 
 }  // namespace
@@ -375,20 +406,29 @@ void add_node(std::vector<Endpoint>& nodes, Endpoint node) {
   if (!known) nodes.push_back(std::move(node));
 }
 
+/// The reply of one command to `endpoint` (TLS or not, logged in with its
+/// credentials), each step within `timeout`; nothing when none came or it is an error.
+std::optional<Reply> ask_once(const Endpoint& endpoint, std::chrono::milliseconds timeout,
+                              std::vector<std::string> args) {
+  if (endpoint.tls.enabled) return TlsAsker(endpoint, timeout).ask_ok(std::move(args));
+  const ContextPtr c = connect_within(endpoint.host, endpoint.port, timeout);
+  if (!c) return std::nullopt;
+  if (!endpoint.password.empty()) {
+    const ReplyPtr r = command(*c, auth_command(endpoint));
+    if (!r || is_error(r)) return std::nullopt;
+  }
+  const ReplyPtr r = command(*c, args);
+  if (!r || is_error(r)) return std::nullopt;
+  return reply_of(r.get());
+}
+
 }  // namespace
 
 std::vector<Endpoint> cluster_masters(const Endpoint& seed, std::chrono::milliseconds timeout) {
   std::vector<Endpoint> out;
-  if (seed.tls.enabled) return out;
-  const ContextPtr c = connect_within(seed.host, seed.port, timeout);
-  if (!c) return out;
-  if (!seed.password.empty()) {
-    const ReplyPtr r = command(*c, auth_command(seed));
-    if (!r || is_error(r)) return out;
-  }
-  const ReplyPtr r = command(*c, {"CLUSTER", "SLOTS"});
-  if (!r || is_error(r)) return out;
-  for (const auto& range : slot_ranges(reply_of(r.get()), seed.host)) {
+  const auto slots = ask_once(seed, timeout, {"CLUSTER", "SLOTS"});
+  if (!slots) return out;
+  for (const auto& range : slot_ranges(*slots, seed.host)) {
     Endpoint ep = seed;  // the URL's credentials
     ep.host = range.host;
     ep.port = range.port;
@@ -414,16 +454,9 @@ std::optional<std::string> cluster_start_problem(const std::vector<Endpoint>& se
 std::optional<Endpoint> sentinel_master(const Target& target, std::chrono::milliseconds timeout) {
   if (target.kind != Target::Kind::sentinel || target.nodes.empty()) return std::nullopt;
   for (std::size_t i = 0; i < target.nodes.size(); ++i) {
-    const Endpoint sentinel = target.sentinel(i);
-    if (sentinel.tls.enabled) return std::nullopt;
-    const ContextPtr c = connect_within(sentinel.host, sentinel.port, timeout);
-    if (!c) continue;
-    if (!sentinel.password.empty()) {
-      const ReplyPtr r = command(*c, auth_command(sentinel));
-      if (!r || is_error(r)) continue;
-    }
-    const ReplyPtr r = command(*c, {"SENTINEL", "get-master-addr-by-name", target.master_name});
-    const auto address = r ? master_address(reply_of(r.get())) : std::nullopt;
+    const auto r =
+        ask_once(target.sentinel(i), timeout, {"SENTINEL", "get-master-addr-by-name", target.master_name});
+    const auto address = r ? master_address(*r) : std::nullopt;
     if (!address) continue;
     Endpoint master = target.nodes[i];  // the data nodes' credentials and database ride on every node
     master.host = address->first;

@@ -115,15 +115,17 @@ std::vector<std::string> auth_command(const Endpoint& endpoint);
 /// away (a server at maxclients is no problem: a slot may free; the
 /// connection says so at run time); then what `probe` asks: denied_line()
 /// for what the ACL refuses, unknown_command() for a server without the script
-/// commands or sharded Pub/Sub. Nothing when all is accepted, when the endpoint is TLS
-/// (not asked), or when the check cannot tell (no server there, no answer, a
-/// server busy with a script: serve starts degraded then). Everything it opens
-/// is closed on every path.
+/// commands or sharded Pub/Sub. Over TLS the same questions go through the
+/// client's own connection (whose line names a login problem, or a certificate
+/// the CA does not vouch for). Nothing when all is accepted, or when the check
+/// cannot tell (no server there, no answer, a server busy with a script:
+/// serve starts degraded then). Everything it opens is closed on every path.
 std::optional<std::string> start_problem(const Endpoint& endpoint, std::chrono::milliseconds timeout,
                                          const StartProbe& probe = {});
 
 /// The masters a Redis Cluster node's CLUSTER SLOTS names, with `seed`'s
-/// credentials; empty when it cannot tell (no answer, TLS, not a cluster).
+/// credentials (over TLS for a TLS seed); empty when it cannot tell (no
+/// answer, not a cluster).
 std::vector<Endpoint> cluster_masters(const Endpoint& seed, std::chrono::milliseconds timeout);
 
 /// start_problem() for a Redis Cluster URL: every seed, then every master
@@ -135,7 +137,8 @@ std::optional<std::string> cluster_start_problem(const std::vector<Endpoint>& se
 
 /// The master the sentinels of a Sentinel target name now (the first that
 /// answers, with the URL's sentinel credentials), carrying the URL's data
-/// credentials and database; nothing when none answers (or TLS).
+/// credentials and database (over TLS for TLS sentinels); nothing when none
+/// answers.
 std::optional<Endpoint> sentinel_master(const Target& target, std::chrono::milliseconds timeout);
 
 }  // namespace fairgate::redis

@@ -5,7 +5,11 @@
 // rediss+sentinel:// URLs.
 #include "bench/fleet.hpp"
 #include "bench/process.hpp"
+#include "redis/database_check.hpp"
+#include "redis/url.hpp"
+#include "support/acl.hpp"
 #include "support/redis_cluster.hpp"
+#include "support/run_shell.hpp"
 #include "support/test_pki.hpp"
 #include "support/wait.hpp"
 
@@ -20,6 +24,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 namespace {
@@ -199,6 +204,66 @@ TEST(TlsSentinel, MasterFoundAndFailoverFollowedOverTls) {
       },
       5s));
   std::printf("TLS Sentinel: failover seen after %.0f ms, %zu grants after the kill\n", failover_ms, after);
+}
+
+// The start check over TLS (docs/redis-acl.md: ACL users are per node): on a
+// TLS Cluster it asks a seed's CLUSTER SLOTS over TLS and so reaches the
+// master that is not among the URL's two seeds; behind TLS sentinels it asks
+// them over TLS for the master. A user with another key pattern there is an
+// error at `fairgate serve` start naming that node; the documented user starts.
+// (Before, both were left out over TLS: serve started, and every call was refused.)
+TEST(TlsCluster, TheStartCheckReachesEveryMasterOverTls) {
+  RedisCluster::Options co;
+  co.tls = tls();
+  RedisCluster cluster(co);
+  const std::string user = "fg-tls-start";
+  for (std::size_t m = 0; m < 2; ++m)
+    ASSERT_EQ(cluster.node(m).command(fairgate::test::documented_acl(user, "pw")), "OK");
+  ASSERT_EQ(cluster.node(2).command(fairgate::test::documented_acl(user, "pw", "other")), "OK");
+  std::string url = cluster.url();
+  url.insert(url.find("://") + 3, user + ":pw@");
+  const auto target = std::get<fairgate::redis::Target>(fairgate::redis::parse_target(url));
+  ASSERT_EQ(target.nodes.size(), 2u) << "two seeds: the third master is found, not given";
+  ASSERT_TRUE(target.nodes.front().tls.enabled);
+  const auto masters = fairgate::redis::cluster_masters(target.nodes.front(), 2s);
+  std::set<std::uint16_t> ports;
+  for (const auto& m : masters) ports.insert(m.port);
+  EXPECT_EQ(ports, (std::set<std::uint16_t>{cluster.node(0).port(), cluster.node(1).port(),
+                                            cluster.node(2).port()}));
+
+  const std::string name = cluster.name_on(2, "start");
+  fairgate::redis::Endpoint third = target.nodes.front();
+  third.port = cluster.node(2).port();
+  const std::string line = fairgate::redis::denied_line(
+      third, "NOPERM this user has no permissions to access one of the keys used as arguments");
+  const auto probe = fairgate::redis::start_probe("fairgate", {name}, {});
+  EXPECT_EQ(fairgate::redis::cluster_start_problem(target.nodes, 2s, probe), line);
+  fairgate::test::expect_serve_refuses_at_start(url, line, name + "=2");
+
+  ASSERT_EQ(cluster.node(2).command(fairgate::test::documented_acl(user, "pw")), "OK");
+  EXPECT_EQ(fairgate::redis::cluster_start_problem(target.nodes, 2s, probe), std::nullopt);
+}
+
+TEST(TlsSentinel, TheStartCheckAsksTheSentinelsAndTheMasterOverTls) {
+  RedisSentinels sentinels("tlsstart", 1000ms, tls());
+  const std::string user = "fg-tls-start";
+  for (std::size_t i = 0; i < 2; ++i)
+    ASSERT_EQ(sentinels.data(i).command(fairgate::test::documented_acl(user, "pw", "other")), "OK");
+  std::string url = sentinels.url();
+  url.insert(url.find("://") + 3, user + ":pw@");
+  const auto target = std::get<fairgate::redis::Target>(fairgate::redis::parse_target(url));
+  const auto master = fairgate::redis::sentinel_master(target, 2s);
+  ASSERT_TRUE(master.has_value()) << "the TLS sentinels were asked";
+  EXPECT_TRUE(master->tls.enabled);
+  EXPECT_EQ(std::to_string(master->port),
+            sentinels.master_address().substr(sentinels.master_address().rfind(':') + 1));
+  const std::string line = fairgate::redis::denied_line(
+      *master, "NOPERM this user has no permissions to access one of the keys used as arguments");
+  fairgate::test::expect_serve_refuses_at_start(url, line);
+
+  for (std::size_t i = 0; i < 2; ++i)
+    ASSERT_EQ(sentinels.data(i).command(fairgate::test::documented_acl(user, "pw")), "OK");
+  fairgate::test::expect_serve_starts(url);
 }
 
 }  // namespace
