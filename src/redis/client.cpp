@@ -145,22 +145,25 @@ milliseconds backoff(int retries) {
 void log_line(const ClientOptions& o, const std::string& line);
 
 /// The connections' problem log (TLS failures, ...): to the client's log,
-/// the same line at most once per 30 s across all of one client's
-/// connections (a Cluster has two per node, Sentinel opens one per question).
+/// each line at most once per 30 s across all of one client's connections (a
+/// Cluster has two per node, Sentinel opens one per question) — also when
+/// several alternate, as an ACL's refusals of keys (the command connection)
+/// and of channels (the subscriber) do.
 std::function<void(const std::string&)> connection_log(const ClientOptions& o) {
-  struct Last {
+  struct Told {
     std::mutex mu;
-    std::string line;
-    Clock::time_point at{};
+    std::map<std::string, Clock::time_point> at;  ///< lines told within the last 30 s
   };
-  auto last = std::make_shared<Last>();
-  return [o, last](const std::string& line) {
+  static constexpr auto kQuiet = std::chrono::seconds(30);
+  static constexpr std::size_t kMost = 64;  // distinct lines kept (they name a node and a reason)
+  auto told = std::make_shared<Told>();
+  return [o, told](const std::string& line) {
     {
-      std::lock_guard lock(last->mu);
+      std::lock_guard lock(told->mu);
       const auto now = Clock::now();
-      if (line == last->line && now - last->at < std::chrono::seconds(30)) return;
-      last->line = line;
-      last->at = now;
+      std::erase_if(told->at, [&](const auto& e) { return now - e.second >= kQuiet; });
+      if (told->at.contains(line)) return;
+      if (told->at.size() < kMost) told->at.emplace(line, now);
     }
     log_line(o, line);
   };

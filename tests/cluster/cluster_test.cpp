@@ -353,6 +353,37 @@ TEST(ClusterAcl, ACallRefusedOnOneMasterDegradesOnlyTheLimitersThere) {
   for (std::size_t m = 0; m < 3; ++m) cluster().node(m).command({"ACL", "DELUSER", user});
 }
 
+// A user whose keys and channels are another prefix: on a Cluster its calls
+// are refused for the keys and its wake subscription, sent again, for the
+// channels: two lines that came alternately, each about five times a second
+// (the log kept only the last line it told, so each made the other new
+// again). Each is told once. (On one server the subscription is not sent
+// again, so nothing alternates there.)
+TEST(ClusterAcl, RefusalsThatAlternateAreEachToldOnce) {
+  using fairgate::test::Instance;
+  const std::string user = "fg-other-" + std::to_string(::getpid());
+  for (std::size_t m = 0; m < 3; ++m)
+    ASSERT_EQ(cluster().node(m).command(fairgate::test::documented_acl(user, "pw", "other")), "OK");
+  fairgate::test::LogLines logged;
+  auto o = options_as(user);
+  o.log = logged.sink();
+  {
+    Instance a(o);
+    fairgate::Limiter l = a.open(cluster().name_on(1, "other"), fairgate::Settings{});
+    const auto refused = [&](const char* what) {
+      return logged.with(std::string("refused a call of fairgate's as user '") + user +
+                         "' (NOPERM this user has no permissions to access one of the " + what);
+    };
+    ASSERT_TRUE(wait_until([&] { return !refused("keys").empty() && !refused("channels").empty(); }, 10s))
+        << logged.all();
+    std::this_thread::sleep_for(2s);  // calls and subscriptions, all refused
+    EXPECT_EQ(refused("keys").size(), 1u) << logged.all();
+    EXPECT_EQ(refused("channels").size(), 1u) << logged.all();
+    EXPECT_EQ(logged.with("refused a call").size(), 2u) << logged.all();
+  }
+  for (std::size_t m = 0; m < 3; ++m) cluster().node(m).command({"ACL", "DELUSER", user});
+}
+
 // ACL users are not replicated: each node has its own. A user made right on
 // the two masters the URL names as seeds but with another key pattern on the
 // third is an error at `fairgate serve` start naming the third, found through
