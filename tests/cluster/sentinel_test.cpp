@@ -12,6 +12,7 @@
 #include "support/lost_grant.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/run_shell.hpp"
+#include "support/sentinel_start.hpp"
 #include "support/wait.hpp"
 
 #include <gtest/gtest.h>
@@ -143,26 +144,7 @@ fairgate::RedisBackendOptions auth_options(const std::string& url, const LogLine
 // the documented user starts.
 TEST(Sentinel, AUserWrongOnTheMasterIsAnErrorAtStart) {
   RedisSentinels sentinels("fgstart", 1000ms);
-  const std::string user = "fg-start";
-  for (std::size_t i = 0; i < 2; ++i)
-    ASSERT_EQ(sentinels.data(i).command(fairgate::test::documented_acl(user, "pw", "other")), "OK");
-  std::string url = sentinels.url();
-  url.insert(url.find("://") + 3, user + ":pw@");
-  const auto target = std::get<fairgate::redis::Target>(fairgate::redis::parse_target(url));
-  const auto master = fairgate::redis::sentinel_master(target, 2s);
-  ASSERT_TRUE(master.has_value());
-  EXPECT_EQ(std::to_string(master->port),
-            sentinels.master_address().substr(sentinels.master_address().rfind(':') + 1));
-  EXPECT_EQ(master->user, user) << "the data nodes' credentials";
-  const std::string line = fairgate::redis::denied_line(
-      *master, "NOPERM this user has no permissions to access one of the keys used as arguments");
-
-  fairgate::test::expect_serve_refuses_at_start(url, line);
-  EXPECT_EQ(sentinels.data(0).command({"DBSIZE"}), "0") << "nothing written";
-
-  for (std::size_t i = 0; i < 2; ++i)
-    ASSERT_EQ(sentinels.data(i).command(fairgate::test::documented_acl(user, "pw")), "OK");
-  fairgate::test::expect_serve_starts(url);
+  fairgate::test::expect_sentinel_start_check(sentinels, "fg-start");
 }
 
 // Password-protected sentinels and data nodes, as managed set-ups run them

@@ -10,6 +10,7 @@
 #include "support/acl.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/run_shell.hpp"
+#include "support/sentinel_start.hpp"
 #include "support/test_pki.hpp"
 #include "support/wait.hpp"
 
@@ -246,24 +247,7 @@ TEST(TlsCluster, TheStartCheckReachesEveryMasterOverTls) {
 
 TEST(TlsSentinel, TheStartCheckAsksTheSentinelsAndTheMasterOverTls) {
   RedisSentinels sentinels("tlsstart", 1000ms, tls());
-  const std::string user = "fg-tls-start";
-  for (std::size_t i = 0; i < 2; ++i)
-    ASSERT_EQ(sentinels.data(i).command(fairgate::test::documented_acl(user, "pw", "other")), "OK");
-  std::string url = sentinels.url();
-  url.insert(url.find("://") + 3, user + ":pw@");
-  const auto target = std::get<fairgate::redis::Target>(fairgate::redis::parse_target(url));
-  const auto master = fairgate::redis::sentinel_master(target, 2s);
-  ASSERT_TRUE(master.has_value()) << "the TLS sentinels were asked";
-  EXPECT_TRUE(master->tls.enabled);
-  EXPECT_EQ(std::to_string(master->port),
-            sentinels.master_address().substr(sentinels.master_address().rfind(':') + 1));
-  const std::string line = fairgate::redis::denied_line(
-      *master, "NOPERM this user has no permissions to access one of the keys used as arguments");
-  fairgate::test::expect_serve_refuses_at_start(url, line);
-
-  for (std::size_t i = 0; i < 2; ++i)
-    ASSERT_EQ(sentinels.data(i).command(fairgate::test::documented_acl(user, "pw")), "OK");
-  fairgate::test::expect_serve_starts(url);
+  fairgate::test::expect_sentinel_start_check(sentinels, "fg-tls-start");
 }
 
 }  // namespace
