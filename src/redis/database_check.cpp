@@ -149,7 +149,7 @@ namespace {
 struct Refusal {
   std::string_view prefix, what, fix;
 };
-constexpr std::array<Refusal, 4> kRefusals{{
+constexpr std::array<Refusal, 5> kRefusals{{
     {"OOM ",
      " is out of memory (OOM: used memory above maxmemory, policy noeviction): it refuses every command "
      "that would add data, so arrivals cannot queue and heartbeats fail",
@@ -166,6 +166,10 @@ constexpr std::array<Refusal, 4> kRefusals{{
      " is busy running a script past busy-reply-threshold (BUSY) and answers nothing else: arrivals, "
      "releases and heartbeats fail",
      "End it with SCRIPT KILL (SHUTDOWN NOSAVE if it wrote)"},
+    {"READONLY ",
+     " is a read-only replica (READONLY): it refuses fairgate's writes, so arrivals, releases and "
+     "heartbeats fail until it is a master again",
+     "Give fairgate the master's address (a redis+sentinel:// URL follows failovers)"},
 }};
 
 const Refusal* refusal_of(std::string_view error) {
@@ -239,6 +243,16 @@ std::optional<std::string> run_probe(const Endpoint& endpoint, const StartProbe&
   };
   if (!probe.script.empty())
     if (auto p = problem({"SCRIPT", "LOAD", probe.script})) return p;
+  // A write that changes nothing (DEL of a key nobody uses, in the first
+  // limiter's slot): a read-only replica refuses it. (Any other answer —
+  // MOVED from a Cluster replica among the seeds, OOM, MISCONF — is not this
+  // check's: a refusal for now is no mistake in the URL.)
+  if (!probe.keys.empty()) {
+    const std::string unused = probe.keys.front() + ":start-check";
+    const std::string error = ask({"DEL", unused});
+    if (error.starts_with("READONLY ")) return refusal_line(endpoint, error);
+    if (auto p = setup_problem(endpoint, error)) return p;
+  }
   // A script that does not exist, on each key: the ACL is checked first
   // (NOPERM), then NOSCRIPT. Nothing runs.
   for (const auto& key : probe.keys)

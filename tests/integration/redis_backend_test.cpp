@@ -555,6 +555,46 @@ TEST(RedisBackendTest, AnOutOfMemoryRedisIsWaitedOutAndNamed) {
   EXPECT_TRUE(wait_until([&] { return holders() == "0"; }, 10s));
 }
 
+// A master demoted to a replica under a standalone URL (an operator's
+// REPLICAOF, a failover without Sentinel in fairgate's URL) answers every
+// write READONLY. Named once, with the fix, where before the limiter went
+// degraded as "Redis unreachable" with no word of why; an arrival waits (the
+// calls are sent again). Made a master again, the limiter is Redis' again and
+// the waiter is served.
+TEST(RedisBackendTest, ADemotedMasterIsNamedOnceAndWaitedOut) {
+  RedisServer own;
+  RedisServer other;  // what `own` replicates meanwhile
+  const std::string name = test_name();
+  fairgate::test::LogLines logged;
+  const auto o = options_on(own, logged);
+  Instance a(o);
+  Limiter l = a.open(name, cap(1, 30s));
+  ASSERT_TRUE(wait_until([&] { return ready_past_fence(a, name, l); }, 10s));
+
+  ASSERT_EQ(own.command({"REPLICAOF", other.host(), std::to_string(other.port())}), "OK");
+  auto waiter = acquire(l);
+  const auto said = [&] { return logged.with("is a read-only replica"); };
+  ASSERT_TRUE(wait_until([&] { return !said().empty() && a.impl(name)->degraded(); }, 10s)) << logged.all();
+  std::this_thread::sleep_for(o.heartbeat_interval * 4);  // heartbeats and the arrival, all refused
+  ASSERT_EQ(said().size(), 1u) << logged.all();
+  EXPECT_EQ(said()[0], fairgate::redis::refusal_line(
+                           std::get<fairgate::redis::Endpoint>(fairgate::redis::parse_url(own.url())),
+                           "READONLY You can't write against a read only replica."));
+  EXPECT_EQ(fairgate::redis::level_of(said()[0]), fairgate::LogLevel::warn);
+
+  ASSERT_EQ(own.command({"REPLICAOF", "NO", "ONE"}), "OK");
+  ASSERT_TRUE(wait_until([&] { return waiter->done(); }, 20s)) << logged.all();
+  EXPECT_EQ(waiter->outcome(), Outcome::granted) << waiter->message();
+  EXPECT_TRUE(wait_until([&] { return !a.impl(name)->degraded(); }, 10s)) << logged.all();
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return own.command({"ZCARD", key(name, "holders")}) == "1";
+      },
+      10s))
+      << "Redis counts the waiter's permit";
+  waiter->release();
+}
+
 // docs/redis-acl.md gives the least a Redis user needs. Its ACL SETUSER line,
 // read from the doc, makes a real user; two instances with it do everything
 // an instance does (create the state and beat, grant, queue, hand off by

@@ -523,6 +523,10 @@ TEST(RedisRefusal, EachKindIsNamedWithItsFix) {
        "Redis at 10.0.0.7:6380 is busy running a script past busy-reply-threshold (BUSY) and answers "
        "nothing else: arrivals, releases and heartbeats fail" +
            tail + "End it with SCRIPT KILL (SHUTDOWN NOSAVE if it wrote)" + doc},
+      {"READONLY You can't write against a read only replica.",
+       "Redis at 10.0.0.7:6380 is a read-only replica (READONLY): it refuses fairgate's writes, so "
+       "arrivals, releases and heartbeats fail until it is a master again" +
+           tail + "Give fairgate the master's address (a redis+sentinel:// URL follows failovers)" + doc},
   };
   for (const auto& [reply, line] : cases) {
     EXPECT_TRUE(fairgate::redis::refusal(reply)) << reply;
@@ -785,6 +789,8 @@ TEST(RedisLines, EachProblemLineIsOnTheTroubleshootingPage) {
       {r::refusal_line(ep, "MISCONF Redis is configured to save").value_or(""), "refuses writes (MISCONF"},
       {r::refusal_line(ep, "NOREPLICAS Not enough good replicas").value_or(""), "refuses writes (NOREPLICAS"},
       {r::refusal_line(ep, "BUSY Redis is busy running a script").value_or(""), "is busy running a script"},
+      {r::refusal_line(ep, "READONLY You can't write against a read only replica.").value_or(""),
+       "is a read-only replica"},
       {r::eviction_risk(ep, "maxmemory:100\r\nmaxmemory_policy:allkeys-lru\r\n").value_or(""),
        "may evict fairgate's keys"},
   };

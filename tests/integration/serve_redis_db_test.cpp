@@ -64,6 +64,25 @@ TEST(ServeRedisDatabase, AUserThatMayNotRunFairgatesScriptsIsAnErrorAtStart) {
   fairgate::test::expect_serve_starts("redis://fg-doc:pw@" + where);
 }
 
+// A URL that names a replica (an easy slip: the replica's address from a
+// failover, or a read-only endpoint of a managed Redis): before, serve
+// started, said "Redis unreachable", /healthz said Redis was down and every
+// request waited out its max wait. Now an error at start naming the cause and
+// the fix; the master starts. The check writes nothing (a DEL of an unused key).
+TEST(ServeRedisDatabase, AReplicaIsAnErrorAtStart) {
+  RedisServer master(RedisServer::Options{});
+  RedisServer replica({"--replicaof", "127.0.0.1", std::to_string(master.port())});
+  const std::string where = "127.0.0.1:" + std::to_string(replica.port());
+  expect_serve_refuses_at_start(
+      "redis://" + where,
+      "Redis at " + where +
+          " is a read-only replica (READONLY): it refuses fairgate's writes, so arrivals, releases and "
+          "heartbeats fail until it is a master again; limiters send them again and follow on_redis_down "
+          "after degrade_after (rate limits at once). Give fairgate the master's address (a "
+          "redis+sentinel:// URL follows failovers) (docs/faults.md, \"Redis refuses writes\")");
+  fairgate::test::expect_serve_starts("redis://127.0.0.1:" + std::to_string(master.port()));
+}
+
 // A server in protected mode (no password for the default user) turns away
 // every client that is not on loopback: from another host (here a network
 // namespace of the test's own) that is an error at start with the fix, not a
