@@ -215,7 +215,10 @@ void Connection::flush() {
           if (gen != self->generation_) return;
           self->write_in_progress_ = false;
           self->writing_.clear();
-          if (ec) return self->reset("write failed");
+          if (ec) {
+            self->report_early_end(ec);
+            return self->reset("write failed");
+          }
           self->flush();
         });
   });
@@ -396,19 +399,7 @@ void Connection::read() {
                                                         keep = tls_](error_code ec, std::size_t n) {
       if (gen != self->generation_) return;
       if (ec) {
-        if (!self->received_ && ec != asio::error::operation_aborted) {
-          const Endpoint ep = self->endpoint();
-          const std::string where = ep.host + ":" + std::to_string(ep.port);
-          if (!self->tls_ && (ec == asio::error::connection_reset || ec == asio::error::eof)) {
-            self->report("Redis at " + where +
-                         " closed the connection before any reply (a TLS-only port? then use rediss://)");
-          } else if (self->tls_) {
-            // TLS 1.3: a server that refuses our client certificate (or its
-            // absence) says so after our side of the handshake has ended.
-            self->report("TLS connection to " + where + " ended before any reply: " + ec.message() +
-                         " (does it want a client certificate: tls_cert_file, tls_key_file?)");
-          }
-        }
+        self->report_early_end(ec);
         return self->reset("read failed");
       }
       if (!self->tls_ && !self->received_ && n > 0 &&
@@ -426,6 +417,23 @@ void Connection::read() {
       self->on_read(n);
     });
   });
+}
+
+void Connection::report_early_end(const error_code& ec) {
+  if (received_ || ec == asio::error::operation_aborted) return;
+  const Endpoint ep = endpoint();
+  const std::string where = ep.host + ":" + std::to_string(ep.port);
+  if (!tls_ &&
+      (ec == asio::error::connection_reset || ec == asio::error::eof || ec == asio::error::broken_pipe)) {
+    report("Redis at " + where +
+           " closed the connection before any reply (a TLS-only port? then use rediss://)");
+  } else if (tls_) {
+    // TLS 1.3: a server that refuses our client certificate (or its absence)
+    // says so after our side of the handshake has ended: the read gets its
+    // alert, or the PING written meanwhile fails.
+    report("TLS connection to " + where + " ended before any reply: " + ec.message() +
+           " (does it want a client certificate: tls_cert_file, tls_key_file?)");
+  }
 }
 
 void Connection::on_read(std::size_t n) {

@@ -173,6 +173,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void write_queued();
   void flush();
   void read();
+  /// A read or write failed with `ec` before any reply: says what that
+  /// usually means (a TLS-only port; over TLS, a server that wants a client
+  /// certificate). Which of the two fails first is a race: both ask.
+  void report_early_end(const boost::system::error_code& ec);
   void on_read(std::size_t n);
   void on_reply(Reply reply);
   void reset(const char* why);
