@@ -514,6 +514,22 @@ TEST(RedisBackendTest, AServerWithoutShardedPubSubIsNamed) {
   EXPECT_EQ(fairgate::redis::level_of(said[0]), fairgate::LogLevel::warn);
 }
 
+/// One instance on a redis-server of the test's own (a fault there stops no
+/// other test), with its limiter `name` (cap 1, max wait 30 s), logging into
+/// `logged`. ready(): past the new state's fence.
+struct OnOwnServer {
+  explicit OnOwnServer(std::string limiter) : name(std::move(limiter)), l(a.open(name, cap(1, 30s))) {}
+  bool ready() {
+    return wait_until([&] { return ready_past_fence(a, name, l); }, 10s);
+  }
+  RedisServer own;
+  fairgate::test::LogLines logged;
+  RedisBackendOptions o = options_on(own, logged);
+  Instance a{o};
+  std::string name;
+  Limiter l;
+};
+
 // A Redis out of memory (maxmemory reached, policy noeviction) answers -OOM
 // to every command that would add data: an arrival cannot queue, a heartbeat
 // cannot extend its liveness. That is Redis failing, not a verdict: the
@@ -522,34 +538,30 @@ TEST(RedisBackendTest, AServerWithoutShardedPubSubIsNamed) {
 // still runs. Once memory is back, Redis has the permit again. The operator
 // is told once what is wrong and what to do.
 TEST(RedisBackendTest, AnOutOfMemoryRedisIsWaitedOutAndNamed) {
-  RedisServer own;  // maxmemory on the shared server would stop the other tests
-  const std::string name = test_name();
-  fairgate::test::LogLines logged;
-  const auto o = options_on(own, logged);
-  Instance a(o);
-  Limiter l = a.open(name, cap(1, 30s));
-  ASSERT_TRUE(wait_until([&] { return ready_past_fence(a, name, l); }, 10s));
-  auto held = acquire(l);
+  OnOwnServer s(test_name());  // maxmemory on the shared server would stop the other tests
+  ASSERT_TRUE(s.ready());
+  auto held = acquire(s.l);
   ASSERT_TRUE(wait_until([&] { return held->done(); }));
   ASSERT_EQ(held->outcome(), Outcome::granted) << held->message();
 
-  ASSERT_EQ(own.command({"CONFIG", "SET", "maxmemory", "1"}), "OK");  // noeviction: the default
-  auto waiter = acquire(l);
+  ASSERT_EQ(s.own.command({"CONFIG", "SET", "maxmemory", "1"}), "OK");  // noeviction: the default
+  auto waiter = acquire(s.l);
   // Failing from the first command timeout on, degraded degrade_after later.
-  EXPECT_TRUE(wait_until([&] { return a.impl(name)->degraded(); }, 10s)) << logged.all();
+  EXPECT_TRUE(wait_until([&] { return s.a.impl(s.name)->degraded(); }, 10s)) << s.logged.all();
   EXPECT_FALSE(waiter->done()) << "rejected while Redis was out of memory: " << waiter->message();
   held->release();  // degraded, local: its seat goes to the waiter (Redis still counts it)
   ASSERT_TRUE(wait_until([&] { return waiter->done(); }, 10s));
   EXPECT_EQ(waiter->outcome(), Outcome::granted) << waiter->message();
 
-  ASSERT_EQ(own.command({"CONFIG", "SET", "maxmemory", "0"}), "OK");
-  EXPECT_TRUE(wait_until([&] { return !a.impl(name)->degraded(); }, 10s));
-  const auto holders = [&] { return own.command({"ZCARD", key(name, "holders")}); };
+  ASSERT_EQ(s.own.command({"CONFIG", "SET", "maxmemory", "0"}), "OK");
+  EXPECT_TRUE(wait_until([&] { return !s.a.impl(s.name)->degraded(); }, 10s));
+  const auto holders = [&] { return s.own.command({"ZCARD", key(s.name, "holders")}); };
   EXPECT_TRUE(wait_until([&] { return holders() == "1"; }, 10s)) << "Redis counts the waiter's permit";
-  const auto said = logged.with("is out of memory");
-  ASSERT_EQ(said.size(), 1u) << logged.all();
-  EXPECT_EQ(said[0], fairgate::redis::refusal_line(
-                         std::get<fairgate::redis::Endpoint>(fairgate::redis::parse_url(own.url())), "OOM "));
+  const auto said = s.logged.with("is out of memory");
+  ASSERT_EQ(said.size(), 1u) << s.logged.all();
+  EXPECT_EQ(said[0],
+            fairgate::redis::refusal_line(
+                std::get<fairgate::redis::Endpoint>(fairgate::redis::parse_url(s.own.url())), "OOM "));
   EXPECT_EQ(fairgate::redis::level_of(said[0]), fairgate::LogLevel::warn);
   waiter->release();
   EXPECT_TRUE(wait_until([&] { return holders() == "0"; }, 10s));
@@ -562,33 +574,29 @@ TEST(RedisBackendTest, AnOutOfMemoryRedisIsWaitedOutAndNamed) {
 // calls are sent again). Made a master again, the limiter is Redis' again and
 // the waiter is served.
 TEST(RedisBackendTest, ADemotedMasterIsNamedOnceAndWaitedOut) {
-  RedisServer own;
-  RedisServer other;  // what `own` replicates meanwhile
-  const std::string name = test_name();
-  fairgate::test::LogLines logged;
-  const auto o = options_on(own, logged);
-  Instance a(o);
-  Limiter l = a.open(name, cap(1, 30s));
-  ASSERT_TRUE(wait_until([&] { return ready_past_fence(a, name, l); }, 10s));
+  OnOwnServer s(test_name());
+  RedisServer other;  // what `s.own` replicates meanwhile
+  ASSERT_TRUE(s.ready());
 
-  ASSERT_EQ(own.command({"REPLICAOF", other.host(), std::to_string(other.port())}), "OK");
-  auto waiter = acquire(l);
-  const auto said = [&] { return logged.with("is a read-only replica"); };
-  ASSERT_TRUE(wait_until([&] { return !said().empty() && a.impl(name)->degraded(); }, 10s)) << logged.all();
-  std::this_thread::sleep_for(o.heartbeat_interval * 4);  // heartbeats and the arrival, all refused
-  ASSERT_EQ(said().size(), 1u) << logged.all();
+  ASSERT_EQ(s.own.command({"REPLICAOF", other.host(), std::to_string(other.port())}), "OK");
+  auto waiter = acquire(s.l);
+  const auto said = [&] { return s.logged.with("is a read-only replica"); };
+  ASSERT_TRUE(wait_until([&] { return !said().empty() && s.a.impl(s.name)->degraded(); }, 10s))
+      << s.logged.all();
+  std::this_thread::sleep_for(s.o.heartbeat_interval * 4);  // heartbeats and the arrival, all refused
+  ASSERT_EQ(said().size(), 1u) << s.logged.all();
   EXPECT_EQ(said()[0], fairgate::redis::refusal_line(
-                           std::get<fairgate::redis::Endpoint>(fairgate::redis::parse_url(own.url())),
+                           std::get<fairgate::redis::Endpoint>(fairgate::redis::parse_url(s.own.url())),
                            "READONLY You can't write against a read only replica."));
   EXPECT_EQ(fairgate::redis::level_of(said()[0]), fairgate::LogLevel::warn);
 
-  ASSERT_EQ(own.command({"REPLICAOF", "NO", "ONE"}), "OK");
-  ASSERT_TRUE(wait_until([&] { return waiter->done(); }, 20s)) << logged.all();
+  ASSERT_EQ(s.own.command({"REPLICAOF", "NO", "ONE"}), "OK");
+  ASSERT_TRUE(wait_until([&] { return waiter->done(); }, 20s)) << s.logged.all();
   EXPECT_EQ(waiter->outcome(), Outcome::granted) << waiter->message();
-  EXPECT_TRUE(wait_until([&] { return !a.impl(name)->degraded(); }, 10s)) << logged.all();
+  EXPECT_TRUE(wait_until([&] { return !s.a.impl(s.name)->degraded(); }, 10s)) << s.logged.all();
   EXPECT_TRUE(wait_until(
       [&] {
-        return own.command({"ZCARD", key(name, "holders")}) == "1";
+        return s.own.command({"ZCARD", key(s.name, "holders")}) == "1";
       },
       10s))
       << "Redis counts the waiter's permit";
