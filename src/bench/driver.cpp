@@ -334,7 +334,8 @@ std::string run_plan(const BenchOptions& o, const Plan& p,
   const std::uint64_t redis1 = admin.commands_run();
   fleet.exit_all();
   // Whatever is still in Redis now was leaked.
-  out.set("leftover_holders", std::stoull(admin.command({"ZCARD", key + "holders"})));
+  // The permits: every holders member but its mark, "!" (docs/redis-schema.md).
+  out.set("leftover_holders", std::stoull(admin.command({"ZLEXCOUNT", key + "holders", "(!", "+"})));
   out.set("leftover_waiters", std::stoull(admin.command({"ZCARD", key + "queue"})));
   admin.command({"DEL", key + "cfg", key + "holders", key + "queue", key + "seq", key + "instances",
                  key + "byinst", key + "ptenant", key + "tready", key + "tparked", key + "tholders",

@@ -224,10 +224,10 @@ std::optional<std::string> eviction_risk(const Endpoint& endpoint, std::string_v
   if (ec != std::errc{} || end != max->data() + max->size() || bytes == 0) return std::nullopt;
   if (*policy == "noeviction") return std::nullopt;
   return where(endpoint) + " may evict fairgate's keys (maxmemory " + std::to_string(bytes) +
-         " bytes, maxmemory-policy " + core::escape_controls(policy->substr(0, 64)) +
-         "): a key evicted takes permits or waiters with it, and the cap may not hold until the "
-         "instances restore them; set maxmemory-policy noeviction, or give fairgate a Redis of its own "
-         "(docs/faults.md, \"Redis refuses writes\")";
+         " bytes, maxmemory-policy " + core::escape_controls(policy->substr(0, 32)) +
+         "): a key evicted takes permits or waiters with it, which the instances must find and restore "
+         "(grants pause meanwhile; tenant limits may not hold); set maxmemory-policy noeviction, or give "
+         "fairgate a Redis of its own (docs/faults.md, \"Redis refuses writes\")";
 }
 
 namespace {

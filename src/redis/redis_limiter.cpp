@@ -836,6 +836,7 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const std::set<std::ui
     core::PaceFigures f;
     std::int64_t last = 0, at = 0;
     const std::string* source = nullptr;
+    std::int64_t holders_lost = 0;
     const auto& cfg = e[5].elements;
     for (std::size_t i = 0; i + 1 < cfg.size(); i += 2) {
       const std::string& field = cfg[i].str;
@@ -850,8 +851,19 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const std::set<std::ui
         at = parse_number<std::int64_t>(value).value_or(0);
       } else if (field == "source") {
         source = &value;
+      } else if (field == "holders_lost") {
+        holders_lost = parse_number<std::int64_t>(value).value_or(0);
       }
     }
+    // A script found the holders key deleted (src/redis/scripts/lib.lua, holders_lost).
+    if (holders_lost_ >= 0 && holders_lost > holders_lost_ && integer_of(e[8]) == 0) {
+      logs.push_back(fmt::format(
+          "Redis lost the limiter's holders key (evicted under a maxmemory-policy other than noeviction, "
+          "or deleted) with the permits in it: fenced for {} (grants only in place of released permits "
+          "until every instance has restored what it runs; docs/faults.md, \"Eviction\")",
+          seconds(fence_left)));
+    }
+    holders_lost_ = holders_lost;
     if (source) {
       if (source->empty() && !told_unchecked_) {
         told_unchecked_ = true;
@@ -1116,7 +1128,7 @@ void RedisLimiter::on_restore_reply(const Reply& reply) {
       if (integer_of(e[9]) != 0) {
         logs.push_back(
             fmt::format("Redis had lost permits it granted to this instance (lost writes, e.g. a "
-                        "failover): fenced for {}",
+                        "failover, or a deleted key): fenced for {}",
                         seconds(fence_left)));
       }
     }

@@ -8,6 +8,7 @@
 #include "redis/database_check.hpp"
 #include "redis/url.hpp"
 #include "support/acl.hpp"
+#include "support/holders_key.hpp"
 #include "support/instance.hpp"
 #include "support/log_lines.hpp"
 #include "support/lost_grant.hpp"
@@ -58,7 +59,8 @@ std::string key(const std::string& limiter, const std::string& what) {
 }
 
 long zcard(const std::string& limiter, const std::string& what) {
-  const std::string r = cluster().command_for(key(limiter, "cfg"), {"ZCARD", key(limiter, what)});
+  const std::string r =
+      cluster().command_for(key(limiter, "cfg"), fairgate::test::count_command(key(limiter, what)));
   try {
     return std::stol(r);
   } catch (...) {
@@ -500,8 +502,8 @@ TEST(ClusterFailover, ManualFailoverThenKillOfTheMaster) {
   });
   EXPECT_TRUE(wait_until(
       [&] {
-        return six.node(0).command({"ZCARD", key(name, "holders")}) == "0" &&
-               six.node(0).command({"ZCARD", key(name, "queue")}) == "0";
+        return six.node(0).command(fairgate::test::count_command(key(name, "holders"))) == "0" &&
+               six.node(0).command(fairgate::test::count_command(key(name, "queue"))) == "0";
       },
       10s))
       << "nothing left on the master after the failovers";

@@ -7,6 +7,7 @@
 #include "redis/database_check.hpp"
 #include "redis/url.hpp"
 #include "support/acl.hpp"
+#include "support/holders_key.hpp"
 #include "support/instance.hpp"
 #include "support/log_lines.hpp"
 #include "support/lost_grant.hpp"
@@ -100,8 +101,8 @@ TEST(Sentinel, KillOfTheMasterUnderLoad) {
   EXPECT_LT(grants.size(), 280u) << "and ran before it";
   EXPECT_TRUE(wait_until(
       [&] {
-        return sentinels.data(1).command({"ZCARD", holders}) == "0" &&
-               sentinels.data(1).command({"ZCARD", queue}) == "0";
+        return sentinels.data(1).command(fairgate::test::count_command(holders)) == "0" &&
+               sentinels.data(1).command(fairgate::test::count_command(queue)) == "0";
       },
       10s))
       << "nothing left on the new master";

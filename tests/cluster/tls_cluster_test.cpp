@@ -8,6 +8,7 @@
 #include "redis/database_check.hpp"
 #include "redis/url.hpp"
 #include "support/acl.hpp"
+#include "support/holders_key.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/run_shell.hpp"
 #include "support/sentinel_start.hpp"
@@ -129,7 +130,8 @@ TEST(TlsCluster, LimitersOnThreeMastersOverTls) {
       if (r.instance.rfind(names[m] + "-p", 0) == 0) mine.push_back(r);
     check_records(mine, 4 * 30, true);
     const std::string holders = "tc:{" + names[m] + "}:holders";
-    EXPECT_TRUE(wait_until([&] { return cluster.command_for(holders, {"ZCARD", holders}) == "0"; }, 5s));
+    EXPECT_TRUE(wait_until(
+        [&] { return cluster.command_for(holders, fairgate::test::count_command(holders)) == "0"; }, 5s));
     // The limiter's state is on the master its tag hashes to, reached over TLS.
     EXPECT_EQ(cluster.owner_of_slot(cluster.slot_of(holders)), static_cast<int>(m));
     EXPECT_EQ(cluster.node(m).command({"EXISTS", "tc:{" + names[m] + "}:cfg"}), "1");
@@ -200,9 +202,7 @@ TEST(TlsSentinel, MasterFoundAndFailoverFollowedOverTls) {
     if (r.outcome == "granted" && r.grant_ns > killed_at) ++after;
   EXPECT_GT(after, 0u) << "grants went on on the promoted replica, over TLS";
   EXPECT_TRUE(wait_until(
-      [&] {
-        return sentinels.data(1).command({"ZCARD", "ts:{tlss}:holders"}) == "0";
-      },
+      [&] { return sentinels.data(1).command(fairgate::test::count_command("ts:{tlss}:holders")) == "0"; },
       5s));
   std::printf("TLS Sentinel: failover seen after %.0f ms, %zu grants after the kill\n", failover_ms, after);
 }

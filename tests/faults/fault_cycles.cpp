@@ -18,6 +18,8 @@
 //          bad_replies bad_fields (30 % of two instances' script replies spoiled for 1 s)
 //          snapshot (SAVE, 300 ms of grants, kill -9, up again from the snapshot: those grants
 //          are lost while their holders, 300-1500 ms here, still run; docs/design.md rule 14)
+//          delete_key (holders, queue, seq, byinst, instances, cfg in turn, each DEL'd on its own
+//          while holders of 300-1500 ms run, as an evicting maxmemory-policy would; rule 15)
 #include "faults/harness.hpp"
 
 #include <boost/json.hpp>
@@ -209,7 +211,7 @@ std::optional<fairgate::faults::Refusal> refusal_named(const std::string& kind) 
 
 constexpr const char* kKinds =
     "kill9,restart,aof,flushall,script_flush,sigstop,oom,misconf,noreplicas,busy,debug_sleep,"
-    "client_kill,partition,bad_replies,bad_fields,snapshot";
+    "client_kill,partition,bad_replies,bad_fields,snapshot,delete_key";
 
 }  // namespace
 
@@ -324,6 +326,16 @@ int main(int argc, char** argv) {
             c.proxy().mangle_replies(0);
           },
           {}, Route::proxy, /*expect_unavailable=*/true);
+    } else if (kind == "delete_key") {
+      // One key of the state deleted on its own, as an evicting maxmemory-policy does: the
+      // six in turn, while permits (300-1500 ms) run and requests wait (docs/design.md rule 15).
+      f = redis_fault(
+          kind, cycles, 1000ms,
+          [](Cluster& c, std::size_t i) {
+            static constexpr const char* kKeys[] = {"holders", "queue", "seq", "byinst", "instances", "cfg"};
+            c.redis().command({"DEL", c.key(kKeys[i % std::size(kKeys)])});
+          },
+          {}, Route::direct, false, std::pair{milliseconds(300), milliseconds(1500)});
     } else if (kind == "snapshot") {
       f = redis_fault(
           kind, cycles, 2500ms,

@@ -154,6 +154,27 @@ TEST(Faults, ScriptFlushMidRun) {
   EXPECT_GT(r.grants, 20u);
 }
 
+// Each key of the state deleted on its own while permits run and requests
+// wait, as an evicting maxmemory-policy or a DEL does (docs/faults.md,
+// "Eviction"): no grant on top of permits whose key went (holders), no waiter
+// stranded in the index when the queue went, Redis whole again after each.
+TEST(Faults, EachKeyDeletedOnItsOwnMidRun) {
+  Cluster c(long_holds(run()));
+  c.start();
+  c.start();
+  c.go();
+  for (const char* what : {"holders", "queue", "seq", "byinst", "instances", "cfg"}) {
+    // Delete it while it has something (permits run, requests wait).
+    poll_counts([&] { return c.zcard("holders") > 0 && c.zcard("queue") > 0; }, 5s);
+    ASSERT_EQ(c.redis().command({"DEL", c.key(what)}), "1") << what;
+    EXPECT_TRUE(c.wait_whole(10s)) << "Redis had every permit and waiter again after " << what << " went";
+  }
+  EXPECT_GE(sum(c, "restores"), 1);
+  const Report r = c.finish(finish_within(c.options()));
+  EXPECT_RUN_OK(r);
+  EXPECT_GT(r.grants, 10u) << "and the limiter kept working";
+}
+
 TEST(Faults, RestartWithoutPersistence) {
   Cluster c(run());
   c.start();

@@ -1,4 +1,5 @@
 #include "faults/harness.hpp"
+#include "support/holders_key.hpp"
 
 #include <boost/json.hpp>
 
@@ -280,7 +281,7 @@ std::set<std::string> Cluster::permit_ids(const std::string& what) {
 }
 
 long Cluster::zcard(const std::string& what) {
-  const std::string r = redis_->command({"ZCARD", key(what)});
+  const std::string r = redis_->command(fairgate::test::count_command(key(what)));
   try {
     return std::stol(r);
   } catch (...) {

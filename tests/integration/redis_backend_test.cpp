@@ -6,6 +6,7 @@
 #include "redis/log_level.hpp"
 #include "redis/redis_limiter.hpp"
 #include "support/acl.hpp"
+#include "support/holders_key.hpp"
 #include "support/instance.hpp"
 #include "support/log_lines.hpp"
 #include "support/redis_monitor.hpp"
@@ -66,7 +67,7 @@ std::string key(const std::string& limiter, const std::string& what) {
 }
 
 std::int64_t zcard(const std::string& limiter, const std::string& what) {
-  return std::stoll(server().command({"ZCARD", key(limiter, what)}));
+  return std::stoll(server().command(fairgate::test::count_command(key(limiter, what))));
 }
 
 /// One instance (tests/support/instance.hpp), on the shared server unless
@@ -365,13 +366,14 @@ TEST(RedisBackendTest, ARestartThatLostAGrantFencesTheStateBeforeGrantingAgain) 
 
   holder_instance.freeze();
   redis.restart();  // kill -9, then up again from the snapshot: the grant is gone
-  ASSERT_EQ(redis.command({"ZCARD", key(name, "holders")}), "0") << "the grant was lost";
-  ASSERT_EQ(redis.command({"ZCARD", key(name, "instances")}), "2") << "the registrations were not";
+  ASSERT_EQ(redis.command(fairgate::test::count_command(key(name, "holders"))), "0") << "the grant was lost";
+  ASSERT_EQ(redis.command(fairgate::test::count_command(key(name, "instances"))), "2")
+      << "the registrations were not";
   ASSERT_NE(redis.command({"INFO", "replication"}), id_before);
 
   auto waiter = acquire_queued(lo);  // fails here if granted: two holders with a cap of 1
   ASSERT_FALSE(waiter->done()) << waiter->message();
-  EXPECT_EQ(redis.command({"ZCARD", key(name, "holders")}), "0");
+  EXPECT_EQ(redis.command(fairgate::test::count_command(key(name, "holders"))), "0");
   EXPECT_GT(std::stoll(redis.command({"HGET", key(name, "cfg"), "fence_until"})), std::stoll(fence_before))
       << "fenced by the acquire that found another Redis";
   EXPECT_TRUE(wait_until([&] { return lo.snapshot().engine.redis_switches == 1; }, 3s))
@@ -380,10 +382,7 @@ TEST(RedisBackendTest, ARestartThatLostAGrantFencesTheStateBeforeGrantingAgain) 
   holder_instance.thaw();
   ASSERT_TRUE(wait_until([&] { return holder_instance.impl(name)->restores() >= 1; }, 5s));
   ASSERT_TRUE(wait_until(
-      [&] {
-        return redis.command({"ZCARD", key(name, "holders")}) == "1";
-      },
-      5s))
+      [&] { return redis.command(fairgate::test::count_command(key(name, "holders"))) == "1"; }, 5s))
       << "the running permit is counted again";
   // Past the fence, the seat is still taken: the waiter waits for the release.
   ASSERT_TRUE(wait_until([&] { return !lo.snapshot().engine.fence_left.count(); }, 10s));
@@ -395,7 +394,8 @@ TEST(RedisBackendTest, ARestartThatLostAGrantFencesTheStateBeforeGrantingAgain) 
   EXPECT_EQ(waiter->outcome(), Outcome::granted) << waiter->message();
   EXPECT_GE(waiter->at(), released_at) << "never two holders at once";
   waiter->release();
-  ASSERT_TRUE(wait_until([&] { return redis.command({"ZCARD", key(name, "holders")}) == "0"; }, 5s));
+  ASSERT_TRUE(wait_until(
+      [&] { return redis.command(fairgate::test::count_command(key(name, "holders"))) == "0"; }, 5s));
 }
 
 /// fast_options() as `user` (password "pw") on the shared server, logging to `log`.
@@ -555,7 +555,7 @@ TEST(RedisBackendTest, AnOutOfMemoryRedisIsWaitedOutAndNamed) {
 
   ASSERT_EQ(s.own.command({"CONFIG", "SET", "maxmemory", "0"}), "OK");
   EXPECT_TRUE(wait_until([&] { return !s.a.impl(s.name)->degraded(); }, 10s));
-  const auto holders = [&] { return s.own.command({"ZCARD", key(s.name, "holders")}); };
+  const auto holders = [&] { return s.own.command(fairgate::test::count_command(key(s.name, "holders"))); };
   EXPECT_TRUE(wait_until([&] { return holders() == "1"; }, 10s)) << "Redis counts the waiter's permit";
   const auto said = s.logged.with("is out of memory");
   ASSERT_EQ(said.size(), 1u) << s.logged.all();
@@ -595,12 +595,40 @@ TEST(RedisBackendTest, ADemotedMasterIsNamedOnceAndWaitedOut) {
   EXPECT_EQ(waiter->outcome(), Outcome::granted) << waiter->message();
   EXPECT_TRUE(wait_until([&] { return !s.a.impl(s.name)->degraded(); }, 10s)) << s.logged.all();
   EXPECT_TRUE(wait_until(
-      [&] {
-        return s.own.command({"ZCARD", key(s.name, "holders")}) == "1";
-      },
-      10s))
+      [&] { return s.own.command(fairgate::test::count_command(key(s.name, "holders"))) == "1"; }, 10s))
       << "Redis counts the waiter's permit";
   waiter->release();
+}
+
+// A holders key deleted on its own (an evicting maxmemory-policy, a DEL) took
+// a running permit with it: the next script fences the state, the instance
+// says what happened once, and restores the permit; the waiter is not granted
+// on top of it, and gets the seat when it is released.
+TEST(RedisBackendTest, ADeletedHoldersKeyIsNamedFencedAndRestored) {
+  const std::string name = test_name();
+  fairgate::test::LogLines logged;
+  Instance a(options_on(server(), logged));
+  Limiter l = a.open(name, cap(1, 30s));
+  ASSERT_TRUE(wait_until([&] { return ready_past_fence(a, name, l); }, 10s));
+  auto held = acquire(l);
+  ASSERT_TRUE(wait_until([&] { return held->done(); }));
+  ASSERT_EQ(held->outcome(), Outcome::granted) << held->message();
+  auto waiter = acquire(l);
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "queue") == 1; }, 5s));
+
+  ASSERT_EQ(server().command({"DEL", key(name, "holders")}), "1");
+  const auto said = [&] { return logged.with("Redis lost the limiter's holders key"); };
+  ASSERT_TRUE(wait_until([&] { return !said().empty(); }, 10s)) << logged.all();
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 1; }, 10s)) << "the permit restored";
+  std::this_thread::sleep_for(1s);  // heartbeats go on, the fence ends
+  EXPECT_FALSE(waiter->done()) << "never granted on top of the running permit";
+  EXPECT_EQ(said().size(), 1u) << logged.all();
+  EXPECT_NE(said()[0].find("docs/faults.md"), std::string::npos) << said()[0];
+  held->release();
+  ASSERT_TRUE(wait_until([&] { return waiter->done(); }, 10s));
+  EXPECT_EQ(waiter->outcome(), Outcome::granted) << waiter->message();
+  waiter->release();
+  EXPECT_TRUE(wait_until([&] { return zcard(name, "holders") == 0 && zcard(name, "queue") == 0; }, 5s));
 }
 
 // docs/redis-acl.md gives the least a Redis user needs. Its ACL SETUSER line,
@@ -1072,7 +1100,8 @@ TEST(RedisBackendTest, ARedisThatClosesIdleConnectionsIsNoFault) {
   EXPECT_EQ(b.impl(name)->lost_wakes_recovered(), 0u) << "the waiter was found by a heartbeat, not woken";
   EXPECT_EQ(la.snapshot().engine.degraded_entries + lb.snapshot().engine.degraded_entries, 0u)
       << logged.all();
-  EXPECT_TRUE(wait_until([&] { return own.command({"ZCARD", key(name, "holders")}) == "0"; }, 10s));
+  EXPECT_TRUE(wait_until(
+      [&] { return own.command(fairgate::test::count_command(key(name, "holders"))) == "0"; }, 10s));
 }
 
 // --- recovery ---------------------------------------------------------------

@@ -369,9 +369,10 @@ TEST_F(RedisConnectionTest, AServerThatMayEvictKeysIsNamedAtConnect) {
   ASSERT_EQ(lines.size(), 1u) << log.all();
   const std::string at = "Redis at 127.0.0.1:" + std::to_string(server.port());
   EXPECT_EQ(lines[0], at + " may evict fairgate's keys (maxmemory 104857600 bytes, maxmemory-policy "
-                           "allkeys-lru): a key evicted takes permits or waiters with it, and the cap may "
-                           "not hold until the instances restore them; set maxmemory-policy noeviction, "
-                           "or give fairgate a Redis of its own (docs/faults.md, \"Redis refuses writes\")");
+                           "allkeys-lru): a key evicted takes permits or waiters with it, which the "
+                           "instances must find and restore (grants pause meanwhile; tenant limits may not "
+                           "hold); set maxmemory-policy noeviction, or give fairgate a Redis of its own "
+                           "(docs/faults.md, \"Redis refuses writes\")");
   EXPECT_EQ(fairgate::redis::level_of(lines[0]), fairgate::LogLevel::warn);
 
   ASSERT_EQ(server.command({"CONFIG", "SET", "maxmemory-policy", "noeviction"}), "OK");

@@ -2,6 +2,7 @@
 // share one limiter through a real redis-server: the guarantees of issue 3
 // across process boundaries, and crash recovery after a real kill -9.
 #include "bench/fleet.hpp"
+#include "support/holders_key.hpp"
 #include "support/redis_monitor.hpp"
 #include "support/redis_server.hpp"
 #include "support/wait.hpp"
@@ -42,7 +43,7 @@ std::string key(const std::string& limiter, const std::string& what) {
 }
 
 long zcard(const std::string& limiter, const std::string& what) {
-  return std::stol(server().command({"ZCARD", key(limiter, what)}));
+  return std::stol(server().command(fairgate::test::count_command(key(limiter, what))));
 }
 
 WorkerOptions worker(const std::string& limiter, int i) {
@@ -186,7 +187,7 @@ TEST(RedisMultiProcessTest, KilledTenantHolderReturnsItsTenantCount) {
   std::vector<RequestRecord> records;
   fleet.send(1, "go");
   fleet.wait_for("queued_all", 1, 10s, &records);
-  EXPECT_EQ(server().command({"ZCARD", key(name, "tq:light")}), std::to_string(kCap));
+  EXPECT_EQ(server().command(fairgate::test::count_command(key(name, "tq:light"))), std::to_string(kCap));
 
   fleet.child(0).kill(SIGKILL);
   ASSERT_TRUE(fleet.child(0).wait(5s));
@@ -199,13 +200,13 @@ TEST(RedisMultiProcessTest, KilledTenantHolderReturnsItsTenantCount) {
   EXPECT_TRUE(wait_until(
       [&] {
         // A holder member is "inst|n|granted_ms|tenant".
-        const std::string held = server().command({"ZRANGE", key(name, "holders"), "0", "-1"});
+        const std::string held = server().command(fairgate::test::permits_command(key(name, "holders")));
         return held.find("|heavy") == std::string::npos && held.find("|light") == std::string::npos &&
                server().command({"EXISTS", key(name, "ptenant")}) == "0";
       },
       5s))
       << "no permit of either tenant left behind: "
-      << server().command({"ZRANGE", key(name, "holders"), "0", "-1"});
+      << server().command(fairgate::test::permits_command(key(name, "holders")));
   fleet.exit_all();
   EXPECT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 5s));
   EXPECT_TRUE(wait_until([&] { return server().command({"HLEN", key(name, "tholders")}) == "0"; }, 5s));

@@ -4,6 +4,7 @@
 // the cost of a grant in Redis-side commands.
 #include "redis/connection.hpp"
 #include "redis/scripts.hpp"
+#include "support/holders_key.hpp"
 #include "support/redis_server.hpp"
 
 #include <gtest/gtest.h>
@@ -99,7 +100,9 @@ class RedisScriptsTest : public ::testing::Test {
     return call(scripts::kAcquire, {inst, std::to_string(n), std::to_string(max_wait_ms)});
   }
   std::string cancel(const std::string& id) { return call(scripts::kCancel, {id}).elements.at(0).str; }
-  std::int64_t zcard(int key) { return std::stoll(server().command({"ZCARD", keys_[key]})); }
+  std::int64_t zcard(int key) {
+    return std::stoll(server().command(fairgate::test::count_command(keys_[key])));
+  }
   /// Does request `id` ("inst|n") hold a permit? Its holder member is "id|granted_ms|tenant".
   bool holds(const std::string& id) {
     return server().command({"ZLEXCOUNT", keys_[1], "[" + id + "|", "(" + id + "}"}) == "1";
@@ -110,7 +113,7 @@ class RedisScriptsTest : public ::testing::Test {
   }
   /// The permit id of the one holder (its member without the grant time and tenant).
   std::string the_holder() {
-    const std::string member = server().command({"ZRANGE", keys_[1], "0", "-1"});
+    const std::string member = server().command(fairgate::test::permits_command(keys_[1]));
     EXPECT_TRUE(std::regex_match(member, std::regex(R"([^|]+\|\d+\|\d+\|.*)")))
         << "one holder, \"inst|n|granted_ms|tenant\": " << member;
     return permit_of(member);
@@ -656,7 +659,7 @@ TEST_F(RedisScriptsTest, AGrantOnAnotherRedisFencesTheStateFirst) {
     EXPECT_EQ(zcard(5), 2) << "and to byinst";
     EXPECT_EQ(server().command({"ZRANGE", keys_[2], "0", "0"}).rfind("a|2|", 0), 0u) << "as the head";
     if (fair) {
-      EXPECT_EQ(server().command({"ZCARD", tq}), "2") << "and to its tenant's queue";
+      EXPECT_EQ(server().command(fairgate::test::count_command(tq)), "2") << "and to its tenant's queue";
     }
     EXPECT_EQ(arrive(4), "queued") << "fenced: an arrival queues";
 
@@ -688,6 +691,118 @@ TEST_F(RedisScriptsTest, ARestoreThatFencesRecordsTheRedisItFencedOn) {
   server().command({"HSET", keys_[0], "fence_until", "0"});  // that fence is over
   EXPECT_EQ(acquire("a", 2).elements.at(0).str, "granted") << "no second fence";
   EXPECT_EQ(server().command({"HGET", keys_[0], "fence_until"}), "0");
+}
+
+// A holders key deleted on its own (evicted under an evicting maxmemory-policy,
+// or a DEL) takes running permits with it. Its mark is gone too, so the next
+// script that counts fences the state (docs/faults.md, "Eviction") instead of
+// granting on top of them; the holders restore, then hand-offs go on.
+TEST_F(RedisScriptsTest, AHoldersKeyDeletedFencesTheStateBeforeTheNextGrant) {
+  heartbeat("a", 2, 60000, "", 0, /*fence_ms=*/60000);
+  server().command({"HSET", keys_[0], "fence_until", "0"});
+  ASSERT_EQ(acquire("a", 1).elements.at(0).str, "granted");
+  ASSERT_EQ(acquire("b", 1).elements.at(0).str, "lost") << "b is not registered";
+  ASSERT_EQ(acquire("a", 2).elements.at(0).str, "granted");
+  ASSERT_EQ(server().command({"DEL", keys_[1]}), "1");  // a|1 and a|2 still run
+  EXPECT_EQ(acquire("a", 3).elements.at(0).str, "queued") << "no grant on top of the running permits";
+  EXPECT_EQ(server().command({"HGET", keys_[0], "holders_lost"}), "1");
+  EXPECT_NE(server().command({"ZSCORE", keys_[1], "!"}), "") << "the key is marked again";
+  EXPECT_GT(std::stoll(server().command({"HGET", keys_[0], "fence_until"})), 0) << "fenced";
+  EXPECT_EQ(acquire("a", 4).elements.at(0).str, "queued");
+  // The holder's heartbeat finds its permits missing and restores them.
+  const Reply restored =
+      call(scripts::kRestore, {"a", "60000", "60000", "",  "2", "1", "",  "r", "100",   "2", "",  "r", "100",
+                               "3", "",      "60000", "0", "1", "",  "4", "",  "60000", "0", "1", ""});
+  EXPECT_EQ(restored.elements.at(1).integer, 2) << "both permits back";
+  EXPECT_EQ(zcard(1), 2);
+  EXPECT_EQ(call(scripts::kRelease, {"a|1"}).elements.at(1).integer, 1) << "a hand-off, fenced or not";
+  EXPECT_TRUE(holds("a|3")) << "the head";
+  EXPECT_EQ(zcard(1), 2) << "never above the cap";
+  EXPECT_EQ(server().command({"HGET", keys_[0], "holders_lost"}), "1") << "counted once";
+}
+
+// A state written before the mark existed is marked by the first script that
+// counts, without a fence: only a marked key that lost its mark was deleted.
+TEST_F(RedisScriptsTest, AHoldersKeyOfAnEarlierVersionIsMarkedWithoutAFence) {
+  heartbeat("a", 2, 60000);
+  ASSERT_EQ(server().command({"HGET", keys_[0], "holders_mark"}), "1") << "a created state is marked";
+  server().command({"HDEL", keys_[0], "holders_mark"});
+  server().command({"DEL", keys_[1]});  // as an earlier version left it: no permit, no mark
+  EXPECT_EQ(acquire("a", 1).elements.at(0).str, "granted");
+  EXPECT_EQ(acquire("a", 2).elements.at(0).str, "granted");
+  EXPECT_EQ(acquire("a", 3).elements.at(0).str, "queued");
+  EXPECT_EQ(server().command({"HGET", keys_[0], "holders_mark"}), "1");
+  EXPECT_NE(server().command({"ZSCORE", keys_[1], "!"}), "");
+  EXPECT_EQ(server().command({"HGET", keys_[0], "fence_until"}), "0") << "not fenced";
+  EXPECT_EQ(server().command({"HEXISTS", keys_[0], "holders_lost"}), "0");
+  EXPECT_EQ(zcard(1), 2);
+}
+
+// A queue key deleted on its own leaves its waiters in the per-instance index:
+// the heartbeat counts only those still queued, so their instance restores
+// them, and they go back at their place, ahead of later arrivals.
+TEST_F(RedisScriptsTest, AQueueKeyDeletedIsFoundByTheHeartbeatAndPutBackInOrder) {
+  heartbeat("a", 1, 60000);
+  ASSERT_EQ(acquire("a", 1).elements.at(0).str, "granted");
+  const auto o2 = acquire("a", 2).elements.at(1).integer;
+  const auto o3 = acquire("a", 3).elements.at(1).integer;
+  ASSERT_EQ(server().command({"DEL", keys_[2]}), "1");
+  const auto o4 = acquire("a", 4).elements.at(1).integer;  // arrives meanwhile
+  const Reply beat = heartbeat("a", 1, 60000, "", 1);
+  EXPECT_EQ(beat.elements.at(11).integer, 1) << "of its 3 waiters only a|4 is queued";
+  call(scripts::kRestore, {"a",
+                           "60000",
+                           "0",
+                           "",
+                           "1",
+                           "1",
+                           "",
+                           "r",
+                           "100",
+                           "2",
+                           std::to_string(o2),
+                           "60000",
+                           "0",
+                           "1",
+                           "",
+                           "3",
+                           std::to_string(o3),
+                           "60000",
+                           "0",
+                           "1",
+                           "",
+                           "4",
+                           std::to_string(o4),
+                           "60000",
+                           "0",
+                           "1",
+                           ""});
+  EXPECT_EQ(zcard(2), 3);
+  EXPECT_EQ(zcard(5), 3) << "each indexed once (I5)";
+  EXPECT_EQ(heartbeat("a", 1, 60000, "", 1).elements.at(11).integer, 3) << "whole again";
+  std::string holder = "a|1";
+  for (const char* next : {"a|2", "a|3", "a|4"}) {
+    call(scripts::kRelease, {holder});
+    EXPECT_TRUE(holds(next)) << next << " after " << holder;
+    holder = next;
+  }
+}
+
+// The arrival counter deleted on its own would restart at 1, ahead of every
+// waiter: it goes on above the queue instead (FIFO, I2).
+TEST_F(RedisScriptsTest, ADeletedArrivalCounterKeepsNewArrivalsBehindTheQueue) {
+  heartbeat("a", 1, 60000);
+  ASSERT_EQ(acquire("a", 1).elements.at(0).str, "granted");
+  const auto o2 = acquire("a", 2).elements.at(1).integer;
+  ASSERT_EQ(server().command({"DEL", keys_[3]}), "1");
+  const Reply third = acquire("a", 3);
+  ASSERT_EQ(third.elements.at(0).str, "queued");
+  EXPECT_GT(third.elements.at(1).integer, o2);
+  EXPECT_EQ(third.elements.at(2).integer, 2) << "second in line";
+  EXPECT_GT(acquire("a", 4).elements.at(1).integer, third.elements.at(1).integer)
+      << "and counting on from there";
+  call(scripts::kRelease, {"a|1"});
+  EXPECT_TRUE(holds("a|2")) << "the oldest waiter first";
 }
 
 // Where an ACL denies INFO, the check of rule 14 is off, and nothing else
@@ -808,7 +923,8 @@ TEST_F(RedisScriptsTest, CommandsPerGrantUnderTenantFairnessStayFlatInWaitersAnd
     const auto before = command_count();
     for (int i = 0; i < kCycles; ++i) {
       // Who holds the one permit (one client command per cycle, subtracted below).
-      const std::string holder = permit_of(server().command({"ZRANGE", keys_[1], "0", "0"}));
+      const std::string holder =
+          permit_of(server().command({"ZRANGE", keys_[1], "(!", "+", "BYLEX", "LIMIT", "0", "1"}));
       const int h = std::stoi(holder.substr(inst.size() + 1));
       call(scripts::kRelease, {holder, tenant_of.at(h)});
       arrive();
@@ -834,7 +950,8 @@ TEST_F(RedisScriptsTest, CommandsPerGrantUnderTenantFairnessStayFlatInWaitersAnd
   // grant (docs/design.md, recovery rule 14).
   EXPECT_LE(small, 38.5);
   EXPECT_NEAR(large, small, small * 0.10) << "flat within 10 %";
-  EXPECT_EQ(server().command({"ZCARD", keys_[1]}), "1") << "never more than the one permit";
+  EXPECT_EQ(server().command(fairgate::test::count_command(keys_[1])), "1")
+      << "never more than the one permit";
 }
 
 // The status script (GET /v1/limiters/{name}): the holders and waiters of

@@ -2,6 +2,7 @@
 // the rotation across two instances, the per-tenant cap seen from the clients
 // and from Redis, global FIFO when fairness is off, and switching fairness on
 // at run time. (kill -9 of a tenant's holder: redis_multiprocess_test.)
+#include "support/holders_key.hpp"
 #include "support/instance.hpp"
 #include "support/redis_server.hpp"
 #include "support/wait.hpp"
@@ -142,11 +143,14 @@ TEST(RedisTenantTest, RotationAcrossTwoInstancesServesOneRequestPerTenantPerTurn
   order.queue(lb, "B1", "B");
   order.queue(lb, "B2", "B");
   order.queue(la, "C1", "C");
-  EXPECT_EQ(server().command({"ZCARD", key(name, "tready")}), "3") << "three tenants in the rotation";
+  EXPECT_EQ(server().command(fairgate::test::count_command(key(name, "tready"))), "3")
+      << "three tenants in the rotation";
   EXPECT_EQ(order.drain(6), (std::vector<std::string>{"A1", "B1", "C1", "A2", "B2", "A3"}));
   order.release_all();
-  EXPECT_TRUE(wait_until([&] { return number(server().command({"ZCARD", key(name, "holders")})) == 0; }, 5s));
-  EXPECT_EQ(server().command({"ZCARD", key(name, "tready")}), "0");
+  EXPECT_TRUE(wait_until(
+      [&] { return number(server().command(fairgate::test::count_command(key(name, "holders")))) == 0; },
+      5s));
+  EXPECT_EQ(server().command(fairgate::test::count_command(key(name, "tready"))), "0");
   EXPECT_EQ(server().command({"HLEN", key(name, "tholders")}), "0") << "every tenant count back to 0";
   EXPECT_EQ(server().command({"EXISTS", key(name, "tq:A")}), "0") << "empty tenant queues are gone";
 }
@@ -166,11 +170,13 @@ TEST(RedisTenantTest, FairnessOffIsGlobalFifoAndKeepsNoTenantState) {
   EXPECT_EQ(server().command({"EXISTS", key(name, "tready")}), "0");
   EXPECT_EQ(server().command({"EXISTS", key(name, "tholders")}), "0");
   EXPECT_EQ(order.drain(5), (std::vector<std::string>{"A1", "A2", "B1", "A3", "C1"}));
-  const std::string holder = server().command({"ZRANGE", key(name, "holders"), "0", "-1"});
+  const std::string holder = server().command(fairgate::test::permits_command(key(name, "holders")));
   EXPECT_TRUE(holder.size() > 2 && holder.ends_with("|C"))
       << "C1's tenant rides in its holder member: " << holder;
   order.release_all();
-  EXPECT_TRUE(wait_until([&] { return number(server().command({"ZCARD", key(name, "holders")})) == 0; }, 5s));
+  EXPECT_TRUE(wait_until(
+      [&] { return number(server().command(fairgate::test::count_command(key(name, "holders")))) == 0; },
+      5s));
   EXPECT_EQ(server().command({"EXISTS", key(name, "ptenant")}), "0") << "no permit tenant kept apart";
 }
 
@@ -257,10 +263,13 @@ TEST_P(RedisTenantCapTest, NoTenantEverHoldsMoreThanItsCap) {
     for (const auto& t : tenants)
       redis_max_tenant =
           std::max(redis_max_tenant, number(server().command({"HGET", key(name, "tholders"), t})));
-    redis_max_total = std::max(redis_max_total, number(server().command({"ZCARD", key(name, "holders")})));
+    redis_max_total = std::max(redis_max_total,
+                               number(server().command(fairgate::test::count_command(key(name, "holders")))));
     std::this_thread::sleep_for(2ms);
   }
-  EXPECT_TRUE(wait_until([&] { return number(server().command({"ZCARD", key(name, "holders")})) == 0; }, 5s));
+  EXPECT_TRUE(wait_until(
+      [&] { return number(server().command(fairgate::test::count_command(key(name, "holders")))) == 0; },
+      5s));
   std::lock_guard lock(mu);
   EXPECT_EQ(granted, 36) << "everyone served: the cap skips, never starves";
   for (const auto& [t, m] : max_held) EXPECT_LE(m, static_cast<int>(kPerTenant)) << "tenant " << t;

@@ -9,6 +9,7 @@
 #include "redis/connection.hpp"
 #include "redis/database_check.hpp"
 #include "support/acl.hpp"
+#include "support/holders_key.hpp"
 #include "support/redis_server.hpp"
 #include "support/run_shell.hpp"
 #include "support/test_pki.hpp"
@@ -369,10 +370,10 @@ TEST(RedisTls, BackendAcquireQueueReleaseOverTls) {
   }
   EXPECT_TRUE(wait_until(
       [] {
-        return good_server().command({"ZCARD", "fairgate:{tls-basic}:holders"}) == "0";
+        return good_server().command(fairgate::test::count_command("fairgate:{tls-basic}:holders")) == "0";
       },
       5s))
-      << good_server().command({"ZCARD", "fairgate:{tls-basic}:holders"});
+      << good_server().command(fairgate::test::count_command("fairgate:{tls-basic}:holders"));
   work.reset();
   thread.join();
 }
@@ -429,7 +430,7 @@ TEST(RedisTls, MultiProcessFairOverTls) {
   EXPECT_GT(f.grants, records.size() / 2);
   EXPECT_GT(f.sequenced, records.size() / 2);
   const auto left = [&](const char* what) {
-    return good_server().command({"ZCARD", "tlsmp:{" + limiter + "}:" + what});
+    return good_server().command(fairgate::test::count_command("tlsmp:{" + limiter + "}:" + what));
   };
   EXPECT_TRUE(wait_until([&] { return left("holders") == "0" && left("queue") == "0"; }, 5s))
       << "holders " << left("holders") << ", queue " << left("queue");

@@ -16,6 +16,7 @@
 // waiter is granted only after its release. Judged from the clients' own times.
 #pragma once
 
+#include "support/holders_key.hpp"
 #include "support/instance.hpp"
 #include "support/redis_server.hpp"
 #include "support/wait.hpp"
@@ -72,7 +73,8 @@ struct LostGrant {
     promote();
     if (::testing::Test::HasFatalFailure()) return;
     ASSERT_EQ(holders(), "0") << "the grant was lost";
-    ASSERT_EQ(replica.command({"ZCARD", key("instances")}), "2") << "the registrations were not";
+    ASSERT_EQ(replica.command(fairgate::test::count_command(key("instances"))), "2")
+        << "the registrations were not";
 
     auto waiter = acquire_queued(lo);  // fails here if granted: two holders with a cap of 1
     ASSERT_FALSE(waiter->done()) << waiter->message();
@@ -101,7 +103,7 @@ struct LostGrant {
 
  private:
   std::string key(const std::string& what) const { return prefix + ":{" + name + "}:" + what; }
-  std::string holders() { return replica.command({"ZCARD", key("holders")}); }
+  std::string holders() { return replica.command(fairgate::test::count_command(key("holders"))); }
 };
 
 }  // namespace fairgate::test

@@ -41,14 +41,14 @@ local queued = redis.call('ZCARD', K_QUEUE)
 if cfg.tmode then
   -- I3': tready is empty unless there is no room, so with room every waiter
   -- belongs to a parked tenant: a newcomer below its own cap passes nobody.
-  local holders = redis.call('ZCARD', K_TREADY) == 0 and redis.call('ZCARD', K_HOLDERS)
+  local holders = redis.call('ZCARD', K_TREADY) == 0 and count_holders(cfg, now)
   if holders and has_room(cfg, holders, now) and not (cfg.cap and held_by(tenant) >= cfg.cap) and
       room_to_grant(cfg, holders, now) then
     holder_add(cfg, id, tenant)
     took_room(cfg, now)
     return {'granted'}
   end
-elseif queued == 0 and room_to_grant(cfg, redis.call('ZCARD', K_HOLDERS), now) then
+elseif queued == 0 and room_to_grant(cfg, count_holders(cfg, now), now) then
   -- I3 holds before this script, so a non-empty queue means there is no room.
   holder_add(cfg, id, tenant)
   took_room(cfg, now)
@@ -80,7 +80,7 @@ if cfg.reject_early then
     if w == nil or w > max_wait then return {'rejected', 'would_time_out'} end
   end
 end
-local order = redis.call('INCR', K_SEQ)
+local order = next_order(cfg)
 local member = make_member(id, now + max_wait, now, weight, tenant)
 q_add(member, order)
 local position = queued + 1

@@ -25,7 +25,8 @@
 --   cfg         flat field/value list of the settings (and engine fields)
 --   created     1 when this call created the state (it was gone)
 --   away        1 when every liveness had run out (Redis was away) and was extended
---   my_waiters  this instance's waiters in Redis (level-triggered loss detection)
+--   my_waiters  this instance's waiters in Redis (level-triggered loss detection): those in the
+--               queue, when the queue lost members its index still has
 --   older       waiters whose order score is below the epoch (restored from an older state)
 --   instances   the registered instances (ids), for local shares while Redis is unreachable
 --   now         Redis time in ms (the pace fields in cfg are in it: wait estimates, F7)
@@ -38,7 +39,8 @@ local created, changed = 0, false
 if not h.epoch then
   local epoch = now * 1000
   redis.call('HSET', K_CFG, 'epoch', int(epoch), 'fence_until', int(fence_ms > 0 and now + fence_ms or 0),
-             'fence_credit', 0, 'source', replication_id() or '')
+             'fence_credit', 0, 'source', replication_id() or '', 'holders_mark', '1')
+  redis.call('ZADD', K_HOLDERS, 0, HOLDERS_MARK)
   local seq = tonumber(redis.call('GET', K_SEQ) or '0')
   if seq < epoch then redis.call('SET', K_SEQ, int(epoch)) end
   created, changed = 1, true
@@ -88,6 +90,16 @@ end
 local head = redis.call('ZRANGE', K_QUEUE, 0, 0, 'WITHSCORES')
 local head_order = head[2] and tonumber(head[2]) or 0
 local queued = head[2] and redis.call('ZCARD', K_QUEUE) or 0
+if my_waiters > 0 and queued < redis.call('ZCARD', K_BYINST) then
+  -- Fewer queued than indexed (I5 says as many): the queue key was deleted (evicted, DEL).
+  -- Only this instance's waiters still in the queue count, so it restores the others (restore.lua
+  -- puts them back at their place).
+  local lo, hi = range_of(inst)
+  my_waiters = 0
+  for _, member in ipairs(redis.call('ZRANGEBYLEX', K_BYINST, lo, hi)) do
+    if redis.call('ZSCORE', K_QUEUE, member) ~= false then my_waiters = my_waiters + 1 end
+  end
+end
 local older = 0
 if head_order > 0 and head_order < cfg.epoch then
   older = redis.call('ZCOUNT', K_QUEUE, '-inf', '(' .. int(cfg.epoch))

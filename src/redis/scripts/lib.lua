@@ -16,12 +16,18 @@
 --                            for releases only (a waiter leaving does not free a seat);
 --                            source (the replication id of the Redis that made the last grants,
 --                            see "Which Redis" below), fence_ms (the instances' recovery fence,
---                            written by their heartbeats: how long a switch fences the state)
+--                            written by their heartbeats: how long a switch fences the state),
+--                            holders_mark ('1': holders keeps its mark, see KEYS[2]), holders_lost
+--                            (how many times a script found holders deleted: holders_lost below)
 --   KEYS[2] holders    zset  "inst|n|granted_ms|tenant" -> 0 (score 0: lex ranges find one
 --                            instance's permits, "[inst|n|" one permit; the grant time and the
 --                            tenant, '' for none, ride in the member; members written before
 --                            them, "inst|n|granted_ms" and "inst|n", are still read, their tenant
 --                            in ptenant)
+--                            The member HOLDERS_MARK ('!': before every permit, in no instance's
+--                            range) is there as long as the state is (cfg holders_mark = '1'):
+--                            a holders key without it was deleted (evicted, DEL) with the permits
+--                            in it, which may still run (holders_lost). Permits: ZCARD - 1.
 --   KEYS[3] queue      zset  waiter member -> order score (the global FIFO; all waiters, every mode)
 --                            member: "inst|n|deadline_ms:arrived_ms" (tenant '' and weight 1), else
 --                            "inst|n|deadline_ms:arrived_ms|weight|tenant" (arrived_ms: Redis ms of
@@ -78,8 +84,8 @@
 -- do not.
 --
 -- Invariants every script keeps:
---   I1 no overshoot: a holder is added only when ZCARD holders < max_concurrent and, while the
---      state is fenced, only in place of a permit released during the fence (or the limiter is
+--   I1 no overshoot: a holder is added only when the permits (count_holders) < max_concurrent
+--      and, while the state is fenced, only in place of a permit released during the fence (or the limiter is
 --      disabled in pass-through mode, or an instance restores permits it already holds);
 --   I2 FIFO: waiters are granted only from the head of the queue (lowest order score);
 --      a newcomer is granted at once only when the queue is empty;
@@ -200,6 +206,18 @@ local function holds(id)
   return redis.call('ZLEXCOUNT', K_HOLDERS, lo, hi) > 0 or redis.call('ZSCORE', K_HOLDERS, id) ~= false
 end
 
+-- The order score of a new arrival. The counter is above the epoch while it is whole (the
+-- state starts it there); below, the seq key was deleted (evicted, DEL) and would restart at 1,
+-- ahead of every waiter: it goes on above the epoch and the queue's last score instead.
+local function next_order(cfg)
+  local order = redis.call('INCR', K_SEQ)
+  if order > cfg.epoch then return order end
+  local last = redis.call('ZRANGE', K_QUEUE, -1, -1, 'WITHSCORES')[2]
+  order = math.max(cfg.epoch, tonumber(last or '0')) + 1
+  redis.call('SET', K_SEQ, int(order))
+  return order
+end
+
 local function q_add(member, score)
   redis.call('ZADD', K_QUEUE, int(score), member)
   redis.call('ZADD', K_BYINST, 0, member)
@@ -241,6 +259,9 @@ local function alive(inst, now)
   return redis_was_away(now)
 end
 
+-- The member that marks a whole holders key (see KEYS[2] above).
+local HOLDERS_MARK = '!'
+
 local function make_cfg(h)
   if not h.epoch or not h.max_concurrent then return nil end
   local c = {
@@ -256,6 +277,7 @@ local function make_cfg(h)
     reject_early = h.reject_early == '1',
     source = h.source,
     fence_ms = tonumber(h.fence_ms or '0') or 0,
+    marked = h.holders_mark == '1',
     pace = {gap = tonumber(h.pace_gap or '0') or 0, n = tonumber(h.pace_n or '0') or 0,
             last = tonumber(h.pace_last or '0') or 0, at = tonumber(h.pace_at or '0') or 0},
     seat = {gap = tonumber(h.seat_gap or '0') or 0, n = tonumber(h.seat_n or '0') or 0,
@@ -270,7 +292,7 @@ end
 local CFG_FIELDS = {'max_concurrent', 'enabled', 'when_disabled', 'max_queue', 'tenant_fairness',
                     'max_per_tenant', 'epoch', 'fence_until', 'fence_credit', 'reject_early',
                     'pace_gap', 'pace_n', 'pace_last', 'pace_at', 'seat_gap', 'seat_n', 'seat_last', 'seat_at',
-                    'source', 'fence_ms'}
+                    'source', 'fence_ms', 'holders_mark'}
 
 -- The limiter's config and engine fields; nil when the state is gone.
 local function load_cfg()
@@ -489,10 +511,48 @@ local function waiter_remove(cfg, member)
   return 1
 end
 
+-- The holders key of a marked state lost its mark: it was deleted (an evicting maxmemory-policy,
+-- a DEL) with the permits in it, and those still run on their instances. Fences the state as a
+-- created one (only hand-offs until every instance has heartbeated and restored what it holds,
+-- restore.lua) and marks the key again. Counted in cfg holders_lost.
+local function holders_lost(cfg, now)
+  redis.call('ZADD', K_HOLDERS, 0, HOLDERS_MARK)
+  redis.call('HINCRBY', K_CFG, 'holders_lost', 1)
+  if cfg.fence_ms > 0 then fence_state(cfg, now, cfg.fence_ms) end
+end
+
+-- A state of an earlier version has no mark: mark it (once).
+local function mark_holders(cfg)
+  cfg.marked = true
+  redis.call('HSET', K_CFG, 'holders_mark', '1')
+end
+
+-- The permits Redis counts (I1's count), checking the mark for free: a marked holders key is
+-- never empty.
+local function count_holders(cfg, now)
+  local n = redis.call('ZCARD', K_HOLDERS)
+  if not cfg then return math.max(0, n - 1) end
+  if not cfg.marked then
+    redis.call('ZADD', K_HOLDERS, 0, HOLDERS_MARK)
+    mark_holders(cfg)
+    return n
+  end
+  if n == 0 then
+    holders_lost(cfg, now)
+    return 0
+  end
+  return n - 1
+end
+
 -- Makes `id` a holder of tenant `t`, granted now, or at `granted` (Redis ms: a restored permit);
--- the time and the tenant ride in its holder member.
+-- the time and the tenant ride in its holder member. The same ZADD keeps the mark: when it adds
+-- the mark too, the key had lost it.
 local function holder_add(cfg, id, t, granted)
-  redis.call('ZADD', K_HOLDERS, 0, id .. '|' .. int(granted or now_ms()) .. '|' .. t)
+  local added = redis.call('ZADD', K_HOLDERS, 0, id .. '|' .. int(granted or now_ms()) .. '|' .. t, 0,
+                           HOLDERS_MARK)
+  if cfg and added > 1 then
+    if cfg.marked then holders_lost(cfg, now_ms()) else mark_holders(cfg) end
+  end
   if cfg and cfg.tmode then redis.call('HINCRBY', K_THOLDERS, t, 1) end
 end
 
@@ -588,8 +648,8 @@ end
 -- dropped. Returns the number of grants and the number of holders after
 -- (wrap the call in parentheses where only the first is wanted).
 local function dispatch(cfg, now)
-  if not cfg then return 0, redis.call('ZCARD', K_HOLDERS) end
-  local holders = redis.call('ZCARD', K_HOLDERS)
+  local holders = count_holders(cfg, now)
+  if not cfg then return 0, holders end
   if cfg.tmode then return dispatch_tenants(cfg, now, holders) end
   local granted = 0
   while has_room(cfg, holders, now) do
@@ -700,8 +760,10 @@ local function rebuild_tenants(old, cfg)
       tenants[t] = true
     end
     for _, member in ipairs(redis.call('ZRANGE', K_HOLDERS, 0, -1)) do
-      local id, _, t = split_holder(member)
-      redis.call('HINCRBY', K_THOLDERS, holder_tenant(id, t), 1)
+      if member ~= HOLDERS_MARK then
+        local id, _, t = split_holder(member)
+        redis.call('HINCRBY', K_THOLDERS, holder_tenant(id, t), 1)
+      end
     end
   end
   local order = {}

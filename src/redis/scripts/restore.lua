@@ -18,7 +18,9 @@
 -- after it; a listed waiter that Redis had granted meanwhile is reported, not re-queued.
 -- Permits of kind 'r' missing while this instance was registered mean Redis lost writes (a
 -- failover): the state is fenced for ARGV[4] ms, as after a re-creation, so that the other
--- instances can restore what they lost before anything more is granted.
+-- instances can restore what they lost before anything more is granted; so is a holders key
+-- found deleted (holders_lost in lib.lua). A waiter still in the per-instance index but no
+-- longer in the queue (the queue key was deleted) goes back into the queue at its place.
 -- Returns {'ok', permits_added, waiters_added, granted, orders, held, in_use, fence_left_ms,
 --          was_registered, fenced}: granted = n of listed waiters that hold a permit now,
 -- orders = flat (n, order score) of listed waiters that wait, held = this instance's permits in
@@ -28,6 +30,7 @@ local count = tonumber(ARGV[6])
 local cfg = load_cfg()
 if not cfg then return {'lost'} end
 local now = now_ms()
+local fence_before = cfg.fence
 local mine = redis.call('ZSCORE', K_INSTANCES, inst)
 local was_registered = mine ~= false and tonumber(mine) >= 0
 if mine ~= false and not was_registered then
@@ -49,11 +52,12 @@ for i = 7, first_waiter - 1, 4 do
     if kind == 'r' then missing_granted = missing_granted + 1 end
   end
 end
-local fenced = 0
 if was_registered and missing_granted > 0 and fence_ms > 0 and cfg.fence < now + fence_ms then
   fence_state(cfg, now, fence_ms)  -- on this Redis: a switch to it needs no second fence
-  fenced = 1
 end
+-- Fenced here: for the permits above, or since a permit added back found the holders key
+-- deleted (holder_add).
+local fenced = cfg.fence > fence_before and 1 or 0
 
 local listed, waiters = {}, 0
 for i = first_waiter, #ARGV - 5, 6 do
@@ -61,8 +65,16 @@ for i = first_waiter, #ARGV - 5, 6 do
   local waited = math.max(0, tonumber(ARGV[i + 3]) or 0)
   local id = inst .. '|' .. n
   listed[n] = true
-  if not find_waiter(id) and not holds(id) and remaining > 0 then
-    local score = order ~= '' and tonumber(order) or redis.call('INCR', K_SEQ)
+  local indexed = find_waiter(id)
+  if indexed then
+    -- Indexed but not queued: the queue key was deleted (evicted, DEL) under it. Back in the
+    -- queue at its place (a tenant's queue, a key of its own, still has it).
+    if redis.call('ZSCORE', K_QUEUE, indexed) == false then
+      redis.call('ZADD', K_QUEUE, int(order ~= '' and tonumber(order) or next_order(cfg)), indexed)
+      waiters = waiters + 1
+    end
+  elseif not holds(id) and remaining > 0 then
+    local score = order ~= '' and tonumber(order) or next_order(cfg)
     local member = make_member(id, now + remaining, now - waited, tonumber(ARGV[i + 4]), ARGV[i + 5])
     q_add(member, score)
     if cfg.tmode then t_enqueue(cfg, ARGV[i + 5], member, score) end

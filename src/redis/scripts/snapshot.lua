@@ -18,12 +18,12 @@ local cfg = load_cfg()
 if not cfg then return {'lost'} end
 local now = now_ms()
 local offset, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
-local in_use = redis.call('ZCARD', K_HOLDERS)
+local in_use = redis.call('ZLEXCOUNT', K_HOLDERS, '(' .. HOLDERS_MARK, '+')  -- the permits, not the mark
 local queued = redis.call('ZCARD', K_QUEUE)
 
 local holders = {}
 if limit > 0 and offset < in_use then
-  local members = redis.call('ZRANGE', K_HOLDERS, 0, -1)
+  local members = redis.call('ZRANGE', K_HOLDERS, '(' .. HOLDERS_MARK, '+', 'BYLEX')
   local all, earlier = {}, {}
   for i, m in ipairs(members) do
     local id, granted, t = split_holder(m)
