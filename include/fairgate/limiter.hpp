@@ -160,6 +160,10 @@ struct EngineStatus {
   /// replication id: a failover or a restart, which may have lost the last
   /// grants), fenced by the script that found it.
   std::uint64_t redis_switches = 0;
+  /// Times this instance saw that a script had found the limiter's holders
+  /// key deleted (evicted under a maxmemory-policy other than noeviction, or
+  /// a DEL) and fenced the state (docs/design.md, recovery rule 15).
+  std::uint64_t holders_key_lost = 0;
   std::chrono::milliseconds fenced_time{0};  ///< time seen fenced in all
   /// Permits this instance put back although the cap was already reached (its
   /// work kept running while Redis had reaped it: a pause or a partition

@@ -62,6 +62,10 @@ void render_limiter_state(std::string& out, const std::vector<Snapshot>& snaps) 
           "Times this instance saw the limiter's state on another Redis (new replication id: a failover or "
           "a restart): fenced, since the last grants may be lost.",
           [](const Snapshot& s) { return s.engine.redis_switches; });
+  counter("fairgate_holders_key_lost_total",
+          "Times this instance saw the limiter's holders key found deleted in Redis (evicted, or a DEL): "
+          "fenced until every instance restored its permits.",
+          [](const Snapshot& s) { return s.engine.holders_key_lost; });
   counter("fairgate_overshoot_restored_total",
           "Permits this instance restored above the cap (its work outlived its liveness in Redis).",
           [](const Snapshot& s) { return s.engine.overshoot_restored; });

@@ -624,6 +624,7 @@ TEST(RedisBackendTest, ADeletedHoldersKeyIsNamedFencedAndRestored) {
   EXPECT_FALSE(waiter->done()) << "never granted on top of the running permit";
   EXPECT_EQ(said().size(), 1u) << logged.all();
   EXPECT_NE(said()[0].find("docs/faults.md"), std::string::npos) << said()[0];
+  EXPECT_EQ(l.snapshot().engine.holders_key_lost, 1u) << "counted (fairgate_holders_key_lost_total)";
   held->release();
   ASSERT_TRUE(wait_until([&] { return waiter->done(); }, 10s));
   EXPECT_EQ(waiter->outcome(), Outcome::granted) << waiter->message();
