@@ -85,8 +85,9 @@
 --
 -- Invariants every script keeps:
 --   I1 no overshoot: a holder is added only when the permits (count_holders) < max_concurrent
---      and, while the state is fenced, only in place of a permit released during the fence (or the limiter is
---      disabled in pass-through mode, or an instance restores permits it already holds);
+--      and, while the state is fenced, only in place of a permit released during the fence (or
+--      the limiter is disabled in pass-through mode, or an instance restores permits it already
+--      holds);
 --   I2 FIFO: waiters are granted only from the head of the queue (lowest order score);
 --      a newcomer is granted at once only when the queue is empty;
 --   I3 every script that can free room ends in dispatch(), so after any script
