@@ -100,6 +100,17 @@ class RedisScriptsTest : public ::testing::Test {
     return call(scripts::kAcquire, {inst, std::to_string(n), std::to_string(max_wait_ms)});
   }
   std::string cancel(const std::string& id) { return call(scripts::kCancel, {id}).elements.at(0).str; }
+  /// restore.lua for `inst` (liveness TTL 60 s, `fence_ms`): `permits` granted by Redis, held
+  /// 100 ms; `waiters` as (n, order score; 0: never queued in Redis), 60 s left, weight 1, no tenant.
+  Reply restore_of(const std::string& inst, int fence_ms, const std::vector<int>& permits,
+                   const std::vector<std::pair<int, std::int64_t>>& waiters) {
+    std::vector<std::string> args{inst, "60000", std::to_string(fence_ms), "",
+                                  std::to_string(permits.size())};
+    for (const int n : permits) args.insert(args.end(), {std::to_string(n), "", "r", "100"});
+    for (const auto& [n, order] : waiters)
+      args.insert(args.end(), {std::to_string(n), order ? std::to_string(order) : "", "60000", "0", "1", ""});
+    return call(scripts::kRestore, args);
+  }
   std::int64_t zcard(int key) {
     return std::stoll(server().command(fairgate::test::count_command(keys_[key])));
   }
@@ -710,9 +721,7 @@ TEST_F(RedisScriptsTest, AHoldersKeyDeletedFencesTheStateBeforeTheNextGrant) {
   EXPECT_GT(std::stoll(server().command({"HGET", keys_[0], "fence_until"})), 0) << "fenced";
   EXPECT_EQ(acquire("a", 4).elements.at(0).str, "queued");
   // The holder's heartbeat finds its permits missing and restores them.
-  const Reply restored =
-      call(scripts::kRestore, {"a", "60000", "60000", "",  "2", "1", "",  "r", "100",   "2", "",  "r", "100",
-                               "3", "",      "60000", "0", "1", "",  "4", "",  "60000", "0", "1", ""});
+  const Reply restored = restore_of("a", 60000, {1, 2}, {{3, 0}, {4, 0}});
   EXPECT_EQ(restored.elements.at(1).integer, 2) << "both permits back";
   EXPECT_EQ(zcard(1), 2);
   EXPECT_EQ(call(scripts::kRelease, {"a|1"}).elements.at(1).integer, 1) << "a hand-off, fenced or not";
@@ -750,33 +759,7 @@ TEST_F(RedisScriptsTest, AQueueKeyDeletedIsFoundByTheHeartbeatAndPutBackInOrder)
   const auto o4 = acquire("a", 4).elements.at(1).integer;  // arrives meanwhile
   const Reply beat = heartbeat("a", 1, 60000, "", 1);
   EXPECT_EQ(beat.elements.at(11).integer, 1) << "of its 3 waiters only a|4 is queued";
-  call(scripts::kRestore, {"a",
-                           "60000",
-                           "0",
-                           "",
-                           "1",
-                           "1",
-                           "",
-                           "r",
-                           "100",
-                           "2",
-                           std::to_string(o2),
-                           "60000",
-                           "0",
-                           "1",
-                           "",
-                           "3",
-                           std::to_string(o3),
-                           "60000",
-                           "0",
-                           "1",
-                           "",
-                           "4",
-                           std::to_string(o4),
-                           "60000",
-                           "0",
-                           "1",
-                           ""});
+  restore_of("a", 0, {1}, {{2, o2}, {3, o3}, {4, o4}});
   EXPECT_EQ(zcard(2), 3);
   EXPECT_EQ(zcard(5), 3) << "each indexed once (I5)";
   EXPECT_EQ(heartbeat("a", 1, 60000, "", 1).elements.at(11).integer, 3) << "whole again";
