@@ -4,6 +4,7 @@
 #include "bench/fleet.hpp"
 #include "bench/process.hpp"
 #include "bench/record.hpp"
+#include "redis/scripts.hpp"
 #include "redis/url.hpp"
 
 #include <fmt/format.h>
@@ -334,8 +335,7 @@ std::string run_plan(const BenchOptions& o, const Plan& p,
   const std::uint64_t redis1 = admin.commands_run();
   fleet.exit_all();
   // Whatever is still in Redis now was leaked.
-  // The permits: every holders member but its mark, "!" (docs/redis-schema.md).
-  out.set("leftover_holders", std::stoull(admin.command({"ZLEXCOUNT", key + "holders", "(!", "+"})));
+  out.set("leftover_holders", std::stoull(admin.command(redis::count_permits(key + "holders"))));
   out.set("leftover_waiters", std::stoull(admin.command({"ZCARD", key + "queue"})));
   admin.command({"DEL", key + "cfg", key + "holders", key + "queue", key + "seq", key + "instances",
                  key + "byinst", key + "ptenant", key + "tready", key + "tparked", key + "tholders",

@@ -83,4 +83,14 @@ void call_script(Connection& connection, const Script& script, const std::vector
 /// tcredit, trot.
 std::vector<std::string> limiter_keys(const std::string& base);
 
+/// The member a limiter's holders zset keeps beside its permits while the
+/// state exists: a holders key without it was deleted with the permits in it
+/// (src/redis/scripts/lib.lua, HOLDERS_MARK; docs/design.md, recovery rule 15).
+inline constexpr std::string_view kHoldersMark = "!";
+
+/// The command that counts the permits of holders key `key`: every member but the mark.
+inline std::vector<std::string> count_permits(const std::string& key) {
+  return {"ZLEXCOUNT", key, "(" + std::string(kHoldersMark), "+"};
+}
+
 }  // namespace fairgate::redis

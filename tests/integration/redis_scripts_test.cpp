@@ -717,7 +717,8 @@ TEST_F(RedisScriptsTest, AHoldersKeyDeletedFencesTheStateBeforeTheNextGrant) {
   ASSERT_EQ(server().command({"DEL", keys_[1]}), "1");  // a|1 and a|2 still run
   EXPECT_EQ(acquire("a", 3).elements.at(0).str, "queued") << "no grant on top of the running permits";
   EXPECT_EQ(server().command({"HGET", keys_[0], "holders_lost"}), "1");
-  EXPECT_NE(server().command({"ZSCORE", keys_[1], "!"}), "") << "the key is marked again";
+  EXPECT_NE(server().command({"ZSCORE", keys_[1], std::string(fairgate::redis::kHoldersMark)}), "")
+      << "the key is marked again";
   EXPECT_GT(std::stoll(server().command({"HGET", keys_[0], "fence_until"})), 0) << "fenced";
   EXPECT_EQ(acquire("a", 4).elements.at(0).str, "queued");
   // The holder's heartbeat finds its permits missing and restores them.
@@ -741,7 +742,7 @@ TEST_F(RedisScriptsTest, AHoldersKeyOfAnEarlierVersionIsMarkedWithoutAFence) {
   EXPECT_EQ(acquire("a", 2).elements.at(0).str, "granted");
   EXPECT_EQ(acquire("a", 3).elements.at(0).str, "queued");
   EXPECT_EQ(server().command({"HGET", keys_[0], "holders_mark"}), "1");
-  EXPECT_NE(server().command({"ZSCORE", keys_[1], "!"}), "");
+  EXPECT_NE(server().command({"ZSCORE", keys_[1], std::string(fairgate::redis::kHoldersMark)}), "");
   EXPECT_EQ(server().command({"HGET", keys_[0], "fence_until"}), "0") << "not fenced";
   EXPECT_EQ(server().command({"HEXISTS", keys_[0], "holders_lost"}), "0");
   EXPECT_EQ(zcard(1), 2);
@@ -903,11 +904,12 @@ TEST_F(RedisScriptsTest, CommandsPerGrantUnderTenantFairnessStayFlatInWaitersAnd
     arrive();
     for (int i = 0; i < waiters; ++i) arrive();
     constexpr int kCycles = 200;
+    auto first_permit = fairgate::test::permits_command(keys_[1]);
+    first_permit.insert(first_permit.end(), {"LIMIT", "0", "1"});
     const auto before = command_count();
     for (int i = 0; i < kCycles; ++i) {
       // Who holds the one permit (one client command per cycle, subtracted below).
-      const std::string holder =
-          permit_of(server().command({"ZRANGE", keys_[1], "(!", "+", "BYLEX", "LIMIT", "0", "1"}));
+      const std::string holder = permit_of(server().command(first_permit));
       const int h = std::stoi(holder.substr(inst.size() + 1));
       call(scripts::kRelease, {holder, tenant_of.at(h)});
       arrive();

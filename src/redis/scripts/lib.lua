@@ -515,9 +515,8 @@ end
 -- The holders key of a marked state lost its mark: it was deleted (an evicting maxmemory-policy,
 -- a DEL) with the permits in it, and those still run on their instances. Fences the state as a
 -- created one (only hand-offs until every instance has heartbeated and restored what it holds,
--- restore.lua) and marks the key again. Counted in cfg holders_lost.
+-- restore.lua); the caller has put the mark back. Counted in cfg holders_lost.
 local function holders_lost(cfg, now)
-  redis.call('ZADD', K_HOLDERS, 0, HOLDERS_MARK)
   redis.call('HINCRBY', K_CFG, 'holders_lost', 1)
   if cfg.fence_ms > 0 then fence_state(cfg, now, cfg.fence_ms) end
 end
@@ -532,17 +531,10 @@ end
 -- never empty.
 local function count_holders(cfg, now)
   local n = redis.call('ZCARD', K_HOLDERS)
-  if not cfg then return math.max(0, n - 1) end
-  if not cfg.marked then
-    redis.call('ZADD', K_HOLDERS, 0, HOLDERS_MARK)
-    mark_holders(cfg)
-    return n
-  end
-  if n == 0 then
-    holders_lost(cfg, now)
-    return 0
-  end
-  return n - 1
+  if cfg.marked and n > 0 then return n - 1 end
+  redis.call('ZADD', K_HOLDERS, 0, HOLDERS_MARK)
+  if cfg.marked then holders_lost(cfg, now) else mark_holders(cfg) end
+  return n
 end
 
 -- Makes `id` a holder of tenant `t`, granted now, or at `granted` (Redis ms: a restored permit);
@@ -649,8 +641,8 @@ end
 -- dropped. Returns the number of grants and the number of holders after
 -- (wrap the call in parentheses where only the first is wanted).
 local function dispatch(cfg, now)
+  if not cfg then return 0, 0 end  -- the state is gone: nothing to grant (its callers ignore the count)
   local holders = count_holders(cfg, now)
-  if not cfg then return 0, holders end
   if cfg.tmode then return dispatch_tenants(cfg, now, holders) end
   local granted = 0
   while has_room(cfg, holders, now) do
