@@ -1095,6 +1095,12 @@ void RedisLimiter::on_restore_reply(const Reply& reply) {
         it->second->phase = Phase::queued;
         it->second->order = integer_of(orders[i + 1]);
       }
+      // Orphans the restore released itself (not held here, not waited for), and those
+      // that ended after it was sent, released right after.
+      for (const auto& h : e[10].elements) {
+        if (const auto n = parse_own(h.str)) unsent_releases_.erase(*n);
+        orphans_.fetch_add(1, std::memory_order_relaxed);
+      }
       for (const auto& h : e[5].elements) {
         const auto n = parse_own(h.str);
         if (n && !holders_.count(*n) && !requests_.count(*n)) orphans.push_back(h.str);

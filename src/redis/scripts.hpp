@@ -53,8 +53,8 @@ inline constexpr std::string_view kConfigured = "s[ss]";  // {'ok', the cfg hash
 /// created, away, fence_left, my_waiters, epoch, older, instances, Redis' now.
 inline constexpr std::string_view kHeartbeat = "i[s]iii[ss]iiiiiiii[s]|i";
 /// 'ok', permits, waiters, granted, orders (n, order), held, in_use,
-/// fence_left, was_registered, fenced.
-inline constexpr std::string_view kRestored = "sii[i][ii][s]iiii";
+/// fence_left, was_registered, fenced, released (the orphans released).
+inline constexpr std::string_view kRestored = "sii[i][ii][s]iiii[s]";
 /// 'ok', now, in_use, queued, holders (id, tenant, granted), waiters (id,
 /// tenant, arrived, position), instances.
 inline constexpr std::string_view kSnapshot = "siii[ssi][ssii][s]";

@@ -626,6 +626,64 @@ TEST_F(RedisScriptsTest, RestoreOfLostGrantedPermitsFencesTheState) {
   EXPECT_EQ(local.elements.at(9).integer, 0) << "a permit granted locally (degraded) is no loss";
 }
 
+// After an outage on on_redis_down = local, each instance's restore adds the
+// permits it granted locally in the seats of permits it released meanwhile,
+// whose releases never reached Redis (orphans). The restore releases those
+// orphans itself, in the same step: were they released after it (as before),
+// another instance restoring in between would count a seat twice and see
+// more permits than run. Seen as a flaky overshoot_restored in
+// Faults.RestartWithAofAfterAnOutageLongerThanTheTtl.
+TEST_F(RedisScriptsTest, ARestoreReleasesItsOrphansInTheSameStep) {
+  heartbeat("a", 3);
+  heartbeat("b", 3);
+  ASSERT_EQ(acquire("a", 1).elements.at(0).str, "granted");
+  ASSERT_EQ(acquire("b", 1).elements.at(0).str, "granted");
+  ASSERT_EQ(acquire("a", 2).elements.at(0).str, "granted");
+  // Redis away: a|1 and b|1 ended (their releases never sent), a|10 and b|10
+  // were granted locally in their seats; a|2 runs on. Every instance's
+  // restore lists what it runs, n below 11 (its next request) is its own.
+  const auto restore = [&](const std::string& inst, const std::vector<std::pair<int, const char*>>& permits) {
+    std::vector<std::string> args{inst, "60000", "0", "11", std::to_string(permits.size())};
+    for (const auto& [n, kind] : permits) args.insert(args.end(), {std::to_string(n), "", kind, "100"});
+    return call(scripts::kRestore, args);
+  };
+  const Reply b = restore("b", {{10, "l"}});
+  ASSERT_EQ(b.elements.at(10).elements.size(), 1u) << b.excerpt(4096);
+  EXPECT_EQ(b.elements.at(10).elements.at(0).str, "b|1") << "its orphan, released by the restore";
+  EXPECT_EQ(b.elements.at(6).integer, 3) << "a|1 (a's orphan, a has not restored), a|2, b|10";
+  const Reply a = restore("a", {{2, "r"}, {10, "l"}});
+  ASSERT_EQ(a.elements.at(10).elements.size(), 1u) << a.excerpt(4096);
+  EXPECT_EQ(a.elements.at(10).elements.at(0).str, "a|1");
+  EXPECT_EQ(a.elements.at(6).integer, 3) << "a|2, a|10, b|10: what runs, no seat counted twice";
+  EXPECT_EQ(zcard(1), 3);
+  EXPECT_FALSE(holds("a|1"));
+  EXPECT_FALSE(holds("b|1"));
+  // A restore that lists nothing above its own n keeps what it cannot know of.
+  const Reply again =
+      call(scripts::kRestore, {"a", "60000", "0", "", "2", "2", "", "r", "100", "10", "", "l", "100"});
+  EXPECT_TRUE(again.elements.at(10).elements.empty()) << "'' keeps every unlisted permit";
+}
+
+// While the state is fenced a released permit is room for one hand-off
+// (fence_credit). A permit granted locally in the seat of one released
+// meanwhile took that room: the restore that releases the orphan and adds the
+// local permit gives no credit for that seat.
+TEST_F(RedisScriptsTest, AnOrphanWhoseSeatWasReusedLocallyGivesNoHandOff) {
+  heartbeat("a", 2);
+  heartbeat("b", 2);
+  ASSERT_EQ(acquire("a", 1).elements.at(0).str, "granted");
+  ASSERT_EQ(acquire("a", 2).elements.at(0).str, "granted");
+  ASSERT_EQ(acquire("b", 1).elements.at(0).str, "queued");
+  server().command({"HSET", keys_[0], "fence_until", "99999999999999", "fence_credit", "0"});
+  // a|1 and a|2 ended while Redis was away; a|3 was granted locally in a|1's seat.
+  const Reply r = call(scripts::kRestore, {"a", "60000", "0", "4", "1", "3", "", "l", "100"});
+  EXPECT_EQ(r.elements.at(10).elements.size(), 2u) << r.excerpt(4096);
+  EXPECT_TRUE(holds("b|1")) << "a|2's seat is free: handed off while fenced";
+  EXPECT_EQ(server().command({"HGET", keys_[0], "fence_credit"}), "0")
+      << "a|1's seat went to a|3: no second hand-off";
+  EXPECT_EQ(zcard(1), 2) << "a|3 and b|1";
+}
+
 /// The shared server's replication id (master_replid), as the scripts read it.
 std::string replication_id() {
   const std::string info = RedisServer::shared().command({"INFO", "replication"});

@@ -4,8 +4,10 @@
 -- policy. Idempotent: what Redis still has is kept, what is missing is added.
 -- KEYS: see lib.lua.
 -- ARGV[2] instance id, ARGV[3] liveness TTL ms, ARGV[4] recovery fence ms,
--- ARGV[5] n below which this instance's waiters in Redis that are not listed are removed
---         (requests that ended while their cancel could not reach Redis); '' = keep them,
+-- ARGV[5] n below which this instance's waiters and permits in Redis that are not listed are
+--         removed (requests that ended while their cancel could not reach Redis; orphans: permits
+--         released while their release could not reach Redis, grants to a request that ended);
+--         '' = keep them,
 -- ARGV[6] P, then P permits as (n, tenant, kind, held_ms) groups, kind 'r' = Redis had granted
 --         it, 'l' = granted locally while Redis was unreachable; held_ms = how long it has been
 --         held (the status view's age of a permit Redis lost),
@@ -22,9 +24,10 @@
 -- found deleted (holders_lost in lib.lua). A waiter still in the per-instance index but no
 -- longer in the queue (the queue key was deleted) goes back into the queue at its place.
 -- Returns {'ok', permits_added, waiters_added, granted, orders, held, in_use, fence_left_ms,
---          was_registered, fenced}: granted = n of listed waiters that hold a permit now,
--- orders = flat (n, order score) of listed waiters that wait, held = this instance's permits in
--- Redis. Or {'lost'} when the state is gone (the heartbeat creates it first).
+--          was_registered, fenced, released}: granted = n of listed waiters that hold a permit
+-- now, orders = flat (n, order score) of listed waiters that wait, held = this instance's
+-- permits in Redis, released = the orphans released (below). Or {'lost'} when the state is gone
+-- (the heartbeat creates it first).
 local inst, ttl, fence_ms, clean_below = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local count = tonumber(ARGV[6])
 local cfg = load_cfg()
@@ -39,11 +42,13 @@ if mine ~= false and not was_registered then
 end
 redis.call('ZADD', K_INSTANCES, now + ttl, inst)
 
+local listed = {}  -- the n of every permit and waiter listed
 local permits, missing_granted = 0, 0
 local first_waiter = 7 + 4 * count
 for i = 7, first_waiter - 1, 4 do
   local id, tenant, kind = inst .. '|' .. ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local held = math.max(0, tonumber(ARGV[i + 3]) or 0)
+  listed[ARGV[i]] = true
   if not holds(id) then
     local member = find_waiter(id)
     if member then waiter_remove(cfg, member) end  -- granted locally while it waited in Redis
@@ -59,7 +64,7 @@ end
 -- deleted (holder_add).
 local fenced = cfg.fence > fence_before and 1 or 0
 
-local listed, waiters = {}, 0
+local waiters = 0
 for i = first_waiter, #ARGV - 5, 6 do
   local n, order, remaining = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local waited = math.max(0, tonumber(ARGV[i + 3]) or 0)
@@ -82,11 +87,30 @@ for i = first_waiter, #ARGV - 5, 6 do
   end
 end
 local lo, hi = range_of(inst)
+local released = {}
 if clean_below then
   for _, member in ipairs(redis.call('ZRANGEBYLEX', K_BYINST, lo, hi)) do
     local _, id = split_waiter(member)
     local n = string.sub(id, #inst + 2)
     if not listed[n] and (tonumber(n) or 0) < clean_below then waiter_remove(cfg, member) end
+  end
+  -- Orphans: permits of this instance that it neither holds nor waits for (released while Redis
+  -- was unreachable, granted to a request that ended): released here, in the same step, so that
+  -- no other instance's restore counts a seat twice (its local grant and this orphan).
+  local credit_before = cfg.credit
+  for _, member in ipairs(redis.call('ZRANGEBYLEX', K_HOLDERS, lo, hi)) do
+    local id, _, t = split_holder(member)
+    local n = string.sub(id, #inst + 2)
+    if not listed[n] and (tonumber(n) or 0) < clean_below and holder_remove(cfg, id, t) == 1 then
+      released[#released + 1] = id
+    end
+  end
+  -- While fenced, a release is room for one hand-off (fence_credit). But a permit granted
+  -- locally (added above) took the seat of one released meanwhile: that seat is not free.
+  local taken = math.min(cfg.credit - credit_before, permits - missing_granted)
+  if taken > 0 then
+    cfg.credit = cfg.credit - taken
+    redis.call('HINCRBY', K_CFG, 'fence_credit', -taken)
   end
 end
 
@@ -107,4 +131,4 @@ for i = first_waiter, #ARGV - 5, 6 do
 end
 local held = holder_ids(redis.call('ZRANGEBYLEX', K_HOLDERS, lo, hi))
 return {'ok', permits, waiters, granted, orders, held, in_use, math.max(0, cfg.fence - now),
-        was_registered and 1 or 0, fenced}
+        was_registered and 1 or 0, fenced, released}
