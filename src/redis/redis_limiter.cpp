@@ -858,11 +858,19 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const std::set<std::ui
     // A script found the holders key deleted (src/redis/scripts/lib.lua, holders_lost).
     if (holders_lost_ >= 0 && holders_lost > holders_lost_ && integer_of(e[8]) == 0) {
       engine_.holders_key_lost += static_cast<std::uint64_t>(holders_lost - holders_lost_);
+      const std::string what =
+          context_->options.fence().count() == 0
+              ? std::string(
+                    "not fenced (recovery_fence = 0): the cap may be exceeded until every instance "
+                    "has restored what it runs")
+              : fmt::format(
+                    "fenced for {} (grants only in place of released permits until every instance has "
+                    "restored what it runs)",
+                    seconds(fence_left));
       logs.push_back(fmt::format(
           "Redis lost the limiter's holders key (evicted under a maxmemory-policy other than noeviction, "
-          "or deleted) with the permits in it: fenced for {} (grants only in place of released permits "
-          "until every instance has restored what it runs; docs/faults.md, \"Eviction\")",
-          seconds(fence_left)));
+          "or deleted) with the permits in it: {}; docs/faults.md, \"Eviction\"",
+          what));
     }
     holders_lost_ = holders_lost;
     if (source) {

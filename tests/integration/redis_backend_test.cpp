@@ -624,12 +624,36 @@ TEST(RedisBackendTest, ADeletedHoldersKeyIsNamedFencedAndRestored) {
   EXPECT_FALSE(waiter->done()) << "never granted on top of the running permit";
   EXPECT_EQ(said().size(), 1u) << logged.all();
   EXPECT_NE(said()[0].find("docs/faults.md"), std::string::npos) << said()[0];
+  EXPECT_NE(said()[0].find(": fenced for "), std::string::npos) << said()[0];
   EXPECT_EQ(l.snapshot().engine.holders_key_lost, 1u) << "counted (fairgate_holders_key_lost_total)";
   held->release();
   ASSERT_TRUE(wait_until([&] { return waiter->done(); }, 10s));
   EXPECT_EQ(waiter->outcome(), Outcome::granted) << waiter->message();
   waiter->release();
   EXPECT_TRUE(wait_until([&] { return zcard(name, "holders") == 0 && zcard(name, "queue") == 0; }, 5s));
+}
+
+// With recovery_fence = 0 a deleted holders key fences nothing (the trade
+// docs/design.md, rule 4, describes): the line says so rather than "fenced
+// for 0 s".
+TEST(RedisBackendTest, ADeletedHoldersKeyWithoutAFenceSaysItIsNotFenced) {
+  const std::string name = test_name();
+  fairgate::test::LogLines logged;
+  auto o = options_on(server(), logged);
+  o.recovery_fence = 0ms;
+  Instance a(o);
+  Limiter l = a.open(name, cap(1, 30s));
+  auto held = acquire(l);
+  ASSERT_TRUE(wait_until([&] { return held->done(); }, 10s));
+  ASSERT_EQ(held->outcome(), Outcome::granted) << held->message();
+  ASSERT_EQ(server().command({"DEL", key(name, "holders")}), "1");
+  const auto said = [&] { return logged.with("Redis lost the limiter's holders key"); };
+  ASSERT_TRUE(wait_until([&] { return !said().empty(); }, 10s)) << logged.all();
+  EXPECT_NE(said()[0].find("not fenced (recovery_fence = 0)"), std::string::npos) << said()[0];
+  EXPECT_EQ(said()[0].find("fenced for"), std::string::npos) << said()[0];
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 1; }, 10s)) << "the permit restored";
+  held->release();
+  EXPECT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 5s));
 }
 
 // docs/redis-acl.md gives the least a Redis user needs. Its ACL SETUSER line,
