@@ -164,6 +164,10 @@ struct EngineStatus {
   /// key deleted (evicted under a maxmemory-policy other than noeviction, or
   /// a DEL) and fenced the state (docs/design.md, recovery rule 15).
   std::uint64_t holders_key_lost = 0;
+  /// Times this instance saw that a script had found a tenant key of the
+  /// limiter deleted (tenant fairness, max_per_tenant) and rebuilt them all
+  /// from the queue and the permits (docs/design.md, recovery rule 15).
+  std::uint64_t tenant_keys_rebuilt = 0;
   std::chrono::milliseconds fenced_time{0};  ///< time seen fenced in all
   /// Permits this instance put back although the cap was already reached (its
   /// work kept running while Redis had reaped it: a pause or a partition

@@ -51,6 +51,7 @@ std::vector<std::string> worker_argv(const std::string& executable, const Worker
   if (o.system == "fairgate") {
     if (!o.tenant.empty()) flag("--tenant", o.tenant);
     if (o.tenant_fairness) flag("--tenant-fairness", "1");
+    if (o.max_per_tenant) flag("--max-per-tenant", std::to_string(*o.max_per_tenant));
     // Recovery and degraded modes: only when not the defaults.
     const WorkerOptions defaults;
     if (o.on_redis_down != defaults.on_redis_down) flag("--on-redis-down", o.on_redis_down);

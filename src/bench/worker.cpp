@@ -51,6 +51,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
     settings.max_concurrent = options_.max_concurrent;
     settings.max_wait = std::chrono::minutes(10);
     settings.tenant_fairness = options_.tenant_fairness;
+    settings.max_per_tenant = options_.max_per_tenant;
     settings.on_redis_down = parse_redis_down_policy(options_.on_redis_down).value_or(RedisDownPolicy::local);
     settings.local_share = options_.local_share;
     auto opened = backend_->open(options_.limiter, settings);

@@ -61,6 +61,8 @@ struct WorkerOptions {
   /// ...and whether the limiter runs with tenant fairness (its first heartbeat
   /// creates the limiter's config, so every worker of a run passes the same).
   bool tenant_fairness = false;
+  /// ...and its max_per_tenant (unset: none).
+  std::optional<std::uint32_t> max_per_tenant;
   /// Recovery and degraded modes (RedisBackendOptions, Settings::on_redis_down).
   std::string on_redis_down = "local";
   std::optional<std::uint32_t> local_share;

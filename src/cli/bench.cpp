@@ -186,6 +186,7 @@ Command add_bench_worker_command(CLI::App& root) {
     long spread_ms = 0, duration_ms = 0;
     long recovery_fence_ms = -1, degrade_after_ms = 1000, recover_after_ms = 1000, reject_pause_ms = 50;
     long local_share = -1;
+    long max_per_tenant = -1;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* app = root.add_subcommand("bench-worker", "One instance of `fairgate bench` (internal)");
@@ -211,6 +212,7 @@ Command add_bench_worker_command(CLI::App& root) {
   app->add_option("--seed", f->o.seed);
   app->add_option("--tenant", f->o.tenant);
   app->add_option("--tenant-fairness", f->o.tenant_fairness);
+  app->add_option("--max-per-tenant", f->max_per_tenant);
   app->add_option("--on-redis-down", f->o.on_redis_down)->check(CLI::IsMember({"local", "open", "closed"}));
   app->add_option("--local-share", f->local_share);
   app->add_option("--recovery-fence-ms", f->recovery_fence_ms);
@@ -231,6 +233,8 @@ Command add_bench_worker_command(CLI::App& root) {
                    o.closed_loop = o.clients > 0;
                    if (f->recovery_fence_ms >= 0) o.recovery_fence = milliseconds(f->recovery_fence_ms);
                    if (f->local_share >= 0) o.local_share = static_cast<std::uint32_t>(f->local_share);
+                   if (f->max_per_tenant >= 0)
+                     o.max_per_tenant = static_cast<std::uint32_t>(f->max_per_tenant);
                    o.degrade_after = milliseconds(f->degrade_after_ms);
                    o.recover_after = milliseconds(f->recover_after_ms);
                    o.reject_pause = milliseconds(f->reject_pause_ms);

@@ -836,7 +836,7 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const std::set<std::ui
     core::PaceFigures f;
     std::int64_t last = 0, at = 0;
     const std::string* source = nullptr;
-    std::int64_t holders_lost = 0;
+    std::int64_t holders_lost = 0, tenants_lost = 0;
     const auto& cfg = e[5].elements;
     for (std::size_t i = 0; i + 1 < cfg.size(); i += 2) {
       const std::string& field = cfg[i].str;
@@ -853,6 +853,8 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const std::set<std::ui
         source = &value;
       } else if (field == "holders_lost") {
         holders_lost = parse_number<std::int64_t>(value).value_or(0);
+      } else if (field == "tenants_lost") {
+        tenants_lost = parse_number<std::int64_t>(value).value_or(0);
       }
     }
     // A script found the holders key deleted (src/redis/scripts/lib.lua, holders_lost).
@@ -873,6 +875,15 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const std::set<std::ui
           what));
     }
     holders_lost_ = holders_lost;
+    // A script found a tenant key deleted and rebuilt them all (lib.lua, repair_tenants).
+    if (tenants_lost_ >= 0 && tenants_lost > tenants_lost_ && integer_of(e[8]) == 0) {
+      engine_.tenant_keys_rebuilt += static_cast<std::uint64_t>(tenants_lost - tenants_lost_);
+      logs.push_back(
+          "Redis lost a tenant key of the limiter (evicted under a maxmemory-policy other than noeviction, "
+          "or deleted): rebuilt from the queue and the permits; waiters it had stranded are served, and "
+          "max_per_tenant may not have held meanwhile; docs/faults.md, \"Eviction\"");
+    }
+    tenants_lost_ = tenants_lost;
     if (source) {
       if (source->empty() && !told_unchecked_) {
         told_unchecked_ = true;

@@ -250,6 +250,7 @@ class RedisLimiter final : public detail::LimiterImpl {
   std::string source_;                  // cfg source as last seen: the Redis the state's grants were made on
   bool told_unchecked_ = false;         // logged that Redis denies INFO (source empty: rule 14 off)
   std::int64_t holders_lost_ = -1;      // cfg holders_lost as last seen (-1: not yet seen)
+  std::int64_t tenants_lost_ = -1;      // cfg tenants_lost as last seen (-1: not yet seen)
   std::vector<std::string> instances_;  // registered instances at the last heartbeat
   // The cluster-wide pace (release.lua measures it in Redis time), as of the
   // last heartbeat reply, received at pace_seen_ (core/service_pace.hpp).

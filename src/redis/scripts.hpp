@@ -88,6 +88,10 @@ std::vector<std::string> limiter_keys(const std::string& base);
 /// (src/redis/scripts/lib.lua, HOLDERS_MARK; docs/design.md, recovery rule 15).
 inline constexpr std::string_view kHoldersMark = "!";
 
+/// The field a tholders hash keeps beside the tenants' counts while the limiter
+/// is tenant-aware (src/redis/scripts/lib.lua, TENANTS_MARK): no tenant has a space.
+inline constexpr std::string_view kTenantsMark = "* mark";
+
 /// The command that counts the permits of holders key `key`: every member but the mark.
 inline std::vector<std::string> count_permits(const std::string& key) {
   return {"ZLEXCOUNT", key, "(" + std::string(kHoldersMark), "+"};

@@ -66,6 +66,10 @@ void render_limiter_state(std::string& out, const std::vector<Snapshot>& snaps) 
           "Times this instance saw the limiter's holders key found deleted in Redis (evicted, or a DEL): "
           "fenced until every instance restored its permits.",
           [](const Snapshot& s) { return s.engine.holders_key_lost; });
+  counter("fairgate_tenant_keys_rebuilt_total",
+          "Times this instance saw a tenant key of the limiter found deleted in Redis (evicted, or a DEL): "
+          "the tenant keys rebuilt from the queue and the permits.",
+          [](const Snapshot& s) { return s.engine.tenant_keys_rebuilt; });
   counter("fairgate_overshoot_restored_total",
           "Permits this instance restored above the cap (its work outlived its liveness in Redis).",
           [](const Snapshot& s) { return s.engine.overshoot_restored; });

@@ -304,6 +304,9 @@ Worker& Cluster::start(Route route, std::optional<RunOptions> override) {
   w.recover_after = o.recover_after;
   w.on_redis_down = o.policy;
   w.local_share = o.local_share;
+  if (o.tenant_per_instance) w.tenant = fmt::format("t{}", started_);
+  w.tenant_fairness = o.tenant_fairness;
+  w.max_per_tenant = o.max_per_tenant;
   w.clients = o.clients;
   w.closed_loop = o.clients > 0;
   w.duration = o.duration;

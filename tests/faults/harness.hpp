@@ -56,6 +56,10 @@ struct RunOptions {
   milliseconds recover_after{500};
   std::string policy = "local";
   std::optional<std::uint32_t> local_share;
+  /// Tenants: each instance's requests are of its own tenant ("t1", "t2", …).
+  bool tenant_per_instance = false;
+  bool tenant_fairness = false;
+  std::optional<std::uint32_t> max_per_tenant;
   std::size_t clients = 3;  ///< closed-loop clients per instance
   milliseconds hold_min{20}, hold_max{80};
   milliseconds max_wait{30000};

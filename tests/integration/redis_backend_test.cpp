@@ -633,6 +633,48 @@ TEST(RedisBackendTest, ADeletedHoldersKeyIsNamedFencedAndRestored) {
   EXPECT_TRUE(wait_until([&] { return zcard(name, "holders") == 0 && zcard(name, "queue") == 0; }, 5s));
 }
 
+// A tenant key deleted on its own (here tready, the rotation) stranded the
+// waiting tenants: a released seat went to nobody. The heartbeat finds it and
+// rebuilds the tenant keys; the instance says so once and counts it; the
+// waiters are served in their order.
+TEST(RedisBackendTest, ADeletedTenantKeyIsNamedRebuiltAndItsWaitersServed) {
+  const std::string name = test_name();
+  fairgate::test::LogLines logged;
+  Instance a(options_on(server(), logged));
+  Settings s = cap(1, 30s);
+  s.tenant_fairness = true;
+  Limiter l = a.open(name, s);
+  ASSERT_TRUE(wait_until([&] { return ready_past_fence(a, name, l); }, 10s));
+  const auto of = [](const char* tenant) {
+    AcquireOptions o;
+    o.tenant = tenant;
+    return o;
+  };
+  auto held = acquire(l, of("t1"));
+  ASSERT_TRUE(wait_until([&] { return held->done(); }));
+  ASSERT_EQ(held->outcome(), Outcome::granted) << held->message();
+  auto first = acquire(l, of("t1"));
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "queue") == 1; }, 5s));
+  auto second = acquire(l, of("t2"));
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "queue") == 2; }, 5s));
+
+  ASSERT_EQ(server().command({"DEL", key(name, "tready")}), "1");
+  held->release();
+  ASSERT_TRUE(wait_until([&] { return first->done(); }, 10s)) << logged.all();
+  EXPECT_EQ(first->outcome(), Outcome::granted) << first->message();
+  EXPECT_FALSE(second->done()) << "one seat: t1's waiter (the oldest) first";
+  const auto said = [&] { return logged.with("Redis lost a tenant key of the limiter"); };
+  ASSERT_TRUE(wait_until([&] { return !said().empty(); }, 10s)) << logged.all();
+  EXPECT_NE(said()[0].find("docs/faults.md"), std::string::npos) << said()[0];
+  first->release();
+  ASSERT_TRUE(wait_until([&] { return second->done(); }, 10s));
+  EXPECT_EQ(second->outcome(), Outcome::granted) << second->message();
+  second->release();
+  std::this_thread::sleep_for(600ms);  // more heartbeats: a whole state is not rebuilt again
+  EXPECT_EQ(said().size(), 1u) << logged.all();
+  EXPECT_EQ(l.snapshot().engine.tenant_keys_rebuilt, 1u) << "counted (fairgate_tenant_keys_rebuilt_total)";
+}
+
 // With recovery_fence = 0 a deleted holders key fences nothing (the trade
 // docs/design.md, rule 4, describes): the line says so rather than "fenced
 // for 0 s".

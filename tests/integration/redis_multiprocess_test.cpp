@@ -209,7 +209,9 @@ TEST(RedisMultiProcessTest, KilledTenantHolderReturnsItsTenantCount) {
       << server().command(fairgate::test::permits_command(key(name, "holders")));
   fleet.exit_all();
   EXPECT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 5s));
-  EXPECT_TRUE(wait_until([&] { return server().command({"HLEN", key(name, "tholders")}) == "0"; }, 5s));
+  EXPECT_TRUE(wait_until(
+      [&] { return server().command(fairgate::test::tenant_count_command(key(name, "tholders"))) == "0"; },
+      5s));
 }
 
 // Pub/Sub loss: CLIENT KILL TYPE pubsub mid-run drops both processes' wake

@@ -847,6 +847,126 @@ TEST_F(RedisScriptsTest, ADeletedArrivalCounterKeepsNewArrivalsBehindTheQueue) {
   EXPECT_TRUE(holds("a|2")) << "the oldest waiter first";
 }
 
+// Rule 15 for the tenant keys (docs/design.md): each deleted on its own, as an
+// evicting maxmemory-policy or a DEL does. A helper for these tests: an
+// arrival of `inst` as request n of `tenant`, its verdict.
+class TenantKeysTest : public RedisScriptsTest {
+ protected:
+  std::string arrive(int n, const std::string& tenant) {
+    return call(scripts::kAcquire, {"a", std::to_string(n), "60000", tenant, "1"}).elements.at(0).str;
+  }
+  void release(int n) { call(scripts::kRelease, {"a|" + std::to_string(n)}); }
+  std::string tq(const std::string& t) { return "t:" + name_ + ":tq:" + t; }
+  std::string tenants_lost() { return server().command({"HGET", keys_[0], "tenants_lost"}); }
+  std::vector<std::string> fair = {"tenant_fairness", "1"};
+};
+
+// tholders deleted: a tenant at max_per_tenant counted 0, and an arrival of
+// it was granted at once past its cap. Its mark gone, the count is made
+// again from the holders before it is read.
+TEST_F(TenantKeysTest, DeletedTenantCountsAreCountedAgainBeforeTheCapIsRead) {
+  heartbeat("a", 3, 60000, "", 0, 0, {"max_per_tenant", "1"});
+  ASSERT_EQ(arrive(1, "t1"), "granted");
+  ASSERT_EQ(arrive(2, "t1"), "queued") << "t1 is at its cap";
+  EXPECT_EQ(server().command({"HGET", keys_[9], std::string(fairgate::redis::kTenantsMark)}), "1")
+      << "the count read, the hash marked";
+  EXPECT_EQ(tenants_lost(), "(nil)") << "marking a hash of an earlier version is no loss";
+  ASSERT_EQ(server().command({"DEL", keys_[9]}), "1");
+  EXPECT_EQ(arrive(3, "t1"), "queued") << "still at its cap: t1 holds a|1";
+  EXPECT_EQ(zcard(1), 1);
+  EXPECT_EQ(server().command({"HGET", keys_[9], "t1"}), "1");
+  EXPECT_EQ(tenants_lost(), "1");
+  EXPECT_EQ(arrive(4, "t2"), "granted") << "another tenant below its cap";
+  release(1);
+  EXPECT_TRUE(holds("a|2")) << "t1's oldest waiter next";
+  EXPECT_FALSE(holds("a|3"));
+}
+
+// tready deleted: the waiting tenants were in no rotation and a released
+// seat went to nobody. The heartbeat sees room and a queue that no parked
+// tenant accounts for, rebuilds the tenant keys and serves in order.
+TEST_F(TenantKeysTest, ADeletedRotationIsFoundByTheHeartbeatAndRebuilt) {
+  heartbeat("a", 1, 60000, "", 0, 0, fair);
+  ASSERT_EQ(arrive(1, "t1"), "granted");
+  ASSERT_EQ(arrive(2, "t1"), "queued");
+  ASSERT_EQ(arrive(3, "t2"), "queued");
+  ASSERT_EQ(server().command({"DEL", keys_[7]}), "1");
+  release(1);
+  EXPECT_FALSE(holds("a|2")) << "no tenant ready: nothing granted on the release";
+  heartbeat("a", 1, 60000, "", 0, 0, fair);
+  EXPECT_TRUE(holds("a|2")) << "the oldest waiter, once the rotation is rebuilt";
+  EXPECT_EQ(tenants_lost(), "1");
+  release(2);
+  EXPECT_TRUE(holds("a|3")) << "and the next";
+  heartbeat("a", 1, 60000, "", 0, 0, fair);
+  EXPECT_EQ(tenants_lost(), "1") << "a whole state is not rebuilt again";
+}
+
+// A tenant's queue deleted: the dispatch found it empty while the tenant was
+// ready, dropped the tenant and its waiters were never served. Now that
+// dispatch rebuilds the tenant keys and goes on, in the same script.
+TEST_F(TenantKeysTest, ADeletedTenantQueueIsRebuiltByTheDispatchThatFindsIt) {
+  heartbeat("a", 1, 60000, "", 0, 0, fair);
+  ASSERT_EQ(arrive(1, "t1"), "granted");
+  ASSERT_EQ(arrive(2, "t1"), "queued");
+  ASSERT_EQ(arrive(3, "t1"), "queued");
+  ASSERT_EQ(arrive(4, "t2"), "queued");
+  ASSERT_EQ(server().command({"DEL", tq("t1")}), "1");
+  release(1);
+  EXPECT_TRUE(holds("a|2")) << "t1's oldest waiter, by the same release";
+  EXPECT_EQ(tenants_lost(), "1");
+  release(2);
+  EXPECT_TRUE(holds("a|4")) << "then t2's turn";
+  release(4);
+  EXPECT_TRUE(holds("a|3"));
+}
+
+// tparked deleted: a parked tenant that frees a permit rejoins the rotation
+// only if it was parked, so its waiters were stranded (and starved while
+// other tenants kept the limiter full). The release of a tenant at its cap
+// with waiters, not ready and not parked, finds it.
+TEST_F(TenantKeysTest, ADeletedParkedSetIsFoundByTheReleaseOfAParkedTenant) {
+  heartbeat("a", 2, 60000, "", 0, 0, {"max_per_tenant", "1"});
+  ASSERT_EQ(arrive(1, "t1"), "granted");
+  ASSERT_EQ(arrive(2, "t1"), "queued");
+  ASSERT_EQ(arrive(3, "t2"), "granted");
+  ASSERT_EQ(server().command({"DEL", keys_[8]}), "1");
+  release(1);
+  EXPECT_TRUE(holds("a|2")) << "t1's waiter, by the same release";
+  EXPECT_EQ(tenants_lost(), "1");
+}
+
+// tready deleted while the limiter is full: the release found no tenant ready
+// and the seat stayed free, and an arrival with room and no tenant ready was
+// granted at once (I3' says every waiter's tenant is parked then), ahead of
+// the stranded waiters. The arrival checks that and rebuilds first.
+TEST_F(TenantKeysTest, ADeletedRotationIsFoundByTheNextArrivalWithRoom) {
+  heartbeat("a", 1, 60000, "", 0, 0, fair);
+  ASSERT_EQ(arrive(1, "t1"), "granted");
+  ASSERT_EQ(arrive(2, "t1"), "queued");
+  ASSERT_EQ(arrive(3, "t2"), "queued");
+  ASSERT_EQ(server().command({"DEL", keys_[7]}), "1");
+  release(1);
+  EXPECT_EQ(arrive(4, "t3"), "queued") << "not ahead of the stranded waiters";
+  EXPECT_TRUE(holds("a|2")) << "the oldest waiter got the seat";
+  EXPECT_EQ(tenants_lost(), "1");
+}
+
+// trot deleted: INCR restarted at 1, so a tenant that arrived after it went
+// ahead of every tenant already waiting, and each of its later turns too. Now
+// the counter goes on above the rotation.
+TEST_F(TenantKeysTest, ADeletedRotationCounterKeepsNewTenantsBehind) {
+  heartbeat("a", 1, 60000, "", 0, 0, fair);
+  ASSERT_EQ(arrive(1, "t0"), "granted");
+  server().command({"SET", keys_[11], "100"});  // turns taken before
+  for (int n = 2; n <= 4; ++n) ASSERT_EQ(arrive(n, "t" + std::to_string(n - 1)), "queued");
+  ASSERT_EQ(server().command({"DEL", keys_[11]}), "1");
+  ASSERT_EQ(arrive(5, "t4"), "queued");
+  EXPECT_GT(std::stoll(server().command({"ZSCORE", keys_[7], "t4"})), 103) << "behind t1..t3";
+  release(1);
+  EXPECT_TRUE(holds("a|2")) << "t1 first, not t4";
+}
+
 // Where an ACL denies INFO, the check of rule 14 is off, and nothing else
 // changes: the scripts grant as before instead of failing every grant.
 TEST_F(RedisScriptsTest, WithoutInfoAllowedAGrantGoesOnUnchecked) {
@@ -1157,7 +1277,8 @@ TEST_F(RedisScriptsTest, TenantsOfEarlierHolderMembersAreReadFromPtenantAndSwept
   EXPECT_EQ(server().command({"EXISTS", ptenant}), "0");
   EXPECT_EQ(tenants(), (std::map<std::string, std::string>{{"a|3", "new"}}));
   EXPECT_EQ(call(scripts::kRelease, {"a|3"}).elements.at(0).integer, 1);
-  EXPECT_EQ(server().command({"HLEN", keys_[9]}), "0") << "every tenant count back to none";
+  EXPECT_EQ(server().command(fairgate::test::tenant_count_command(keys_[9])), "0")
+      << "every tenant count back to none";
 }
 
 // What one status call costs with 10, 1,000 and 10,000 waiters (a page of

@@ -151,7 +151,8 @@ TEST(RedisTenantTest, RotationAcrossTwoInstancesServesOneRequestPerTenantPerTurn
       [&] { return number(server().command(fairgate::test::count_command(key(name, "holders")))) == 0; },
       5s));
   EXPECT_EQ(server().command(fairgate::test::count_command(key(name, "tready"))), "0");
-  EXPECT_EQ(server().command({"HLEN", key(name, "tholders")}), "0") << "every tenant count back to 0";
+  EXPECT_EQ(server().command(fairgate::test::tenant_count_command(key(name, "tholders"))), "0")
+      << "every tenant count back to 0";
   EXPECT_EQ(server().command({"EXISTS", key(name, "tq:A")}), "0") << "empty tenant queues are gone";
 }
 
@@ -279,7 +280,7 @@ TEST_P(RedisTenantCapTest, NoTenantEverHoldsMoreThanItsCap) {
   int most = 0;
   for (const auto& [t, m] : max_held) most = std::max(most, m);
   EXPECT_EQ(most, static_cast<int>(kPerTenant)) << "the per-tenant cap was reached (the test exercised it)";
-  EXPECT_EQ(server().command({"HLEN", key(name, "tholders")}), "0");
+  EXPECT_EQ(server().command(fairgate::test::tenant_count_command(key(name, "tholders"))), "0");
   EXPECT_EQ(server().command({"SCARD", key(name, "tparked")}), "0");
 }
 

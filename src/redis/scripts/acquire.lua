@@ -42,7 +42,16 @@ if cfg.tmode then
   -- I3': tready is empty unless there is no room, so with room every waiter
   -- belongs to a parked tenant: a newcomer below its own cap passes nobody.
   local holders = redis.call('ZCARD', K_TREADY) == 0 and count_holders(cfg, now)
-  if holders and has_room(cfg, holders, now) and not (cfg.cap and held_by(tenant) >= cfg.cap) and
+  if holders and queued > 0 and has_room(cfg, holders, now) and not tenants_whole(queued) and
+      repair_tenants(cfg) then
+    -- A tenant key was deleted on its own (rule 15) and stranded waiters: rebuilt, they go first;
+    -- then this arrival as any other.
+    local _
+    _, holders = dispatch(cfg, now)
+    queued = redis.call('ZCARD', K_QUEUE)
+    if redis.call('ZCARD', K_TREADY) > 0 then holders = false end
+  end
+  if holders and has_room(cfg, holders, now) and not (cfg.cap and held_by(cfg, tenant) >= cfg.cap) and
       room_to_grant(cfg, holders, now) then
     holder_add(cfg, id, tenant)
     took_room(cfg, now)

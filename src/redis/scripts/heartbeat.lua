@@ -81,6 +81,14 @@ else
 end
 local reaped = reap(now, inst, list, away == 1)
 local granted, in_use = dispatch(cfg, now)
+local waiting = cfg.tmode and cfg.enabled and has_room(cfg, in_use, now) and redis.call('ZCARD', K_QUEUE)
+if waiting and waiting > 0 and not tenants_whole(waiting) and repair_tenants(cfg) then
+  -- Room left and a queue that the parked tenants do not account for (I3'): a tenant key was
+  -- deleted on its own and stranded waiters; rebuilt (repair_tenants), now served.
+  local more
+  more, in_use = dispatch(cfg, now)
+  granted = granted + more
+end
 local held, my_waiters = {}, 0
 if lost == 0 then
   local lo, hi = range_of(inst)

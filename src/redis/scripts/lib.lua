@@ -52,10 +52,13 @@
 --                   dispatch order (fairness: rotation ticket from trot; else the
 --                   order score of the tenant's oldest waiter = global FIFO skipping capped tenants)
 --   KEYS[9] tparked   set   tenants that wait but hold max_per_tenant permits (not in tready)
---   KEYS[10] tholders hash  tenant -> permits held
+--   KEYS[10] tholders hash  tenant -> permits held, and TENANTS_MARK -> 1 once a count was read
+--                   (held_by): without it the hash was deleted, and is counted again
 --   KEYS[11] tcredit  hash  tenant -> grants left in its current turn (absent: a turn starts with
 --                   the weight of its oldest waiter)
---   KEYS[12] trot     string INCR rotation ticket
+--   KEYS[12] trot     string INCR rotation ticket (next_turn)
+-- A tenant key deleted on its own (evicted, DEL) is found and every tenant key rebuilt from the
+-- queue and the holders (repair_tenants); cfg tenants_mark, tenants_lost.
 -- ARGV[1] is always the wake channel prefix; an instance's channel is ARGV[1] .. inst (same hash
 -- tag: a shard channel of the limiter's slot, SPUBLISH, so on a Cluster the message stays on the
 -- limiter's shard; standalone Redis 7 has SPUBLISH too). A wake message is a permit id
@@ -279,6 +282,7 @@ local function make_cfg(h)
     source = h.source,
     fence_ms = tonumber(h.fence_ms or '0') or 0,
     marked = h.holders_mark == '1',
+    tenants_marked = h.tenants_mark == '1',
     pace = {gap = tonumber(h.pace_gap or '0') or 0, n = tonumber(h.pace_n or '0') or 0,
             last = tonumber(h.pace_last or '0') or 0, at = tonumber(h.pace_at or '0') or 0},
     seat = {gap = tonumber(h.seat_gap or '0') or 0, n = tonumber(h.seat_n or '0') or 0,
@@ -293,7 +297,7 @@ end
 local CFG_FIELDS = {'max_concurrent', 'enabled', 'when_disabled', 'max_queue', 'tenant_fairness',
                     'max_per_tenant', 'epoch', 'fence_until', 'fence_credit', 'reject_early',
                     'pace_gap', 'pace_n', 'pace_last', 'pace_at', 'seat_gap', 'seat_n', 'seat_last', 'seat_at',
-                    'source', 'fence_ms', 'holders_mark'}
+                    'source', 'fence_ms', 'holders_mark', 'tenants_mark'}
 
 -- The limiter's config and engine fields; nil when the state is gone.
 local function load_cfg()
@@ -463,20 +467,66 @@ local function took_room(cfg, now)
   end
 end
 
-local function held_by(t) return tonumber(redis.call('HGET', K_THOLDERS, t) or '0') end
+-- The field that marks a whole tholders hash (while tenant-aware): no tenant has a space in
+-- its name. A tholders hash without it was deleted (evicted, DEL) or written by an earlier
+-- version: its counts are not trusted but recounted from holders.
+local TENANTS_MARK = '* mark'
+
+-- Counts tholders afresh from the holders (O(permits)), with its mark. `lost`: the mark was
+-- missing from a marked state (cfg tenants_lost counts it; see repair_tenants).
+local function count_tenants(cfg, lost)
+  redis.call('DEL', K_THOLDERS)
+  for _, member in ipairs(redis.call('ZRANGE', K_HOLDERS, 0, -1)) do
+    if member ~= HOLDERS_MARK then
+      local id, _, t = split_holder(member)
+      redis.call('HINCRBY', K_THOLDERS, holder_tenant(id, t), 1)
+    end
+  end
+  redis.call('HSET', K_THOLDERS, TENANTS_MARK, 1)
+  if lost and cfg.tenants_marked then redis.call('HINCRBY', K_CFG, 'tenants_lost', 1) end
+  if not cfg.tenants_marked then
+    cfg.tenants_marked = true
+    redis.call('HSET', K_CFG, 'tenants_mark', '1')
+  end
+end
+
+-- Permits tenant t holds (I6's count), checking tholders' mark in the same command.
+local function held_by(cfg, t)
+  local v = redis.call('HMGET', K_THOLDERS, t, TENANTS_MARK)
+  if v[2] then return tonumber(v[1] or '0') end
+  count_tenants(cfg, true)
+  return tonumber(redis.call('HGET', K_THOLDERS, t) or '0')
+end
+
+-- The next rotation ticket. INCR gives 1 when trot was absent: a new rotation, or the key was
+-- deleted (evicted, DEL) while tenants wait with higher tickets, who would then wait behind every
+-- turn until the counter caught up: it goes on above the last of them instead.
+local function next_turn()
+  local turn = redis.call('INCR', K_TROT)
+  if turn > 1 then return turn end
+  local last = tonumber(redis.call('ZRANGE', K_TREADY, -1, -1, 'WITHSCORES')[2] or '0')
+  if last >= turn then
+    turn = math.floor(last) + 1
+    redis.call('SET', K_TROT, int(turn))
+  end
+  return turn
+end
 
 -- Tenant t waits and is neither ready nor parked: into the rotation (at the
 -- back) / FIFO order (by its oldest waiter), or parked when at its cap.
 local function t_place(cfg, t)
-  if cfg.cap and held_by(t) >= cfg.cap then
+  if cfg.cap and held_by(cfg, t) >= cfg.cap then
     redis.call('SADD', K_TPARKED, t)
     return
   end
   local score
   if cfg.fair then
-    score = redis.call('INCR', K_TROT)
+    score = next_turn()
   else
     score = redis.call('ZRANGE', tq(t), 0, 0, 'WITHSCORES')[2]
+    -- Its queue is gone (deleted on its own): nothing to place; the heartbeat rebuilds the
+    -- tenant keys from the queue (repair_tenants).
+    if not score then return end
   end
   redis.call('ZADD', K_TREADY, score, t)
 end
@@ -549,6 +599,8 @@ local function holder_add(cfg, id, t, granted)
   if cfg and cfg.tmode then redis.call('HINCRBY', K_THOLDERS, t, 1) end
 end
 
+local repair_tenants  -- below: holder_remove finds a parked tenant lost
+
 -- Removes permit `id` of tenant `t` (nil: read it from the member, needed only for the
 -- tenant counts). A parked tenant that frees a permit rejoins (at the back of the rotation).
 -- Returns 1, or 0 when `id` held nothing.
@@ -564,8 +616,15 @@ local function holder_remove(cfg, id, t)
     redis.call('HINCRBY', K_CFG, 'fence_credit', 1)
   end
   if tmode then
-    if redis.call('HINCRBY', K_THOLDERS, t, -1) <= 0 then redis.call('HDEL', K_THOLDERS, t) end
-    if redis.call('SREM', K_TPARKED, t) == 1 then t_place(cfg, t) end
+    local left = redis.call('HINCRBY', K_THOLDERS, t, -1)
+    if left <= 0 then redis.call('HDEL', K_THOLDERS, t) end
+    if redis.call('SREM', K_TPARKED, t) == 1 then
+      t_place(cfg, t)
+    elseif cfg.cap and left >= cfg.cap - 1 and redis.call('ZCARD', tq(t)) > 0 and
+        redis.call('ZSCORE', K_TREADY, t) == false then
+      -- At its cap with waiters, so parked (I3'), yet not in tparked: that key was deleted.
+      repair_tenants(cfg)
+    end
   end
   return 1
 end
@@ -576,21 +635,88 @@ local function park(t)
   redis.call('SADD', K_TPARKED, t)
 end
 
+-- After a config change that touches tenants (tenant_fairness, max_per_tenant,
+-- enabled): rebuilds the tenant structures from what is there. Waiters keep
+-- their order score; the rotation restarts in order of each tenant's oldest waiter.
+local function rebuild_tenants(old, cfg)
+  local was = old and old.tmode
+  local tenants = {}
+  if was then
+    for _, t in ipairs(redis.call('ZRANGE', K_TREADY, 0, -1)) do tenants[t] = true end
+    for _, t in ipairs(redis.call('SMEMBERS', K_TPARKED)) do tenants[t] = true end
+  end
+  redis.call('DEL', K_TREADY, K_TPARKED, K_TCREDIT)
+  if not cfg.tmode then
+    for t in pairs(tenants) do redis.call('DEL', tq(t)) end
+    redis.call('DEL', K_THOLDERS, K_TROT)
+    return
+  end
+  if not was then
+    -- Per-tenant queues and holder counts from the global queue and holders.
+    local q = redis.call('ZRANGE', K_QUEUE, 0, -1, 'WITHSCORES')
+    for i = 1, #q, 2 do
+      local _, _, _, _, t = split_waiter(q[i])
+      redis.call('ZADD', tq(t), q[i + 1], q[i])
+      tenants[t] = true
+    end
+    count_tenants(cfg, false)
+  end
+  local order = {}
+  for t in pairs(tenants) do
+    local head = redis.call('ZRANGE', tq(t), 0, 0, 'WITHSCORES')
+    if head[1] then order[#order + 1] = {tonumber(head[2]), t} end
+  end
+  table.sort(order, function(a, b) return a[1] < b[1] end)
+  for _, e in ipairs(order) do t_place(cfg, e[2]) end
+end
+
+-- A tenant key deleted on its own (an evicting maxmemory-policy, a DEL: recovery rule 15 in
+-- docs/design.md) — a tenant's queue, tready or tparked — strands waiters: in the queue, but no
+-- tenant of theirs is ready. Found where a tenant in tready has an empty queue (dispatch_tenants)
+-- and by the heartbeat (room, a queue, and the parked tenants' queues do not hold it all, I3').
+-- Rebuilds every tenant key from the queue and the holders (O(waiters + permits)), once per
+-- script; counted in cfg tenants_lost. Returns true when it did.
+function repair_tenants(cfg)
+  if cfg.repaired then return false end
+  cfg.repaired = true
+  redis.call('HINCRBY', K_CFG, 'tenants_lost', 1)
+  local tenants = {}
+  for _, t in ipairs(redis.call('ZRANGE', K_TREADY, 0, -1)) do tenants[t] = true end
+  for _, t in ipairs(redis.call('SMEMBERS', K_TPARKED)) do tenants[t] = true end
+  for _, member in ipairs(redis.call('ZRANGE', K_QUEUE, 0, -1)) do
+    local _, _, _, _, t = split_waiter(member)
+    tenants[t] = true
+  end
+  for t in pairs(tenants) do redis.call('DEL', tq(t)) end
+  rebuild_tenants(nil, cfg)
+  return true
+end
+
+-- After a dispatch with room, every waiting tenant is parked (I3'): the parked tenants' queues
+-- hold the whole queue, `queued` waiters (1 + one ZCARD per parked tenant, at most
+-- max_concurrent: each holds a permit). False when a tenant key was deleted and stranded some.
+local function tenants_whole(queued)
+  local parked = 0
+  for _, t in ipairs(redis.call('SMEMBERS', K_TPARKED)) do parked = parked + redis.call('ZCARD', tq(t)) end
+  return parked == queued
+end
+
 -- Tenant-aware dispatch: serve the head of the first tenant in tready.
 local function dispatch_tenants(cfg, now, holders)
   local granted = 0
   while has_room(cfg, holders, now) do
     local t = redis.call('ZRANGE', K_TREADY, 0, 0)[1]
     if not t then break end
-    local held = cfg.cap and held_by(t) or 0
+    local held = cfg.cap and held_by(cfg, t) or 0
     local key = tq(t)
     local head, score = nil, nil
     if cfg.cap and held >= cfg.cap then
       park(t)  -- its cap was lowered: skip it until one of its permits returns
     else
       head, score = pop_head(key)
-      if not head then
-        -- Cannot happen while the keys are whole; never loop on it.
+      if not head and not repair_tenants(cfg) then
+        -- Cannot happen while the keys are whole (its queue was deleted: repaired above, once
+        -- per script); never loop on it.
         redis.call('ZREM', K_TREADY, t)
         redis.call('HDEL', K_TCREDIT, t)
       end
@@ -626,7 +752,7 @@ local function dispatch_tenants(cfg, now, holders)
         local credit = tonumber(redis.call('HGET', K_TCREDIT, t) or weight) - 1
         if credit <= 0 then
           redis.call('HDEL', K_TCREDIT, t)
-          redis.call('ZADD', K_TREADY, redis.call('INCR', K_TROT), t)  -- to the back
+          redis.call('ZADD', K_TREADY, next_turn(), t)  -- to the back
         else
           redis.call('HSET', K_TCREDIT, t, credit)
         end
@@ -725,47 +851,6 @@ local function notify_instances()
   for i = 1, #list, 2 do
     if tonumber(list[i + 1]) >= 0 then redis.call('SPUBLISH', WAKE_PREFIX .. list[i], '!cfg') end
   end
-end
-
--- After a config change that touches tenants (tenant_fairness, max_per_tenant,
--- enabled): rebuilds the tenant structures from what is there. Waiters keep
--- their order score; the rotation restarts in order of each tenant's oldest waiter.
-local function rebuild_tenants(old, cfg)
-  local was = old and old.tmode
-  local tenants = {}
-  if was then
-    for _, t in ipairs(redis.call('ZRANGE', K_TREADY, 0, -1)) do tenants[t] = true end
-    for _, t in ipairs(redis.call('SMEMBERS', K_TPARKED)) do tenants[t] = true end
-  end
-  redis.call('DEL', K_TREADY, K_TPARKED, K_TCREDIT)
-  if not cfg.tmode then
-    for t in pairs(tenants) do redis.call('DEL', tq(t)) end
-    redis.call('DEL', K_THOLDERS, K_TROT)
-    return
-  end
-  if not was then
-    -- Per-tenant queues and holder counts from the global queue and holders.
-    redis.call('DEL', K_THOLDERS)
-    local q = redis.call('ZRANGE', K_QUEUE, 0, -1, 'WITHSCORES')
-    for i = 1, #q, 2 do
-      local _, _, _, _, t = split_waiter(q[i])
-      redis.call('ZADD', tq(t), q[i + 1], q[i])
-      tenants[t] = true
-    end
-    for _, member in ipairs(redis.call('ZRANGE', K_HOLDERS, 0, -1)) do
-      if member ~= HOLDERS_MARK then
-        local id, _, t = split_holder(member)
-        redis.call('HINCRBY', K_THOLDERS, holder_tenant(id, t), 1)
-      end
-    end
-  end
-  local order = {}
-  for t in pairs(tenants) do
-    local head = redis.call('ZRANGE', tq(t), 0, 0, 'WITHSCORES')
-    if head[1] then order[#order + 1] = {tonumber(head[2]), t} end
-  end
-  table.sort(order, function(a, b) return a[1] < b[1] end)
-  for _, e in ipairs(order) do t_place(cfg, e[2]) end
 end
 
 -- Position of the waiter with order score `score` (1 = next), as acquire
