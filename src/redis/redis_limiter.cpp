@@ -819,11 +819,13 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const std::set<std::ui
     note_fence_locked(now, fence_left);
     if (integer_of(e[8]) != 0) {
       ++engine_.state_recreations;
-      logs.push_back(
-          fmt::format("no state in Redis (new limiter, or Redis lost it): created it with this "
-                      "instance's settings; fenced for {} (no grant until every instance "
-                      "re-registered)",
-                      seconds(fence_left)));
+      logs.push_back(fmt::format(
+          "no state in Redis (new limiter, or Redis lost it): created it with this instance's settings; {}",
+          context_->options.fence().count() == 0
+              ? std::string("not fenced (recovery_fence = 0: grants go on before the other instances "
+                            "re-registered)")
+              : fmt::format("fenced for {} (no grant until every instance re-registered)",
+                            seconds(fence_left))));
     }
     if (integer_of(e[9]) != 0) {
       logs.push_back(

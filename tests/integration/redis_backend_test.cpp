@@ -675,9 +675,9 @@ TEST(RedisBackendTest, ADeletedTenantKeyIsNamedRebuiltAndItsWaitersServed) {
   EXPECT_EQ(l.snapshot().engine.tenant_keys_rebuilt, 1u) << "counted (fairgate_tenant_keys_rebuilt_total)";
 }
 
-// With recovery_fence = 0 a deleted holders key fences nothing (the trade
-// docs/design.md, rule 4, describes): the line says so rather than "fenced
-// for 0 s".
+// With recovery_fence = 0 a deleted holders key fences nothing, nor does a
+// created state (the trade docs/design.md, rule 4, describes): the lines say
+// so rather than "fenced for 0.0 s".
 TEST(RedisBackendTest, ADeletedHoldersKeyWithoutAFenceSaysItIsNotFenced) {
   const std::string name = test_name();
   fairgate::test::LogLines logged;
@@ -693,6 +693,11 @@ TEST(RedisBackendTest, ADeletedHoldersKeyWithoutAFenceSaysItIsNotFenced) {
   ASSERT_TRUE(wait_until([&] { return !said().empty(); }, 10s)) << logged.all();
   EXPECT_NE(said()[0].find("not fenced (recovery_fence = 0)"), std::string::npos) << said()[0];
   EXPECT_EQ(said()[0].find("fenced for"), std::string::npos) << said()[0];
+  // So does the line of the state's creation.
+  const auto created = logged.with("no state in Redis");
+  ASSERT_EQ(created.size(), 1u) << logged.all();
+  EXPECT_NE(created[0].find("not fenced (recovery_fence = 0"), std::string::npos) << created[0];
+  EXPECT_EQ(created[0].find("fenced for"), std::string::npos) << created[0];
   ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 1; }, 10s)) << "the permit restored";
   held->release();
   EXPECT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 5s));
