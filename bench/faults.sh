@@ -7,8 +7,8 @@
 # to bench/faults.jsonl.
 #   usage: bench/faults.sh [--cycles N (20)] [--kill-cycles N (100)] [--kind K[,K...]]
 # Kinds: kill9 restart aof flushall script_flush sigstop oom misconf noreplicas busy
-# debug_sleep client_kill partition bad_replies bad_fields snapshot delete_key (all by
-# default).
+# debug_sleep client_kill partition bad_replies bad_fields snapshot delete_key
+# delete_tenant_key (all by default).
 # Needs root for the partition (a network namespace with nftables); takes
 # about 17 minutes with the defaults on a 2-core machine.
 set -euo pipefail

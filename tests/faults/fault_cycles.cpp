@@ -20,6 +20,8 @@
 //          are lost while their holders, 300-1500 ms here, still run; docs/design.md rule 14)
 //          delete_key (holders, queue, seq, byinst, instances, cfg in turn, each DEL'd on its own
 //          while holders of 300-1500 ms run, as an evicting maxmemory-policy would; rule 15)
+//          delete_tenant_key (the same for tholders, tready, tparked, tq:t1, tcredit, trot: three
+//          instances of a tenant each, tenant fairness, max_per_tenant 2 with cap 3)
 #include "faults/harness.hpp"
 
 #include <boost/json.hpp>
@@ -118,12 +120,14 @@ RunOptions base(const std::string& limiter, milliseconds duration) {
 /// `route` (netns, or proxy: then the second too), the others directly.
 /// With `expect_unavailable`, requests rejected "unavailable" are no problem
 /// (an acquire answered with nonsense is rejected so, at once). `holds`: the
-/// clients' hold times (default 20-80 ms).
+/// clients' hold times (default 20-80 ms). `tune` changes the run's options
+/// (tenants).
 Figures redis_fault(const std::string& kind, std::size_t cycles, milliseconds period,
                     const std::function<void(Cluster&, std::size_t)>& inject,
                     fairgate::test::RedisServer::Options redis = {}, Route route = Route::direct,
                     bool expect_unavailable = false,
-                    std::optional<std::pair<milliseconds, milliseconds>> holds = std::nullopt) {
+                    std::optional<std::pair<milliseconds, milliseconds>> holds = std::nullopt,
+                    const std::function<void(RunOptions&)>& tune = {}) {
   const bool netns = route == Route::netns;
   Figures f;
   f.fault = kind;
@@ -131,6 +135,7 @@ Figures redis_fault(const std::string& kind, std::size_t cycles, milliseconds pe
   const auto per_cycle = period + 6s;
   RunOptions options = base("cycles-" + kind, per_cycle * static_cast<long>(cycles) + 5s);
   if (holds) std::tie(options.hold_min, options.hold_max) = *holds;
+  if (tune) tune(options);
   Cluster c(options, std::move(redis), netns);
   c.start(route);
   c.start(route == Route::proxy ? Route::proxy : Route::direct);
@@ -211,7 +216,7 @@ std::optional<fairgate::faults::Refusal> refusal_named(const std::string& kind) 
 
 constexpr const char* kKinds =
     "kill9,restart,aof,flushall,script_flush,sigstop,oom,misconf,noreplicas,busy,debug_sleep,"
-    "client_kill,partition,bad_replies,bad_fields,snapshot,delete_key";
+    "client_kill,partition,bad_replies,bad_fields,snapshot,delete_key,delete_tenant_key";
 
 }  // namespace
 
@@ -336,6 +341,22 @@ int main(int argc, char** argv) {
             c.redis().command({"DEL", c.key(kKeys[i % std::size(kKeys)])});
           },
           {}, Route::direct, false, std::pair{milliseconds(300), milliseconds(1500)});
+    } else if (kind == "delete_tenant_key") {
+      // The same for the tenant keys: three instances, a tenant each, tenant fairness and
+      // max_per_tenant 2 with cap 3, so tenants wait, take turns and park (rule 15).
+      f = redis_fault(
+          kind, cycles, 1000ms,
+          [](Cluster& c, std::size_t i) {
+            static constexpr const char* kKeys[] = {"tholders", "tready",  "tparked",
+                                                    "tq:t1",    "tcredit", "trot"};
+            c.redis().command({"DEL", c.key(kKeys[i % std::size(kKeys)])});
+          },
+          {}, Route::direct, false, std::pair{milliseconds(300), milliseconds(1500)},
+          [](RunOptions& o) {
+            o.tenant_per_instance = true;
+            o.tenant_fairness = true;
+            o.max_per_tenant = 2;
+          });
     } else if (kind == "snapshot") {
       f = redis_fault(
           kind, cycles, 2500ms,

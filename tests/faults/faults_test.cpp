@@ -191,16 +191,6 @@ TEST(Faults, EachTenantKeyDeletedOnItsOwnMidRun) {
   c.start();
   c.start();
   c.go();
-  // "ok" when every tenant with a waiter in the queue is ready or parked, else one that is not.
-  const auto stranded = [&] {
-    return c.redis().command(
-        {"EVAL",
-         "for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do "
-         "local t = string.match(m, '^[^|]*|[^|]*|[^|]*|[^|]*|(.*)$') or '' "
-         "if redis.call('ZSCORE', KEYS[2], t) == false and redis.call('SISMEMBER', KEYS[3], t) == 0 then "
-         "return t end end return 'ok'",
-         "3", c.key("queue"), c.key("tready"), c.key("tparked")});
-  };
   for (const char* what : {"tholders", "tready", "tparked", "tq:t1", "tcredit", "trot"}) {
     poll_counts(
         [&] {
@@ -208,10 +198,8 @@ TEST(Faults, EachTenantKeyDeletedOnItsOwnMidRun) {
         },
         5s);
     c.redis().command({"DEL", c.key(what)});
-    std::string left;
-    poll_counts([&] { return (left = stranded()) == "ok"; }, 5s);
-    EXPECT_EQ(left, "ok") << "tenant " << left << " waits, neither ready nor parked, after " << what
-                          << " went";
+    EXPECT_TRUE(c.wait_whole(10s)) << "after " << what << " went: " << c.unplaced_tenant()
+                                   << " waits, neither ready nor parked";
   }
   const Report r = c.finish(finish_within(c.options()));
   EXPECT_RUN_OK(r);

@@ -367,11 +367,25 @@ std::optional<milliseconds> Cluster::wait_whole(milliseconds timeout) {
       for (const auto& id : st->at("held").as_array()) holders.insert(std::string(id.as_string()));
       for (const auto& id : st->at("waiting").as_array()) waiters.insert(std::string(id.as_string()));
     }
-    if (whole && permit_ids("holders") == holders && permit_ids("queue") == waiters)
+    const bool tenant_aware = options_.tenant_fairness || options_.max_per_tenant;
+    if (whole && permit_ids("holders") == holders && permit_ids("queue") == waiters &&
+        (!tenant_aware || unplaced_tenant().empty()))
       return std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
     std::this_thread::sleep_for(milliseconds(20));
   }
   return std::nullopt;
+}
+
+std::string Cluster::unplaced_tenant() {
+  // A queue member is "inst|n|deadline:arrived|weight|tenant" (docs/redis-schema.md).
+  const std::string t = redis().command(
+      {"EVAL",
+       "for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do "
+       "local t = string.match(m, '^[^|]*|[^|]*|[^|]*|[^|]*|(.*)$') or '' "
+       "if redis.call('ZSCORE', KEYS[2], t) == false and redis.call('SISMEMBER', KEYS[3], t) == 0 then "
+       "return 'tenant ' .. t end end return ''",
+       "3", key("queue"), key("tready"), key("tparked")});
+  return t.empty() || t == "(nil)" ? std::string() : t;
 }
 
 Report Cluster::finish(milliseconds timeout, bool expect_unavailable, bool overshoot_allowed) {

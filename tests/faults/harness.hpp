@@ -152,8 +152,12 @@ class Cluster {
   std::set<std::string> permit_ids(const std::string& what);
 
   /// Waits until every live instance reports not degraded and Redis holds
-  /// exactly the permits and waiters they have; the time it took, or nullopt.
+  /// exactly the permits and waiters they have (tenant-aware: and every
+  /// waiting tenant is ready or parked); the time it took, or nullopt.
   std::optional<milliseconds> wait_whole(milliseconds timeout);
+  /// A tenant with a waiter in the queue that is neither ready nor parked
+  /// (stranded: no dispatch would serve it), or "" when there is none.
+  std::string unplaced_tenant();
 
   /// Waits for every live instance's "done", lets the heartbeats reap killed
   /// ones, sends "exit", then checks Redis is empty and analyzes every record.

@@ -524,8 +524,8 @@ local function t_place(cfg, t)
     score = next_turn()
   else
     score = redis.call('ZRANGE', tq(t), 0, 0, 'WITHSCORES')[2]
-    -- Its queue is gone (deleted on its own): nothing to place; the heartbeat rebuilds the
-    -- tenant keys from the queue (repair_tenants).
+    -- Its queue is gone (deleted on its own): nothing to place; its waiters are found stranded
+    -- by the next heartbeat or arrival with room (repair_tenants).
     if not score then return end
   end
   redis.call('ZADD', K_TREADY, score, t)
@@ -672,10 +672,11 @@ end
 
 -- A tenant key deleted on its own (an evicting maxmemory-policy, a DEL: recovery rule 15 in
 -- docs/design.md) — a tenant's queue, tready or tparked — strands waiters: in the queue, but no
--- tenant of theirs is ready. Found where a tenant in tready has an empty queue (dispatch_tenants)
--- and by the heartbeat (room, a queue, and the parked tenants' queues do not hold it all, I3').
--- Rebuilds every tenant key from the queue and the holders (O(waiters + permits)), once per
--- script; counted in cfg tenants_lost. Returns true when it did.
+-- tenant of theirs is ready. Found where a tenant in tready has an empty queue (dispatch_tenants),
+-- where a tenant at its cap with waiters releases and was not parked (holder_remove), and by a
+-- heartbeat or an arrival that sees room and a queue the parked tenants' queues do not hold
+-- (tenants_whole, I3'). Rebuilds every tenant key from the queue and the holders
+-- (O(waiters + permits)), once per script; counted in cfg tenants_lost. True when it did.
 function repair_tenants(cfg)
   if cfg.repaired then return false end
   cfg.repaired = true
