@@ -859,6 +859,16 @@ class TenantKeysTest : public RedisScriptsTest {
   std::string tq(const std::string& t) { return "t:" + name_ + ":tq:" + t; }
   std::string tenants_lost() { return server().command({"HGET", keys_[0], "tenants_lost"}); }
   std::vector<std::string> fair = {"tenant_fairness", "1"};
+  /// Tenant fairness, cap 1: a|1 of t1 holds; a|2 of t1, a|3 of t2 and
+  /// `more` (n from 4, of those tenants) wait.
+  void one_holds_others_wait(const std::vector<std::string>& more = {}) {
+    heartbeat("a", 1, 60000, "", 0, 0, fair);
+    ASSERT_EQ(arrive(1, "t1"), "granted");
+    ASSERT_EQ(arrive(2, "t1"), "queued");
+    ASSERT_EQ(arrive(3, "t2"), "queued");
+    for (std::size_t i = 0; i < more.size(); ++i)
+      ASSERT_EQ(arrive(4 + static_cast<int>(i), more[i]), "queued");
+  }
 };
 
 // tholders deleted: a tenant at max_per_tenant counted 0, and an arrival of
@@ -886,10 +896,7 @@ TEST_F(TenantKeysTest, DeletedTenantCountsAreCountedAgainBeforeTheCapIsRead) {
 // seat went to nobody. The heartbeat sees room and a queue that no parked
 // tenant accounts for, rebuilds the tenant keys and serves in order.
 TEST_F(TenantKeysTest, ADeletedRotationIsFoundByTheHeartbeatAndRebuilt) {
-  heartbeat("a", 1, 60000, "", 0, 0, fair);
-  ASSERT_EQ(arrive(1, "t1"), "granted");
-  ASSERT_EQ(arrive(2, "t1"), "queued");
-  ASSERT_EQ(arrive(3, "t2"), "queued");
+  one_holds_others_wait();
   ASSERT_EQ(server().command({"DEL", keys_[7]}), "1");
   release(1);
   EXPECT_FALSE(holds("a|2")) << "no tenant ready: nothing granted on the release";
@@ -906,19 +913,15 @@ TEST_F(TenantKeysTest, ADeletedRotationIsFoundByTheHeartbeatAndRebuilt) {
 // ready, dropped the tenant and its waiters were never served. Now that
 // dispatch rebuilds the tenant keys and goes on, in the same script.
 TEST_F(TenantKeysTest, ADeletedTenantQueueIsRebuiltByTheDispatchThatFindsIt) {
-  heartbeat("a", 1, 60000, "", 0, 0, fair);
-  ASSERT_EQ(arrive(1, "t1"), "granted");
-  ASSERT_EQ(arrive(2, "t1"), "queued");
-  ASSERT_EQ(arrive(3, "t1"), "queued");
-  ASSERT_EQ(arrive(4, "t2"), "queued");
+  one_holds_others_wait({"t1"});
   ASSERT_EQ(server().command({"DEL", tq("t1")}), "1");
   release(1);
   EXPECT_TRUE(holds("a|2")) << "t1's oldest waiter, by the same release";
   EXPECT_EQ(tenants_lost(), "1");
   release(2);
-  EXPECT_TRUE(holds("a|4")) << "then t2's turn";
-  release(4);
-  EXPECT_TRUE(holds("a|3"));
+  EXPECT_TRUE(holds("a|3")) << "then t2's turn";
+  release(3);
+  EXPECT_TRUE(holds("a|4"));
 }
 
 // tparked deleted: a parked tenant that frees a permit rejoins the rotation
@@ -941,10 +944,7 @@ TEST_F(TenantKeysTest, ADeletedParkedSetIsFoundByTheReleaseOfAParkedTenant) {
 // granted at once (I3' says every waiter's tenant is parked then), ahead of
 // the stranded waiters. The arrival checks that and rebuilds first.
 TEST_F(TenantKeysTest, ADeletedRotationIsFoundByTheNextArrivalWithRoom) {
-  heartbeat("a", 1, 60000, "", 0, 0, fair);
-  ASSERT_EQ(arrive(1, "t1"), "granted");
-  ASSERT_EQ(arrive(2, "t1"), "queued");
-  ASSERT_EQ(arrive(3, "t2"), "queued");
+  one_holds_others_wait();
   ASSERT_EQ(server().command({"DEL", keys_[7]}), "1");
   release(1);
   EXPECT_EQ(arrive(4, "t3"), "queued") << "not ahead of the stranded waiters";

@@ -238,10 +238,10 @@ TEST(SettingsTable, TheLuaScriptsReadTheTablesWireFields) {
       cfg_fields.insert(list.substr(q + 1, list.find('\'', q + 1) - q - 1));
   }
   ASSERT_GT(cfg_fields.size(), 5u);
-  const std::set<std::string> engine{"epoch",       "fence_until", "fence_credit", "pace_gap", "pace_n",
-                                     "pace_last",   "pace_at",     "seat_gap",     "seat_n",   "seat_last",
-                                     "seat_at",     "source",      "fence_ms",  // source, fence_ms: rule 14
-                                     "holders_mark"};                           // rule 15
+  const std::set<std::string> engine{"epoch",        "fence_until", "fence_credit", "pace_gap", "pace_n",
+                                     "pace_last",    "pace_at",     "seat_gap",     "seat_n",   "seat_last",
+                                     "seat_at",      "source",      "fence_ms",  // source, fence_ms: rule 14
+                                     "holders_mark", "tenants_mark"};            // rule 15
   for (const auto& f : cfg_fields)
     EXPECT_TRUE(engine.contains(f) || fairgate::core::setting_by_wire(f) != nullptr)
         << "CFG_FIELDS has " << f << ": neither an engine field nor a setting of the table";

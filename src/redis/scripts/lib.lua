@@ -18,7 +18,9 @@
 --                            see "Which Redis" below), fence_ms (the instances' recovery fence,
 --                            written by their heartbeats: how long a switch fences the state),
 --                            holders_mark ('1': holders keeps its mark, see KEYS[2]), holders_lost
---                            (how many times a script found holders deleted: holders_lost below)
+--                            (how many times a script found holders deleted: holders_lost below),
+--                            tenants_mark ('1': tholders keeps its mark, KEYS[10]), tenants_lost
+--                            (how many times a tenant key was found deleted: repair_tenants)
 --   KEYS[2] holders    zset  "inst|n|granted_ms|tenant" -> 0 (score 0: lex ranges find one
 --                            instance's permits, "[inst|n|" one permit; the grant time and the
 --                            tenant, '' for none, ride in the member; members written before
