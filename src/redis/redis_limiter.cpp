@@ -283,6 +283,7 @@ void RedisLimiter::send_all(const std::vector<RequestPtr>& requests) {
 void RedisLimiter::send_acquire(const RequestPtr& request) {
   std::string retry;
   milliseconds remaining{0};
+  std::function<void()> hook;
   {
     std::lock_guard lock(mu_);
     if (!request->ticket.pending() || request->phase != Phase::sending) return;
@@ -290,7 +291,9 @@ void RedisLimiter::send_acquire(const RequestPtr& request) {
     retry = request->reached ? "1" : "";
     request->reached = true;
     remaining = std::max(milliseconds(0), duration_cast<milliseconds>(request->deadline - Clock::now()));
+    hook = acquire_send_hook_;
   }
+  if (hook) hook();
   auto weak = std::weak_ptr<Request>(request);
   auto self = std::weak_ptr<LimiterImpl>(weak_from_this());
   call(
@@ -716,6 +719,19 @@ void RedisLimiter::stop_heartbeats_for_test() {
   if (heartbeat_timer_) heartbeat_timer_->cancel();
 }
 
+void RedisLimiter::set_acquire_send_hook_for_test(std::function<void()> hook) {
+  std::lock_guard lock(mu_);
+  acquire_send_hook_ = std::move(hook);
+}
+
+void RedisLimiter::restore_now_for_test() {
+  {
+    std::lock_guard lock(mu_);
+    restore_needed_ = true;
+  }
+  send_restore(/*even_if_stopped=*/true);
+}
+
 std::uint64_t RedisLimiter::expiry_every(const RedisBackendOptions& o) noexcept {
   const std::chrono::milliseconds span = o.key_expiry.count() > 0 ? o.key_expiry : std::chrono::hours(1);
   if (o.heartbeat_interval.count() <= 0) return kExpiryEvery;
@@ -1010,16 +1026,28 @@ std::vector<RedisLimiter::RequestPtr> RedisLimiter::waiting_oldest_first_locked(
   return waiting;
 }
 
-void RedisLimiter::send_restore() {
+void RedisLimiter::send_restore(bool even_if_stopped) {
   const auto& o = context_->options;
   std::vector<std::string> args;
   {
     std::lock_guard lock(mu_);
-    if (restore_in_flight_ || heartbeats_stopped_) return;
+    if (restore_in_flight_ || (heartbeats_stopped_ && !even_if_stopped)) return;
     restore_in_flight_ = true;
     const auto now = Clock::now();
+    // An acquire on its way (Phase::sending) is not listed: it may reach Redis after this
+    // restore (sent from another thread, or run inline on the connection's strand ahead of
+    // it), and a first acquire does not look for a place a restore gave it — one request
+    // would wait twice. Its own reply says where it stands; nothing from its n on is
+    // cleaned as unlisted (ARGV[5]).
+    std::uint64_t clean_below = next_n_;
+    for (const auto& [n, r] : requests_) {
+      if (r->ticket.pending() && r->phase == Phase::sending) {
+        clean_below = n;  // requests_ is ordered by n: the first is the lowest
+        break;
+      }
+    }
     args = {instance_, std::to_string(o.liveness_ttl.count()), std::to_string(o.fence().count()),
-            std::to_string(next_n_), std::to_string(holders_.size())};
+            std::to_string(clean_below), std::to_string(holders_.size())};
     for (const auto& [n, holder] : holders_) {
       args.push_back(std::to_string(n));
       args.push_back(holder.tenant);
@@ -1027,6 +1055,7 @@ void RedisLimiter::send_restore() {
       args.push_back(std::to_string(since(holder.granted, now).count()));
     }
     for (const auto& r : waiting_oldest_first_locked()) {
+      if (r->phase == Phase::sending) continue;
       r->reached = true;
       args.push_back(std::to_string(r->n));
       args.push_back(r->order > 0 ? std::to_string(r->order) : std::string());

@@ -21,7 +21,9 @@
 //    instance holds and waits for; any difference (or 'lost') → restore, which
 //    is retried until Redis acknowledges it. No acquire is sent while a
 //    restore is needed or in flight (it would run against a state that misses
-//    this instance's permits); they wait and are sent after it.
+//    this instance's permits); they wait and are sent after it. A restore
+//    lists no request whose acquire is on its way (that acquire may reach
+//    Redis after it and would give the request a second place).
 //  * While degraded, nothing is sent but heartbeats (probes): permits granted
 //    locally and waiters queued locally go back to Redis in one restore.
 //  * Every state change happens under mu_; Redis commands are sent after mu_
@@ -129,6 +131,13 @@ class RedisLimiter final : public detail::LimiterImpl {
   std::uint64_t commands_sent() const noexcept;
   /// Stops this limiter's heartbeats for good (simulates a frozen instance).
   void stop_heartbeats_for_test();
+  /// Tests only: `hook` runs in every acquire between its being prepared (under mu_)
+  /// and its being handed to the connection — the window in which a restore sent from
+  /// another thread can reach Redis first.
+  void set_acquire_send_hook_for_test(std::function<void()> hook);
+  /// Tests only: sends a restore now, as after a heartbeat that saw a difference (even
+  /// with heartbeats stopped).
+  void restore_now_for_test();
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -198,7 +207,7 @@ class RedisLimiter final : public detail::LimiterImpl {
   void on_heartbeat_reply(const Reply& reply, const std::set<std::uint64_t>& sent_holders,
                           const std::set<std::uint64_t>& sent_queued, std::size_t sent_inflight,
                           std::uint64_t generation);
-  void send_restore();
+  void send_restore(bool even_if_stopped = false);
   void on_restore_reply(const Reply& reply);
   /// The settings in a cfg field/value list, over `base` (local fields kept).
   static Settings settings_from_fields(const std::vector<Reply>& flat, Settings base);
@@ -262,6 +271,7 @@ class RedisLimiter final : public detail::LimiterImpl {
   LimiterStats stats_;
   bool shut_down_ = false;
   bool heartbeats_stopped_ = false;
+  std::function<void()> acquire_send_hook_;  // set_acquire_send_hook_for_test
   bool heartbeat_in_flight_ = false;
   std::uint64_t config_generation_ = 0;
   std::uint64_t heartbeats_sent_ = 0;

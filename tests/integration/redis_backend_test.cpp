@@ -937,6 +937,42 @@ TEST(RedisBackendTest, PositionsMoveAsTheQueueMovesOnAnotherInstance) {
   }
 }
 
+// A restore sent while an acquire is on its way (prepared on the caller's
+// thread, not yet handed to the connection) can reach Redis first: sent from
+// the io thread, or run inline on the connection's strand ahead of the queued
+// acquire. If the restore listed that request, it gave it a place, and the
+// acquire — a first call, which does not look for one — added a second: one
+// request twice in the queue, the next arrival told a position one too far
+// back (seen in CI), a restore at every heartbeat after. The hook makes the
+// overtaking happen every time.
+TEST(RedisBackendTest, ARestoreThatOvertakesAnAcquireGivesItNoSecondPlace) {
+  const std::string name = test_name();
+  Instance a(fast_options());
+  Limiter la = a.open(name, cap(1));
+  auto holder = acquire(la);
+  ASSERT_TRUE(wait_until([&] { return holder->done(); }));
+  auto impl = a.impl(name);
+  impl->stop_heartbeats_for_test();    // nothing but this restore compares or repairs
+  std::this_thread::sleep_for(300ms);  // a heartbeat in flight lands first
+  const auto restores = impl->restores();
+  std::atomic<bool> fired = false;
+  impl->set_acquire_send_hook_for_test([&] {
+    if (!fired.exchange(true)) impl->restore_now_for_test();
+  });
+  Statuses st;
+  auto waiter = acquire_watched(la, st, 20s);
+  ASSERT_TRUE(wait_until([&] { return st.first().has_value(); }, 5s));
+  ASSERT_TRUE(wait_until([&] { return impl->restores() > restores; }, 5s)) << "the restore went through";
+  EXPECT_EQ(st.first()->position, 1u) << "nobody is ahead of it";
+  EXPECT_EQ(zcard(name, "queue"), 1) << "one place for the one waiter";
+  EXPECT_EQ(zcard(name, "byinst"), 1);
+  holder->release();
+  ASSERT_TRUE(wait_until([&] { return waiter->done(); }));
+  EXPECT_EQ(waiter->outcome(), fairgate::Outcome::granted);
+  EXPECT_EQ(zcard(name, "queue"), 0) << "nothing left behind it";
+  waiter->release();
+}
+
 // F7 on Redis: the pace is measured in Redis (release.lua), so an instance
 // that never released anything estimates from the others' releases; no
 // history means no estimate; reject_early is a cluster-wide setting. Time

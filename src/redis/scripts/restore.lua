@@ -22,7 +22,8 @@
 -- failover): the state is fenced for ARGV[4] ms, as after a re-creation, so that the other
 -- instances can restore what they lost before anything more is granted; so is a holders key
 -- found deleted (holders_lost in lib.lua). A waiter still in the per-instance index but no
--- longer in the queue (the queue key was deleted) goes back into the queue at its place.
+-- longer in the queue (the queue key was deleted) goes back into the queue at its place. A
+-- request found waiting in two places keeps the older one.
 -- Returns {'ok', permits_added, waiters_added, granted, orders, held, in_use, fence_left_ms,
 --          was_registered, fenced, released}: granted = n of listed waiters that hold a permit
 -- now, orders = flat (n, order score) of listed waiters that wait, held = this instance's
@@ -87,13 +88,30 @@ for i = first_waiter, #ARGV - 5, 6 do
   end
 end
 local lo, hi = range_of(inst)
+-- One request, one place: a second member of one id (a first acquire that ran after a restore
+-- had queued it) leaves, and the older place (the lower order score) stays. Unlisted waiters
+-- below ARGV[5] leave here too.
+local place = {}
+for _, member in ipairs(redis.call('ZRANGEBYLEX', K_BYINST, lo, hi)) do
+  local _, id = split_waiter(member)
+  local n = string.sub(id, #inst + 2)
+  if clean_below and not listed[n] and (tonumber(n) or 0) < clean_below then
+    waiter_remove(cfg, member)
+  elseif place[id] then
+    local kept = tonumber(redis.call('ZSCORE', K_QUEUE, place[id]))
+    local this = tonumber(redis.call('ZSCORE', K_QUEUE, member))
+    if this and (not kept or this < kept) then
+      waiter_remove(cfg, place[id])
+      place[id] = member
+    else
+      waiter_remove(cfg, member)
+    end
+  else
+    place[id] = member
+  end
+end
 local released = {}
 if clean_below then
-  for _, member in ipairs(redis.call('ZRANGEBYLEX', K_BYINST, lo, hi)) do
-    local _, id = split_waiter(member)
-    local n = string.sub(id, #inst + 2)
-    if not listed[n] and (tonumber(n) or 0) < clean_below then waiter_remove(cfg, member) end
-  end
   -- Orphans: permits of this instance that it neither holds nor waits for (released while Redis
   -- was unreachable, granted to a request that ended): released here, in the same step, so that
   -- no other instance's restore counts a seat twice (its local grant and this orphan).
