@@ -273,6 +273,7 @@ void RedisLimiter::route_locked(const RequestPtr& request, std::vector<RequestPt
     return;
   }
   request->phase = Phase::sending;
+  ++acquires_decided_;
   to_send.push_back(request);
 }
 
@@ -283,7 +284,7 @@ void RedisLimiter::send_all(const std::vector<RequestPtr>& requests) {
 void RedisLimiter::send_acquire(const RequestPtr& request) {
   std::string retry;
   milliseconds remaining{0};
-  std::function<void()> hook;
+  std::function<void(std::string_view)> hook;
   {
     std::lock_guard lock(mu_);
     if (!request->ticket.pending() || request->phase != Phase::sending) return;
@@ -291,9 +292,9 @@ void RedisLimiter::send_acquire(const RequestPtr& request) {
     retry = request->reached ? "1" : "";
     request->reached = true;
     remaining = std::max(milliseconds(0), duration_cast<milliseconds>(request->deadline - Clock::now()));
-    hook = acquire_send_hook_;
+    hook = send_hook_;
   }
-  if (hook) hook();
+  if (hook) hook("acquire");
   auto weak = std::weak_ptr<Request>(request);
   auto self = std::weak_ptr<LimiterImpl>(weak_from_this());
   call(
@@ -503,6 +504,7 @@ bool RedisLimiter::end_locked(const RequestPtr& request, RejectReason reason, st
     clean_extras_ = true;
     return false;
   }
+  ++cancels_decided_;
   return true;
 }
 
@@ -719,9 +721,9 @@ void RedisLimiter::stop_heartbeats_for_test() {
   if (heartbeat_timer_) heartbeat_timer_->cancel();
 }
 
-void RedisLimiter::set_acquire_send_hook_for_test(std::function<void()> hook) {
+void RedisLimiter::set_send_hook_for_test(std::function<void(std::string_view)> hook) {
   std::lock_guard lock(mu_);
-  acquire_send_hook_ = std::move(hook);
+  send_hook_ = std::move(hook);
 }
 
 void RedisLimiter::restore_now_for_test() {
@@ -741,8 +743,8 @@ std::uint64_t RedisLimiter::expiry_every(const RedisBackendOptions& o) noexcept 
 void RedisLimiter::heartbeat(bool force) {
   std::uint64_t generation = 0;
   std::uint64_t count = 0;
-  std::set<std::uint64_t> sent_holders, sent_queued;
-  std::size_t sent_inflight = 0;
+  BeatSent sent;
+  std::function<void(std::string_view)> hook;
   std::vector<std::string> args;
   const auto& o = context_->options;
   const auto sent_at = Clock::now();
@@ -754,13 +756,16 @@ void RedisLimiter::heartbeat(bool force) {
     count = heartbeats_sent_++;
     std::size_t waiting = 0;
     for (const auto& [n, h] : holders_) {
-      if (!h.local) sent_holders.insert(n);
+      if (!h.local) sent.holders.insert(n);
     }
     for (const auto& [n, r] : requests_) {
-      if (r->phase == Phase::queued) sent_queued.insert(n);
-      if (r->phase == Phase::sending) ++sent_inflight;
+      if (r->phase == Phase::queued) sent.queued.insert(n);
+      if (r->phase == Phase::sending) ++sent.inflight;
       if (r->phase == Phase::queued || r->phase == Phase::local) ++waiting;
     }
+    sent.acquires = acquires_decided_;
+    sent.cancels = cancels_decided_;
+    hook = send_hook_;
     // Every expiry_every()-th beat: the keys' expiry (-1: none), with the housekeeping
     // that rides with it (heartbeat.lua).
     const auto expiry =
@@ -775,10 +780,10 @@ void RedisLimiter::heartbeat(bool force) {
     // cluster-wide ones as last seen), never merely the start-up ones.
     for (auto& f : core::wire_fields(settings_)) args.push_back(std::move(f));
   }
+  if (hook) hook("heartbeat");
   call(scripts::kHeartbeat, std::move(args),
-       [self = std::weak_ptr<LimiterImpl>(weak_from_this()), generation, sent_at,
-        sent_holders = std::move(sent_holders), sent_queued = std::move(sent_queued),
-        sent_inflight](boost::system::error_code ec, Reply reply) {
+       [self = std::weak_ptr<LimiterImpl>(weak_from_this()), generation, sent_at, sent = std::move(sent)](
+           boost::system::error_code ec, Reply reply) {
          auto s = self.lock();
          if (!s) return;
          auto& me = static_cast<RedisLimiter&>(*s);
@@ -801,13 +806,11 @@ void RedisLimiter::heartbeat(bool force) {
            std::lock_guard lock(me.mu_);
            if (integer_of(reply.elements[0]) == 0) me.last_good_beat_sent_ = sent_at;
          }
-         me.on_heartbeat_reply(reply, sent_holders, sent_queued, sent_inflight, generation);
+         me.on_heartbeat_reply(reply, sent, generation);
        });
 }
 
-void RedisLimiter::on_heartbeat_reply(const Reply& reply, const std::set<std::uint64_t>& sent_holders,
-                                      const std::set<std::uint64_t>& sent_queued, std::size_t sent_inflight,
-                                      std::uint64_t generation) {
+void RedisLimiter::on_heartbeat_reply(const Reply& reply, const BeatSent& sent, std::uint64_t generation) {
   heartbeats_.fetch_add(1, std::memory_order_relaxed);
   const auto& e = reply.elements;
   const bool lost = integer_of(e[0]) != 0;
@@ -950,14 +953,20 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const std::set<std::ui
     // Level-triggered loss detection: does Redis have what we hold and wait for?
     bool mismatch = lost;
     if (!lost) {
-      for (const auto n : sent_holders) {
+      for (const auto n : sent.holders) {
         if (holders_.count(n) && !held.count(n)) mismatch = true;  // a permit Redis forgot
       }
       std::size_t expected = 0;
-      for (const auto n : sent_queued) expected += held.count(n) ? 0 : 1;
+      for (const auto n : sent.queued) expected += held.count(n) ? 0 : 1;
       const std::size_t in_redis = count_of(e[11]);
-      if (in_redis < expected) mismatch = true;                       // a waiter Redis forgot
-      if (in_redis > expected + sent_inflight) clean_extras_ = true;  // one that should have left
+      // Acquires and cancels decided after the heartbeat was prepared may have reached
+      // Redis before it (another thread; a call run inline on the connection's strand):
+      // they explain that many waiters more, or fewer, than the heartbeat was sent about.
+      const auto later_acquires = static_cast<std::size_t>(acquires_decided_ - sent.acquires);
+      const auto later_cancels = static_cast<std::size_t>(cancels_decided_ - sent.cancels);
+      if (in_redis + later_cancels < expected) mismatch = true;  // a waiter Redis forgot
+      if (in_redis > expected + sent.inflight + later_acquires)
+        clean_extras_ = true;  // one that should have left
     }
     if (mismatch || clean_extras_) restore_needed_ = true;
     if (!lost && !settings_.enabled && settings_.when_disabled == DisabledMode::reject)
@@ -982,6 +991,7 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const std::set<std::ui
       for (auto& [n, r] : requests_) {
         if (r->ticket.pending() && r->phase == Phase::unsent) {
           r->phase = Phase::sending;
+          ++acquires_decided_;
           to_send.push_back(r);
         }
       }
@@ -1160,6 +1170,7 @@ void RedisLimiter::on_restore_reply(const Reply& reply) {
         if (still_degraded) break;
         if (r->ticket.pending() && (r->phase == Phase::unsent || r->phase == Phase::local)) {
           r->phase = Phase::sending;
+          ++acquires_decided_;
           to_send.push_back(r);
         }
       }

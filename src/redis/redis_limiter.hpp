@@ -131,10 +131,10 @@ class RedisLimiter final : public detail::LimiterImpl {
   std::uint64_t commands_sent() const noexcept;
   /// Stops this limiter's heartbeats for good (simulates a frozen instance).
   void stop_heartbeats_for_test();
-  /// Tests only: `hook` runs in every acquire between its being prepared (under mu_)
-  /// and its being handed to the connection — the window in which a restore sent from
-  /// another thread can reach Redis first.
-  void set_acquire_send_hook_for_test(std::function<void()> hook);
+  /// Tests only: `hook("acquire")` runs in every acquire, `hook("heartbeat")` in every
+  /// heartbeat, between the call's being prepared (under mu_) and its being handed to the
+  /// connection — the window in which a call sent from another thread reaches Redis first.
+  void set_send_hook_for_test(std::function<void(std::string_view what)> hook);
   /// Tests only: sends a restore now, as after a heartbeat that saw a difference (even
   /// with heartbeats stopped).
   void restore_now_for_test();
@@ -204,9 +204,15 @@ class RedisLimiter final : public detail::LimiterImpl {
   void heartbeat(bool force = false);
   void send_configure(std::vector<std::string> fields,
                       std::shared_ptr<std::unique_ptr<detail::ConfigureCompletion>> completion, int attempt);
-  void on_heartbeat_reply(const Reply& reply, const std::set<std::uint64_t>& sent_holders,
-                          const std::set<std::uint64_t>& sent_queued, std::size_t sent_inflight,
-                          std::uint64_t generation);
+  /// What a heartbeat was sent about: this instance's side of the comparison.
+  struct BeatSent {
+    std::set<std::uint64_t> holders;  // permits Redis granted
+    std::set<std::uint64_t> queued;   // waiters Redis queued
+    std::size_t inflight = 0;         // acquires on their way
+    std::uint64_t acquires = 0;       // acquires_decided_ then
+    std::uint64_t cancels = 0;        // cancels_decided_ then
+  };
+  void on_heartbeat_reply(const Reply& reply, const BeatSent& sent, std::uint64_t generation);
   void send_restore(bool even_if_stopped = false);
   void on_restore_reply(const Reply& reply);
   /// The settings in a cfg field/value list, over `base` (local fields kept).
@@ -271,7 +277,11 @@ class RedisLimiter final : public detail::LimiterImpl {
   LimiterStats stats_;
   bool shut_down_ = false;
   bool heartbeats_stopped_ = false;
-  std::function<void()> acquire_send_hook_;  // set_acquire_send_hook_for_test
+  std::function<void(std::string_view)> send_hook_;  // set_send_hook_for_test
+  // Acquires and cancels decided so far: those decided after a heartbeat was prepared
+  // may reach Redis before it, and its count of this instance's waiters shows them.
+  std::uint64_t acquires_decided_ = 0;
+  std::uint64_t cancels_decided_ = 0;
   bool heartbeat_in_flight_ = false;
   std::uint64_t config_generation_ = 0;
   std::uint64_t heartbeats_sent_ = 0;

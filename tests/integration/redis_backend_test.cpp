@@ -956,8 +956,8 @@ TEST(RedisBackendTest, ARestoreThatOvertakesAnAcquireGivesItNoSecondPlace) {
   std::this_thread::sleep_for(300ms);  // a heartbeat in flight lands first
   const auto restores = impl->restores();
   std::atomic<bool> fired = false;
-  impl->set_acquire_send_hook_for_test([&] {
-    if (!fired.exchange(true)) impl->restore_now_for_test();
+  impl->set_send_hook_for_test([&](std::string_view what) {
+    if (what == "acquire" && !fired.exchange(true)) impl->restore_now_for_test();
   });
   Statuses st;
   auto waiter = acquire_watched(la, st, 20s);
@@ -971,6 +971,52 @@ TEST(RedisBackendTest, ARestoreThatOvertakesAnAcquireGivesItNoSecondPlace) {
   EXPECT_EQ(waiter->outcome(), fairgate::Outcome::granted);
   EXPECT_EQ(zcard(name, "queue"), 0) << "nothing left behind it";
   waiter->release();
+}
+
+// Loss detection compares a heartbeat's count of this instance's waiters with
+// what the heartbeat was sent about. An acquire or a cancel decided after the
+// heartbeat was prepared can reach Redis before it (another thread; a call
+// run inline on the connection's strand): one waiter more, or one fewer, that
+// nothing lost. Each used to set off a restore, which holds every arrival back
+// for a round trip (and, before rule 3's fix, could give a waiter two places).
+// The hook makes each overtake a heartbeat, once.
+TEST(RedisBackendTest, AnAcquireOrACancelThatOvertakesAHeartbeatIsNoLoss) {
+  const std::string name = test_name();
+  Instance a(fast_options());
+  Limiter la = a.open(name, cap(1));
+  auto holder = acquire(la);
+  ASSERT_TRUE(wait_until([&] { return holder->done(); }));
+  asio::cancellation_signal signal;
+  auto cancelled = std::make_shared<Probe>();
+  auto queued = std::make_shared<std::atomic<bool>>(false);
+  AcquireOptions o;
+  o.on_queued = [queued](const fairgate::QueueStatus&) { queued->store(true); };
+  la.async_acquire(o, asio::bind_cancellation_slot(
+                          signal.slot(), [cancelled](AcquireResult r) { cancelled->set(std::move(r)); }));
+  ASSERT_TRUE(wait_until([&] { return queued->load(); }));
+  auto impl = a.impl(name);
+  const auto restores = impl->restores();
+  std::shared_ptr<Probe> later;
+  std::atomic<int> step = 0;
+  std::atomic<std::uint64_t> beats_after = 0;
+  impl->set_send_hook_for_test([&](std::string_view what) {
+    if (what != "heartbeat") return;
+    const int s = step.fetch_add(1);
+    if (s == 0) later = acquire(la);                             // runs before this heartbeat
+    if (s == 2) signal.emit(asio::cancellation_type::terminal);  // likewise
+    if (s == 4) beats_after = impl->heartbeats();                // both replies are in
+  });
+  ASSERT_TRUE(wait_until([&] { return beats_after.load() > 0; }, 10s));
+  ASSERT_TRUE(wait_until([&] { return impl->heartbeats() > beats_after.load() + 1; }, 5s));
+  impl->set_send_hook_for_test(nullptr);
+  EXPECT_EQ(impl->restores(), restores) << "nothing was lost: no restore";
+  EXPECT_EQ(cancelled->outcome(), Outcome::cancelled);
+  EXPECT_FALSE(later->done()) << "it waits";
+  EXPECT_EQ(zcard(name, "queue"), 1) << "the later arrival only";
+  holder->release();
+  ASSERT_TRUE(wait_until([&] { return later->done(); }));
+  EXPECT_EQ(later->outcome(), Outcome::granted);
+  later->release();
 }
 
 // F7 on Redis: the pace is measured in Redis (release.lua), so an instance
