@@ -954,6 +954,29 @@ TEST_F(TenantKeysTest, ADeletedTenantQueueIsRebuiltByTheDispatchThatFindsIt) {
   EXPECT_TRUE(holds("a|4"));
 }
 
+// The queue key deleted, then a waiter cancelled: its member was in byinst
+// and its tenant's queue but not in the queue, so the removal stopped at the
+// queue and left it in its tenant's queue — and the next release served that
+// waiter, gone for good, ahead of the waiter of another tenant (its instance
+// then released the permit as an orphan). A member in byinst alone is
+// waiting too; a tenant queue's head found waiting nowhere is skipped.
+TEST_F(TenantKeysTest, AWaiterThatLeftWhileTheQueueKeyWasGoneIsNotServed) {
+  one_holds_others_wait();
+  ASSERT_EQ(server().command({"DEL", keys_[2]}), "1");
+  EXPECT_EQ(cancel("a|2"), "removed");
+  EXPECT_EQ(server().command({"ZCARD", tq("t1")}), "0") << "out of its tenant's queue too";
+  release(1);
+  EXPECT_FALSE(holds("a|2")) << "it left";
+  EXPECT_TRUE(holds("a|3")) << "the one still waiting";
+  // A stale member (as the scripts of before left it) is skipped by the dispatch.
+  ASSERT_EQ(arrive(4, "t2"), "queued");
+  server().command({"ZADD", tq("t1"), "0", "a|9|99999999999999:0|1|t1"});
+  server().command({"ZADD", keys_[7], "0", "t1"});
+  release(3);
+  EXPECT_FALSE(holds("a|9")) << "waiting nowhere: not served";
+  EXPECT_TRUE(holds("a|4"));
+}
+
 // tparked deleted: a parked tenant that frees a permit rejoins the rotation
 // only if it was parked, so its waiters were stranded (and starved while
 // other tenants kept the limiter full). The release of a tenant at its cap

@@ -230,8 +230,9 @@ local function q_add(member, score)
 end
 
 local function q_remove(member)
-  redis.call('ZREM', K_BYINST, member)
-  return redis.call('ZREM', K_QUEUE, member)
+  local indexed = redis.call('ZREM', K_BYINST, member)
+  -- In byinst alone it was waiting too: the queue key was deleted under it (rule 15).
+  return math.max(indexed, redis.call('ZREM', K_QUEUE, member))
 end
 
 -- Takes the head of `key` (the queue, or a tenant's queue) out of it: the
@@ -725,9 +726,10 @@ local function dispatch_tenants(cfg, now, holders)
       end
     end
     if head then
-      q_remove(head)
+      -- Not waiting any more (left while a key of the state was deleted, rule 15): skipped.
+      local waiting = q_remove(head) == 1
       local inst, id, deadline, weight = split_waiter(head)
-      local ok = deadline > now and alive(inst, now)
+      local ok = waiting and deadline > now and alive(inst, now)
       if ok and not room_to_grant(cfg, holders, now) then
         -- Fenced this moment (another Redis): back where it was, in both queues.
         redis.call('ZADD', key, score, head)
