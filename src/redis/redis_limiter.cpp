@@ -1044,20 +1044,8 @@ void RedisLimiter::send_restore(bool even_if_stopped) {
     if (restore_in_flight_ || (heartbeats_stopped_ && !even_if_stopped)) return;
     restore_in_flight_ = true;
     const auto now = Clock::now();
-    // An acquire on its way (Phase::sending) is not listed: it may reach Redis after this
-    // restore (sent from another thread, or run inline on the connection's strand ahead of
-    // it), and a first acquire does not look for a place a restore gave it — one request
-    // would wait twice. Its own reply says where it stands; nothing from its n on is
-    // cleaned as unlisted (ARGV[5]).
-    std::uint64_t clean_below = next_n_;
-    for (const auto& [n, r] : requests_) {
-      if (r->ticket.pending() && r->phase == Phase::sending) {
-        clean_below = n;  // requests_ is ordered by n: the first is the lowest
-        break;
-      }
-    }
     args = {instance_, std::to_string(o.liveness_ttl.count()), std::to_string(o.fence().count()),
-            std::to_string(clean_below), std::to_string(holders_.size())};
+            std::to_string(next_n_), std::to_string(holders_.size())};
     for (const auto& [n, holder] : holders_) {
       args.push_back(std::to_string(n));
       args.push_back(holder.tenant);
@@ -1065,12 +1053,18 @@ void RedisLimiter::send_restore(bool even_if_stopped) {
       args.push_back(std::to_string(since(holder.granted, now).count()));
     }
     for (const auto& r : waiting_oldest_first_locked()) {
-      if (r->phase == Phase::sending) continue;
-      r->reached = true;
+      // An acquire on its way (Phase::sending) may reach Redis after this restore (sent from
+      // another thread, or run inline on the connection's strand ahead of it), and a first
+      // acquire does not look for a place a restore gave it: one request would wait twice.
+      // Listed with no time left, it is kept if there and never added; its own reply says
+      // where it stands.
+      const bool on_its_way = r->phase == Phase::sending;
+      if (!on_its_way) r->reached = true;
       args.push_back(std::to_string(r->n));
       args.push_back(r->order > 0 ? std::to_string(r->order) : std::string());
-      args.push_back(
-          std::to_string(std::max<std::int64_t>(0, duration_cast<milliseconds>(r->deadline - now).count())));
+      args.push_back(on_its_way ? std::string("0")
+                                : std::to_string(std::max<std::int64_t>(
+                                      0, duration_cast<milliseconds>(r->deadline - now).count())));
       args.push_back(std::to_string(since(r->arrived, now).count()));
       args.push_back(std::to_string(r->weight));
       args.push_back(r->tenant);
@@ -1152,6 +1146,9 @@ void RedisLimiter::on_restore_reply(const Reply& reply) {
         const auto n = integer_of(orders[i]);
         auto it = n > 0 ? requests_.find(static_cast<std::uint64_t>(n)) : requests_.end();
         if (it == requests_.end() || !it->second->ticket.pending()) continue;
+        // Listed while its acquire was on its way: that acquire's reply tells it (on one
+        // connection it comes first; a call redirected in a Cluster can come after).
+        if (it->second->phase == Phase::sending) continue;
         it->second->phase = Phase::queued;
         it->second->order = integer_of(orders[i + 1]);
       }

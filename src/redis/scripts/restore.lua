@@ -13,7 +13,9 @@
 --         held (the status view's age of a permit Redis lost),
 -- then the waiters, oldest first, as (n, order, remaining_ms, waited_ms, weight, tenant) groups;
 --         order is the order score Redis gave it ('' = never queued in Redis: it gets a new one);
---         waited_ms = how long it has waited (its age in the status view, when Redis lost it)
+--         waited_ms = how long it has waited (its age in the status view, when Redis lost it);
+--         remaining_ms 0: kept if Redis has it, never added (the instance lists so a request
+--         whose acquire is on its way: that acquire may run after this restore)
 -- Permits are added back even above the cap (and a tenant's cap): the work is running and is
 -- never revoked (like lowering max_concurrent); no new grant happens until below it. A waiter
 -- keeps its order score, so it goes back to its old place, ahead of everyone who arrived
