@@ -22,8 +22,8 @@
 //    is retried until Redis acknowledges it. No acquire is sent while a
 //    restore is needed or in flight (it would run against a state that misses
 //    this instance's permits); they wait and are sent after it. A restore
-//    lists no request whose acquire is on its way (that acquire may reach
-//    Redis after it and would give the request a second place).
+//    gives no place to a request whose acquire is on its way (that acquire
+//    may reach Redis after it and would give the request a second one).
 //  * While degraded, nothing is sent but heartbeats (probes): permits granted
 //    locally and waiters queued locally go back to Redis in one restore.
 //  * Every state change happens under mu_; Redis commands are sent after mu_
