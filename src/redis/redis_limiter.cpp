@@ -721,6 +721,15 @@ void RedisLimiter::stop_heartbeats_for_test() {
   if (heartbeat_timer_) heartbeat_timer_->cancel();
 }
 
+void RedisLimiter::resume_heartbeats_for_test() {
+  {
+    std::lock_guard lock(mu_);
+    heartbeats_stopped_ = false;
+  }
+  heartbeat();
+  schedule_heartbeat(context_->options.heartbeat_interval);
+}
+
 void RedisLimiter::set_send_hook_for_test(std::function<void(std::string_view)> hook) {
   std::lock_guard lock(mu_);
   send_hook_ = std::move(hook);
@@ -1112,6 +1121,7 @@ void RedisLimiter::on_restore_reply(const Reply& reply) {
   std::vector<std::pair<std::uint64_t, std::string>> grants;
   std::vector<std::string> orphans, logs;
   std::vector<RequestPtr> to_send;
+  std::vector<std::pair<RequestPtr, QueueStatus>> positions;
   const auto now = Clock::now();
   {
     std::lock_guard lock(mu_);
@@ -1149,8 +1159,19 @@ void RedisLimiter::on_restore_reply(const Reply& reply) {
         // Listed while its acquire was on its way: that acquire's reply tells it (on one
         // connection it comes first; a call redirected in a Cluster can come after).
         if (it->second->phase == Phase::sending) continue;
-        it->second->phase = Phase::queued;
-        it->second->order = integer_of(orders[i + 1]);
+        auto& r = it->second;
+        r->phase = Phase::queued;
+        r->order = integer_of(orders[i + 1]);
+        // Queued by this restore before any acquire of its own was answered (it arrived
+        // while the restore was due): told where it waits now, not at the next heartbeat —
+        // under tenant fairness, where heartbeats leave positions to the acquire's reply,
+        // never. From its order there (under fairness an estimate: the arrival rank).
+        if (r->on_queued && r->told_position == 0) {
+          const auto position = position_locked(r->order);
+          r->told_position = position;
+          positions.emplace_back(r, QueueStatus{position, queued_, estimate_locked(position, now),
+                                                static_cast<std::uint64_t>(r->order), permit_id(r->n)});
+        }
       }
       // Orphans the restore released itself (not held here, not waited for), and those
       // that ended after it was sent, released right after.
@@ -1198,6 +1219,7 @@ void RedisLimiter::on_restore_reply(const Reply& reply) {
       }
     }
   }
+  for (auto& [request, status] : positions) post_position(request, status);
   for (const auto& [n, id] : grants) on_granted(n, id, /*recovered=*/true);
   release_orphans(orphans);
   for (const auto& line : logs) log(line);

@@ -131,6 +131,8 @@ class RedisLimiter final : public detail::LimiterImpl {
   std::uint64_t commands_sent() const noexcept;
   /// Stops this limiter's heartbeats for good (simulates a frozen instance).
   void stop_heartbeats_for_test();
+  /// Starts them again (one at once, then every interval).
+  void resume_heartbeats_for_test();
   /// Tests only: `hook("acquire")` runs in every acquire, `hook("heartbeat")` in every
   /// heartbeat, between the call's being prepared (under mu_) and its being handed to the
   /// connection — the window in which a call sent from another thread reaches Redis first.

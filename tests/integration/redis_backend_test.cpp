@@ -1309,6 +1309,49 @@ TEST(RedisBackendTest, AsyncConfigureConfirmsOrSaysUnavailable) {
   EXPECT_EQ(unreachable.settings().max_concurrent, 3u) << "not applied here either";
 }
 
+// A request that arrives while a restore is due waits unsent, and the
+// restore queues it. It heard its position only from the next heartbeat —
+// under tenant fairness, where heartbeats leave positions to the acquire's
+// reply, never: an SSE client got no `queued` event (docs/api.md: "first when
+// the request has to wait"). The restore's answer tells it now.
+TEST(RedisBackendTest, AWaiterQueuedByARestoreIsToldItsPosition) {
+  const std::string name = test_name();
+  Instance a(fast_options());
+  Settings s = cap(1, 30s);
+  s.tenant_fairness = true;
+  Limiter l = a.open(name, s);
+  ASSERT_TRUE(wait_until([&] { return ready_past_fence(a, name, l); }, 10s));
+  AcquireOptions first;
+  first.tenant = "t1";
+  auto holder = acquire(l, first);
+  ASSERT_TRUE(wait_until([&] { return holder->done(); }));
+  ASSERT_EQ(holder->outcome(), Outcome::granted);
+  auto impl = a.impl(name);
+  impl->stop_heartbeats_for_test();
+  std::this_thread::sleep_for(300ms);  // a heartbeat in flight lands first
+  lose_state(name);
+  Statuses st;
+  AcquireOptions o;
+  o.tenant = "t2";
+  o.max_wait = 30s;
+  o.on_queued = [&st](const fairgate::QueueStatus& q) {
+    std::lock_guard lock(st.mu);
+    st.seen.push_back(q);
+  };
+  auto waiter = acquire(l, std::move(o));  // 'lost': it waits for the restore, unsent
+  std::this_thread::sleep_for(300ms);
+  const auto restores = impl->restores();
+  impl->resume_heartbeats_for_test();  // re-creates the state; the restore queues it
+  ASSERT_TRUE(wait_until([&] { return impl->restores() > restores; }, 5s));
+  ASSERT_TRUE(wait_until([&] { return st.first().has_value(); }, 5s)) << "told where it waits";
+  EXPECT_EQ(st.first()->position, 1u);
+  EXPECT_FALSE(waiter->done()) << "a|1 holds the one seat";
+  holder->release();
+  ASSERT_TRUE(wait_until([&] { return waiter->done(); }));
+  EXPECT_EQ(waiter->outcome(), Outcome::granted);
+  waiter->release();
+}
+
 // Redis loses the state after a cluster-wide change: the state comes back with
 // the settings in force (max_concurrent 1), not with the start-up ones (3).
 TEST(RedisBackendTest, AStateLostAfterAChangeComesBackWithTheCurrentSettings) {
