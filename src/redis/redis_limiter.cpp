@@ -272,8 +272,12 @@ void RedisLimiter::route_locked(const RequestPtr& request, std::vector<RequestPt
     request->phase = Phase::unsent;
     return;
   }
+  to_send_locked(request, to_send);
+}
+
+void RedisLimiter::to_send_locked(const RequestPtr& request, std::vector<RequestPtr>& to_send) {
   request->phase = Phase::sending;
-  ++acquires_decided_;
+  ++acquires_decided_;  // the heartbeat's comparison allows for it (on_heartbeat_reply)
   to_send.push_back(request);
 }
 
@@ -654,13 +658,18 @@ void RedisLimiter::update_positions_locked(std::vector<std::pair<RequestPtr, Que
   if (settings_.tenant_fairness) return;
   const auto now = Clock::now();
   for (auto& [n, request] : requests_) {
-    if (!request->on_queued || request->phase != Phase::queued) continue;
-    const auto position = position_locked(request->order);
-    if (position == request->told_position) continue;
-    request->told_position = position;
-    out.emplace_back(request, QueueStatus{position, queued_, estimate_locked(position, now),
-                                          static_cast<std::uint64_t>(request->order), permit_id(n)});
+    if (request->phase == Phase::queued) tell_position_locked(request, now, out);
   }
+}
+
+void RedisLimiter::tell_position_locked(const RequestPtr& request, Clock::time_point now,
+                                        std::vector<std::pair<RequestPtr, QueueStatus>>& out) {
+  if (!request->on_queued) return;
+  const auto position = position_locked(request->order);
+  if (position == request->told_position) return;
+  request->told_position = position;
+  out.emplace_back(request, QueueStatus{position, queued_, estimate_locked(position, now),
+                                        static_cast<std::uint64_t>(request->order), permit_id(request->n)});
 }
 
 // --- heartbeat, loss detection, restore ------------------------------------
@@ -999,9 +1008,7 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const BeatSent& sent, 
     if (link_ == Link::up && !restore_needed_ && !restore_in_flight_) {
       for (auto& [n, r] : requests_) {
         if (r->ticket.pending() && r->phase == Phase::unsent) {
-          r->phase = Phase::sending;
-          ++acquires_decided_;
-          to_send.push_back(r);
+          to_send_locked(r, to_send);
         }
       }
       update_positions_locked(positions);
@@ -1166,12 +1173,7 @@ void RedisLimiter::on_restore_reply(const Reply& reply) {
         // while the restore was due): told where it waits now, not at the next heartbeat —
         // under tenant fairness, where heartbeats leave positions to the acquire's reply,
         // never. From its order there (under fairness an estimate: the arrival rank).
-        if (r->on_queued && r->told_position == 0) {
-          const auto position = position_locked(r->order);
-          r->told_position = position;
-          positions.emplace_back(r, QueueStatus{position, queued_, estimate_locked(position, now),
-                                                static_cast<std::uint64_t>(r->order), permit_id(r->n)});
-        }
+        if (r->told_position == 0) tell_position_locked(r, now, positions);
       }
       // Orphans the restore released itself (not held here, not waited for), and those
       // that ended after it was sent, released right after.
@@ -1187,9 +1189,7 @@ void RedisLimiter::on_restore_reply(const Reply& reply) {
       for (auto& [n, r] : requests_) {
         if (still_degraded) break;
         if (r->ticket.pending() && (r->phase == Phase::unsent || r->phase == Phase::local)) {
-          r->phase = Phase::sending;
-          ++acquires_decided_;
-          to_send.push_back(r);
+          to_send_locked(r, to_send);
         }
       }
       if (permits > 0 || waiters > 0 || integer_of(e[8]) == 0) {

@@ -183,6 +183,8 @@ class RedisLimiter final : public detail::LimiterImpl {
 
   // Requests.
   void route_locked(const RequestPtr& request, std::vector<RequestPtr>& to_send);
+  /// Marks `request` as on its way and adds it to `to_send` (sent after mu_ is released).
+  void to_send_locked(const RequestPtr& request, std::vector<RequestPtr>& to_send);
   void send_acquire(const RequestPtr& request);
   void send_all(const std::vector<RequestPtr>& requests);
   void on_acquire_reply(const RequestPtr& request, boost::system::error_code ec, const Reply& reply);
@@ -231,6 +233,9 @@ class RedisLimiter final : public detail::LimiterImpl {
   /// Wait estimate for `position` from the cluster-wide pace of the last heartbeat (F7).
   std::optional<std::chrono::milliseconds> estimate_locked(std::size_t position, Clock::time_point now) const;
   void update_positions_locked(std::vector<std::pair<RequestPtr, QueueStatus>>& out);
+  /// Adds `request`'s position from its order score to `out` when it changed (and it listens).
+  void tell_position_locked(const RequestPtr& request, Clock::time_point now,
+                            std::vector<std::pair<RequestPtr, QueueStatus>>& out);
 
   // Link health and the degraded modes.
   void note_success();

@@ -101,10 +101,11 @@ class RedisScriptsTest : public ::testing::Test {
   }
   std::string cancel(const std::string& id) { return call(scripts::kCancel, {id}).elements.at(0).str; }
   /// restore.lua for `inst` (liveness TTL 60 s, `fence_ms`): `permits` granted by Redis, held
-  /// 100 ms; `waiters` as (n, order score; 0: never queued in Redis), 60 s left, weight 1, no tenant.
+  /// 100 ms; `waiters` as (n, order score; 0: never queued in Redis), 60 s left, weight 1, no tenant;
+  /// `next_n` is ARGV[5] ('': keep every unlisted waiter and permit).
   Reply restore_of(const std::string& inst, int fence_ms, const std::vector<int>& permits,
-                   const std::vector<std::pair<int, std::int64_t>>& waiters) {
-    std::vector<std::string> args{inst, "60000", std::to_string(fence_ms), "",
+                   const std::vector<std::pair<int, std::int64_t>>& waiters, const std::string& next_n = "") {
+    std::vector<std::string> args{inst, "60000", std::to_string(fence_ms), next_n,
                                   std::to_string(permits.size())};
     for (const int n : permits) args.insert(args.end(), {std::to_string(n), "", "r", "100"});
     for (const auto& [n, order] : waiters)
@@ -626,18 +627,11 @@ TEST_F(RedisScriptsTest, RestoreOfLostGrantedPermitsFencesTheState) {
   EXPECT_EQ(local.elements.at(9).integer, 0) << "a permit granted locally (degraded) is no loss";
 }
 
-// After an outage on on_redis_down = local, each instance's restore adds the
-// permits it granted locally in the seats of permits it released meanwhile,
-// whose releases never reached Redis (orphans). The restore releases those
-// orphans itself, in the same step: were they released after it (as before),
-// another instance restoring in between would count a seat twice and see
-// more permits than run. Seen as a flaky overshoot_restored in
-// Faults.RestartWithAofAfterAnOutageLongerThanTheTtl.
 // A first acquire does not look for a place of its own request (that costs
 // commands on every arrival): when it runs after a restore that queued the
-// same request, the request waits twice. The instance never lists a request
-// whose acquire is on its way (RedisBackendTest.ARestoreThatOvertakes…); should
-// two places arise all the same, the next restore keeps the older one.
+// same request, the request waits twice. The instance gives no place to a
+// request whose acquire is on its way (RedisBackendTest.ARestoreThatOvertakes…);
+// should two places arise all the same, the next restore keeps the older one.
 TEST_F(RedisScriptsTest, ARestoreKeepsOnePlacePerRequestTheOlder) {
   heartbeat("a", 1);
   ASSERT_EQ(acquire("a", 1).elements.at(0).str, "granted");
@@ -648,9 +642,7 @@ TEST_F(RedisScriptsTest, ARestoreKeepsOnePlacePerRequestTheOlder) {
   ASSERT_EQ(acquire("b", 1).elements.at(0).str, "queued");
   ASSERT_EQ(acquire("a", 2).elements.at(0).str, "queued");
   ASSERT_EQ(zcard(2), 3) << "a|2 twice (the precondition), b|1 between";
-  std::vector<std::string> args{
-      "a", "60000", "0", "3", "1", "1", "", "r", "100", "2", std::to_string(older), "60000", "0", "1", ""};
-  const Reply again = call(scripts::kRestore, args);
+  const Reply again = restore_of("a", 0, {1}, {{2, older}}, "3");
   EXPECT_EQ(zcard(2), 2) << "a|2 once";
   EXPECT_EQ(server().command({"ZLEXCOUNT", keys_[5], "[a|2|", "(a|2}"}), "1") << "in the index once";
   ASSERT_EQ(again.elements.at(4).elements.size(), 2u) << again.excerpt(4096);
@@ -662,6 +654,13 @@ TEST_F(RedisScriptsTest, ARestoreKeepsOnePlacePerRequestTheOlder) {
   EXPECT_EQ(zcard(2), 0) << "a|2 is not served twice";
 }
 
+// After an outage on on_redis_down = local, each instance's restore adds the
+// permits it granted locally in the seats of permits it released meanwhile,
+// whose releases never reached Redis (orphans). The restore releases those
+// orphans itself, in the same step: were they released after it (as before),
+// another instance restoring in between would count a seat twice and see
+// more permits than run. Seen as a flaky overshoot_restored in
+// Faults.RestartWithAofAfterAnOutageLongerThanTheTtl.
 TEST_F(RedisScriptsTest, ARestoreReleasesItsOrphansInTheSameStep) {
   heartbeat("a", 3);
   heartbeat("b", 3);
