@@ -651,21 +651,34 @@ std::size_t RedisLimiter::position_locked(std::int64_t order) const {
                                  std::max<std::size_t>(queued_, 1));
 }
 
-void RedisLimiter::update_positions_locked(std::vector<std::pair<RequestPtr, QueueStatus>>& out) {
-  // Positions: our waiters' distance from the head (an upper bound: waiters
-  // that left ahead of us leave gaps). Under tenant fairness the order says
-  // nothing about the rotation: the position the acquire reply gave stays.
-  if (settings_.tenant_fairness) return;
+void RedisLimiter::update_positions_locked(const std::vector<std::uint64_t>& asked, const Reply* answered,
+                                           std::vector<std::pair<RequestPtr, QueueStatus>>& out) {
   const auto now = Clock::now();
+  if (settings_.tenant_fairness) {
+    // The order says nothing about the rotation: Redis computed the positions of the
+    // waiters the heartbeat asked about (heartbeat.lua); the others keep theirs.
+    if (answered == nullptr) return;
+    const auto& p = answered->elements;
+    for (std::size_t i = 0; i < asked.size() && i < p.size(); ++i) {
+      const auto it = requests_.find(asked[i]);
+      const auto position = count_of(p[i]);
+      if (it == requests_.end() || it->second->phase != Phase::queued || position == 0) continue;
+      tell_position_locked(it->second, now, out, position);
+    }
+    return;
+  }
+  // Our waiters' distance from the head (an upper bound: waiters that left
+  // ahead of us leave gaps).
   for (auto& [n, request] : requests_) {
     if (request->phase == Phase::queued) tell_position_locked(request, now, out);
   }
 }
 
 void RedisLimiter::tell_position_locked(const RequestPtr& request, Clock::time_point now,
-                                        std::vector<std::pair<RequestPtr, QueueStatus>>& out) {
+                                        std::vector<std::pair<RequestPtr, QueueStatus>>& out,
+                                        std::optional<std::size_t> told) {
   if (!request->on_queued) return;
-  const auto position = position_locked(request->order);
+  const auto position = told.value_or(position_locked(request->order));
   if (position == request->told_position) return;
   request->told_position = position;
   out.emplace_back(request, QueueStatus{position, queued_, estimate_locked(position, now),
@@ -758,6 +771,27 @@ std::uint64_t RedisLimiter::expiry_every(const RedisBackendOptions& o) noexcept 
   return std::max<std::uint64_t>(kExpiryEvery, static_cast<std::uint64_t>(span / (4 * o.heartbeat_interval)));
 }
 
+void RedisLimiter::ask_fair_positions_locked(std::vector<std::uint64_t>& asked,
+                                             std::vector<std::string>& args) const {
+  // Under tenant fairness Redis tells the positions (the order says nothing about the
+  // rotation): of the oldest waiters that listen, a bounded number per beat.
+  std::vector<const Request*> waiting;
+  if (settings_.tenant_fairness) {
+    for (const auto& [n, r] : requests_) {
+      if (r->phase == Phase::queued && r->order > 0 && r->on_queued) waiting.push_back(r.get());
+    }
+  }
+  const auto count = std::min(waiting.size(), kFairPositionsPerBeat);
+  std::partial_sort(waiting.begin(), waiting.begin() + static_cast<std::ptrdiff_t>(count), waiting.end(),
+                    [](const Request* a, const Request* b) { return a->order < b->order; });
+  args.push_back(std::to_string(count));
+  for (std::size_t i = 0; i < count; ++i) {
+    asked.push_back(waiting[i]->n);
+    args.push_back(waiting[i]->tenant);
+    args.push_back(std::to_string(waiting[i]->order));
+  }
+}
+
 void RedisLimiter::heartbeat(bool force) {
   std::uint64_t generation = 0;
   std::uint64_t count = 0;
@@ -794,6 +828,7 @@ void RedisLimiter::heartbeat(bool force) {
             std::to_string(o.fence().count()),
             std::to_string(holders_.size()),
             std::to_string(waiting)};
+    ask_fair_positions_locked(sent.asked, args);
     // A state re-created by this heartbeat gets the settings in force now (the
     // cluster-wide ones as last seen), never merely the start-up ones.
     for (auto& f : core::wire_fields(settings_)) args.push_back(std::move(f));
@@ -1011,7 +1046,7 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const BeatSent& sent, 
           to_send_locked(r, to_send);
         }
       }
-      update_positions_locked(positions);
+      update_positions_locked(sent.asked, e.size() > 16 ? &e[16] : nullptr, positions);
     }
   }
   if (drop_subscriber)

@@ -80,6 +80,9 @@ class RedisLimiter final : public detail::LimiterImpl {
  public:
   /// Key expiry is refreshed at least every this many heartbeats (and at the first).
   static constexpr std::uint64_t kExpiryEvery = 10;
+  /// Under tenant fairness a heartbeat asks Redis the positions of this instance's oldest
+  /// waiters, at most this many (one ZCOUNT each: heartbeat.lua).
+  static constexpr std::size_t kFairPositionsPerBeat = 100;
   /// Heartbeats between two refreshes of the keys' expiry (and the housekeeping that
   /// rides with it, heartbeat.lua): a quarter of key_expiry (of 1 h when keys never
   /// expire), never fewer than kExpiryEvery. 900 with the defaults (1 s, 1 h).
@@ -210,11 +213,12 @@ class RedisLimiter final : public detail::LimiterImpl {
                       std::shared_ptr<std::unique_ptr<detail::ConfigureCompletion>> completion, int attempt);
   /// What a heartbeat was sent about: this instance's side of the comparison.
   struct BeatSent {
-    std::set<std::uint64_t> holders;  // permits Redis granted
-    std::set<std::uint64_t> queued;   // waiters Redis queued
-    std::size_t inflight = 0;         // acquires on their way
-    std::uint64_t acquires = 0;       // acquires_decided_ then
-    std::uint64_t cancels = 0;        // cancels_decided_ then
+    std::set<std::uint64_t> holders;   // permits Redis granted
+    std::set<std::uint64_t> queued;    // waiters Redis queued
+    std::size_t inflight = 0;          // acquires on their way
+    std::uint64_t acquires = 0;        // acquires_decided_ then
+    std::uint64_t cancels = 0;         // cancels_decided_ then
+    std::vector<std::uint64_t> asked;  // waiters whose positions under fairness it asks for
   };
   void on_heartbeat_reply(const Reply& reply, const BeatSent& sent, std::uint64_t generation);
   void send_restore(bool even_if_stopped = false);
@@ -232,10 +236,18 @@ class RedisLimiter final : public detail::LimiterImpl {
   void post_position(const RequestPtr& request, QueueStatus status);
   /// Wait estimate for `position` from the cluster-wide pace of the last heartbeat (F7).
   std::optional<std::chrono::milliseconds> estimate_locked(std::size_t position, Clock::time_point now) const;
-  void update_positions_locked(std::vector<std::pair<RequestPtr, QueueStatus>>& out);
-  /// Adds `request`'s position from its order score to `out` when it changed (and it listens).
+  /// Adds to a heartbeat's arguments the waiters whose positions it asks Redis for (their
+  /// numbers in `asked`): under tenant fairness the oldest that listen, ARGV[8..] of heartbeat.lua.
+  void ask_fair_positions_locked(std::vector<std::uint64_t>& asked, std::vector<std::string>& args) const;
+  /// Our waiters' positions after a heartbeat: from their order scores, or under tenant
+  /// fairness those Redis computed (`answered`, one per waiter in `asked`).
+  void update_positions_locked(const std::vector<std::uint64_t>& asked, const Reply* answered,
+                               std::vector<std::pair<RequestPtr, QueueStatus>>& out);
+  /// Adds `request`'s position (from its order score unless given) to `out` when it changed
+  /// (and it listens).
   void tell_position_locked(const RequestPtr& request, Clock::time_point now,
-                            std::vector<std::pair<RequestPtr, QueueStatus>>& out);
+                            std::vector<std::pair<RequestPtr, QueueStatus>>& out,
+                            std::optional<std::size_t> position = std::nullopt);
 
   // Link health and the degraded modes.
   void note_success();

@@ -50,8 +50,9 @@ inline constexpr std::string_view kRejected = "ss";       // {'rejected', reason
 inline constexpr std::string_view kReleased = "ii";       // {released, grants made}
 inline constexpr std::string_view kConfigured = "s[ss]";  // {'ok', the cfg hash}
 /// lost, held, head_order, queued, in_use, the cfg hash, reaped, granted,
-/// created, away, fence_left, my_waiters, epoch, older, instances, Redis' now.
-inline constexpr std::string_view kHeartbeat = "i[s]iii[ss]iiiiiiii[s]|i";
+/// created, away, fence_left, my_waiters, epoch, older, instances, Redis' now,
+/// positions (under tenant fairness, of the waiters asked about).
+inline constexpr std::string_view kHeartbeat = "i[s]iii[ss]iiiiiiii[s]|i[i]";
 /// 'ok', permits, waiters, granted, orders (n, order), held, in_use,
 /// fence_left, was_registered, fenced, released (the orphans released).
 inline constexpr std::string_view kRestored = "sii[i][ii][s]iiii[s]";

@@ -81,6 +81,7 @@ class RedisScriptsTest : public ::testing::Test {
                                   std::to_string(fence_ms),
                                   std::to_string(holders),
                                   "0",
+                                  "0",  // no positions asked (tenant fairness)
                                   "max_concurrent",
                                   std::to_string(max),
                                   "max_queue",

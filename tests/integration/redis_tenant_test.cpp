@@ -81,12 +81,17 @@ class Order {
     auto queued = std::make_shared<std::atomic<bool>>(false);
     AcquireOptions o;
     o.tenant = tenant;
-    o.on_queued = [queued](const fairgate::QueueStatus&) { queued->store(true); };
+    o.on_queued = [this, queued, name](const fairgate::QueueStatus& s) {
+      std::lock_guard lock(mu_);
+      if (!permits_.count(name)) positions_[name] = s.position;
+      queued->store(true);
+    };
     limiter.async_acquire(o, [this, name](AcquireResult r) {
       std::lock_guard lock(mu_);
       ASSERT_TRUE(r.granted()) << name << ": " << r.message();
       granted_.push_back(name);
       permits_[name] = r.take_permit();
+      positions_.erase(name);
     });
     ASSERT_TRUE(wait_until([&] { return queued->load(); }, 5s)) << name << " should wait";
   }
@@ -123,9 +128,20 @@ class Order {
     std::lock_guard lock(mu_);
     for (auto& [name, p] : permits_) p.release();
   }
+  /// The position each request still waiting was last told.
+  std::map<std::string, std::size_t> positions() {
+    std::lock_guard lock(mu_);
+    return positions_;
+  }
+  std::string describe_positions() {
+    std::string out = "told:";
+    for (const auto& [name, p] : positions()) out += " " + name + "=" + std::to_string(p);
+    return out;
+  }
 
  private:
   std::mutex mu_;
+  std::map<std::string, std::size_t> positions_;
   std::vector<std::string> granted_;
   std::map<std::string, Permit> permits_;
 };
@@ -154,6 +170,35 @@ TEST(RedisTenantTest, RotationAcrossTwoInstancesServesOneRequestPerTenantPerTurn
   EXPECT_EQ(server().command(fairgate::test::tenant_count_command(key(name, "tholders"))), "0")
       << "every tenant count back to 0";
   EXPECT_EQ(server().command({"EXISTS", key(name, "tq:A")}), "0") << "empty tenant queues are gone";
+}
+
+// F7 under fairness: the heartbeat tells each waiter its place in the rotation as grants move
+// it. Its order score says nothing about the rotation, so an instance cannot work it out from
+// the queue head as without fairness; before, a waiter kept the position its acquire gave (A2
+// arrived second of tenant A's alone: 2, but three tenants wait now and it is served 4th).
+TEST(RedisTenantTest, TheHeartbeatTellsEachWaiterItsPlaceInTheRotation) {
+  const std::string name = test_name();
+  Instance a, b;
+  Limiter la = a.open(name, settings(1, true));
+  Limiter lb = b.open(name, settings(1, true));
+  Order order;
+  order.hold(la, "h", "h");
+  order.queue(la, "A1", "A");
+  order.queue(lb, "A2", "A");
+  order.queue(la, "A3", "A");
+  order.queue(lb, "B1", "B");
+  order.queue(lb, "B2", "B");
+  order.queue(la, "C1", "C");
+  // Served A1 B1 C1 A2 B2 A3 (the rotation test above): min((k-1)*T + r, queued), exact here.
+  const std::map<std::string, std::size_t> first{{"A1", 1}, {"B1", 2}, {"C1", 3},
+                                                 {"A2", 4}, {"B2", 5}, {"A3", 6}};
+  EXPECT_TRUE(wait_until([&] { return order.positions() == first; }, 5s)) << order.describe_positions();
+  // A1 served, its tenant to the back: B C A.
+  EXPECT_EQ(order.drain(1), (std::vector<std::string>{"A1"}));
+  const std::map<std::string, std::size_t> next{{"B1", 1}, {"C1", 2}, {"A2", 3}, {"B2", 4}, {"A3", 5}};
+  EXPECT_TRUE(wait_until([&] { return order.positions() == next; }, 5s)) << order.describe_positions();
+  EXPECT_EQ(order.drain(5), (std::vector<std::string>{"A1", "B1", "C1", "A2", "B2", "A3"}));
+  order.release_all();
 }
 
 TEST(RedisTenantTest, FairnessOffIsGlobalFifoAndKeepsNoTenantState) {

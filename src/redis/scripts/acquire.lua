@@ -97,11 +97,7 @@ if cfg.tmode then
   t_enqueue(cfg, tenant, member, order)
   if cfg.fair then
     -- As position_of, knowing it is last in its tenant's queue and in the global one.
-    local k = redis.call('ZCARD', tq(tenant))
-    local tenants = redis.call('ZCARD', K_TREADY) + redis.call('SCARD', K_TPARKED)
-    local rank = redis.call('ZRANK', K_TREADY, tenant)
-    local turn = rank and rank + 1 or tenants
-    position = math.min((k - 1) * tenants + turn, queued + 1)
+    position = rotation(queued + 1)(tenant, redis.call('ZCARD', tq(tenant)))
   end
 end
 return {'queued', order, position, pace_estimate(cfg, now, position)}

@@ -5,8 +5,10 @@
 --           no expiry: only the housekeeping that rides with it, the ptenant_sweep of lib.lua),
 -- ARGV[5] recovery fence ms (how long a created state grants nothing; 0 = no fence),
 -- ARGV[6] permits this instance holds, ARGV[7] waiters it has queued in Redis,
--- ARGV[8..] the instance's current settings as field, value pairs: a field missing from cfg
---           is filled from them (one by one, never "only if cfg is empty")
+-- ARGV[8] m, then m (tenant, order score) pairs: waiters of this instance whose positions
+--           under tenant fairness it asks for (positions below; m = 0 otherwise),
+-- ARGV[9 + 2m ..] the instance's current settings as field, value pairs: a field missing from
+--           cfg is filled from them (one by one, never "only if cfg is empty")
 -- Creates the state when it is gone (see lib.lua: new epoch, arrival counter moved past every
 -- older order score, fenced for ARGV[5] ms). Extends this instance's liveness — even if it had
 -- run out, as long as nobody reaped it: an instance never reaps itself. If no liveness ran
@@ -17,7 +19,7 @@
 -- only when it has nothing to restore (ARGV[6] = ARGV[7] = 0); otherwise 'lost' says:
 -- restore first (restore.lua registers it together with what it holds, atomically).
 -- Returns {lost, held, head_order, queued, in_use, cfg, reaped, granted, created, away,
---          fence_left_ms, my_waiters, epoch, older, instances}:
+--          fence_left_ms, my_waiters, epoch, older, instances, now, positions}:
 --   lost        1: this instance is not registered: restore.lua before anything else
 --   held        this instance's permits as Redis knows them (a waiter of ours that appears
 --               here was granted, even if the wake message was lost)
@@ -30,8 +32,16 @@
 --   older       waiters whose order score is below the epoch (restored from an older state)
 --   instances   the registered instances (ids), for local shares while Redis is unreachable
 --   now         Redis time in ms (the pace fields in cfg are in it: wait estimates, F7)
+--   positions   under tenant fairness, the position of each waiter ARGV[8] asked about, as
+--               acquire reports it (rotation() in lib.lua), after this call's grants: the order
+--               score says nothing about the rotation, so the instance cannot tell it from
+--               head_order. A waiter no longer in its tenant's queue (granted, or it left) gets
+--               the place it had. Empty without fairness. One ZCOUNT per waiter asked about and
+--               one ZRANK per tenant, read only while this instance has waiters.
 local inst, ttl, expiry, fence_ms = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local has_state = tonumber(ARGV[6]) > 0 or tonumber(ARGV[7]) > 0
+local asked = tonumber(ARGV[8])
+local settings_from = 9 + 2 * asked
 local now = now_ms()
 local flat = redis.call('HGETALL', K_CFG)
 local h = hash_of(flat)
@@ -50,7 +60,7 @@ if h.fence_ms ~= ARGV[5] then
   redis.call('HSET', K_CFG, 'fence_ms', ARGV[5])
   changed = true
 end
-for i = 8, #ARGV - 1, 2 do
+for i = settings_from, #ARGV - 1, 2 do
   if h[ARGV[i]] == nil then
     redis.call('HSET', K_CFG, ARGV[i], ARGV[i + 1])
     changed = true
@@ -121,6 +131,14 @@ if expiry > 0 then
 elseif expiry < 0 and redis.call('EXISTS', K_PTENANT) == 1 then
   ptenant_sweep()
 end
+local positions = {}
+if asked > 0 and lost == 0 and queued > 0 and cfg.tmode and cfg.fair then
+  local place = rotation(queued)
+  for i = 9, settings_from - 1, 2 do
+    local t = ARGV[i]
+    positions[#positions + 1] = place(t, redis.call('ZCOUNT', tq(t), '-inf', '(' .. ARGV[i + 1]) + 1)
+  end
+end
 local ids = {}
 for i = 1, #list, 2 do
   local d = tonumber(list[i + 1])
@@ -128,4 +146,4 @@ for i = 1, #list, 2 do
 end
 if lost == 0 then ids[#ids + 1] = inst end
 return {lost, held, head_order, queued, in_use, flat, reaped, granted, created, away,
-        math.max(0, cfg.fence - now), my_waiters, cfg.epoch, older, ids, now}
+        math.max(0, cfg.fence - now), my_waiters, cfg.epoch, older, ids, now, positions}

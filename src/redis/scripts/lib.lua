@@ -858,18 +858,29 @@ local function notify_instances()
   end
 end
 
--- Position of the waiter with order score `score` (1 = next), as acquire
--- reports it: its rank in the global FIFO; with tenant fairness an estimate
--- min((k-1)*T + r, queued), k = rank in its tenant's queue, T = tenants that
--- wait, r = its tenant's place in the rotation (T when parked) — as
--- core::LimiterState::position().
+-- Positions under tenant fairness (F12), an estimate: min((k-1)*T + r, queued) for the waiter
+-- k-th in its tenant's queue, T = tenants that wait, r = its tenant's place in the rotation (T
+-- when parked) — the grants up to its own if every tenant takes one per turn; as
+-- core::LimiterState::position(). rotation(queued) reads T, and the place it returns,
+-- place(t, k), reads each tenant's r once.
+local function rotation(queued)
+  local tenants = redis.call('ZCARD', K_TREADY) + redis.call('SCARD', K_TPARKED)
+  local turns = {}
+  return function(t, k)
+    if turns[t] == nil then
+      local r = redis.call('ZRANK', K_TREADY, t)
+      turns[t] = r and r + 1 or tenants
+    end
+    return math.min((k - 1) * tenants + turns[t], queued)
+  end
+end
+
+-- Position of waiter `member` of `tenant` (1 = next), as acquire reports it: its rank in the
+-- global FIFO; with tenant fairness the estimate of rotation().
 local function position_of(cfg, member, tenant)
   local rank = redis.call('ZRANK', K_QUEUE, member)
   if not rank then return 0 end
   if not (cfg.tmode and cfg.fair) then return rank + 1 end
   local k = (redis.call('ZRANK', tq(tenant), member) or 0) + 1
-  local tenants = redis.call('ZCARD', K_TREADY) + redis.call('SCARD', K_TPARKED)
-  local r = redis.call('ZRANK', K_TREADY, tenant)
-  local turn = r and r + 1 or tenants
-  return math.min((k - 1) * tenants + turn, redis.call('ZCARD', K_QUEUE))
+  return rotation(redis.call('ZCARD', K_QUEUE))(tenant, k)
 end

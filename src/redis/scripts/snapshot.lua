@@ -53,20 +53,11 @@ end
 local waiters = {}
 if limit > 0 and offset < queued then
   local page = redis.call('ZRANGE', K_QUEUE, offset, offset + limit - 1)
-  local fair = cfg.tmode and cfg.fair
-  local tenants, turns = 0, {}
-  if fair then tenants = redis.call('ZCARD', K_TREADY) + redis.call('SCARD', K_TPARKED) end
+  local place = cfg.tmode and cfg.fair and rotation(queued)
   for i, m in ipairs(page) do
     local _, id, _, _, t, arrived = split_waiter(m)
     local position = offset + i
-    if fair then
-      if turns[t] == nil then
-        local r = redis.call('ZRANK', K_TREADY, t)
-        turns[t] = r and r + 1 or tenants
-      end
-      local k = (redis.call('ZRANK', tq(t), m) or 0) + 1
-      position = math.min((k - 1) * tenants + turns[t], queued)
-    end
+    if place then position = place(t, (redis.call('ZRANK', tq(t), m) or 0) + 1) end
     waiters[#waiters + 1] = id
     waiters[#waiters + 1] = t
     waiters[#waiters + 1] = arrived
