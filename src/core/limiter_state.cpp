@@ -30,16 +30,53 @@ void LimiterState::grant(RequestId id, Time now, std::string tenant) {
   holders_.emplace(id, Holder{next_grant_seq_++, now, std::move(tenant)});
 }
 
-std::size_t LimiterState::fair_position(std::size_t rank_in_tenant, std::size_t turn) const noexcept {
-  return std::min((rank_in_tenant - 1) * waiting_tenants_ + turn, queue_.size());
+std::size_t round_robin_position(const std::vector<std::size_t>& lengths, std::size_t i, std::size_t k) {
+  std::size_t position = 1;
+  for (std::size_t u = 0; u < lengths.size(); ++u) {
+    position += std::min(lengths[u], k - 1);
+    if (u < i && lengths[u] >= k) ++position;
+  }
+  return position;
 }
 
-std::size_t LimiterState::turn_of(const std::string& tenant) const {
-  auto t = tenants_.find(tenant);
-  if (t == tenants_.end() || !t->second.ready_score) return waiting_tenants_;
-  return static_cast<std::size_t>(
-             std::distance(ready_.begin(), ready_.find({*t->second.ready_score, tenant}))) +
-         1;
+std::vector<std::pair<const std::string*, const LimiterState::Tenant*>> LimiterState::rotation() const {
+  std::vector<std::pair<const std::string*, const Tenant*>> order;
+  order.reserve(waiting_tenants_);
+  for (const auto& [score, name] : ready_) order.emplace_back(&name, &tenants_.at(name));
+  const auto ready = order.size();
+  for (const auto& [name, t] : tenants_) {
+    if (!t.queue.empty() && !t.ready_score) order.emplace_back(&name, &t);
+  }
+  std::sort(order.begin() + static_cast<std::ptrdiff_t>(ready), order.end(),
+            [](const auto& a, const auto& b) {
+              return a.second->queue.begin()->first < b.second->queue.begin()->first;
+            });
+  return order;
+}
+
+std::unordered_map<RequestId, std::size_t> LimiterState::fair_positions() const {
+  // round_robin_position() for every waiter at once: O(waiters + tenants).
+  const auto order = rotation();
+  std::size_t longest = 0;
+  for (const auto& [name, t] : order) longest = std::max(longest, t->queue.size());
+  // with[j]: tenants with at least j waiters; before[k] = sum over tenants of min(length, k - 1);
+  // ahead[k]: tenants with at least k waiters ahead in the rotation (as the walk goes).
+  std::vector<std::size_t> with(longest + 1, 0), before(longest + 1, 0), ahead(longest + 1, 0);
+  for (const auto& [name, t] : order) {
+    for (std::size_t j = 1; j <= t->queue.size(); ++j) ++with[j];
+  }
+  for (std::size_t k = 2; k <= longest; ++k) before[k] = before[k - 1] + with[k - 1];
+  std::unordered_map<RequestId, std::size_t> positions;
+  positions.reserve(queue_.size());
+  for (const auto& [name, t] : order) {
+    std::size_t k = 0;
+    for (const auto& [seq, id] : t->queue) {
+      ++k;
+      positions.emplace(id, 1 + before[k] + ahead[k]);
+    }
+    for (std::size_t j = 1; j <= t->queue.size(); ++j) ++ahead[j];
+  }
+  return positions;
 }
 
 Admission LimiterState::admit(RequestId id, Time now, Time deadline, std::string tenant,
@@ -74,11 +111,23 @@ Admission LimiterState::admit(RequestId id, Time now, Time deadline, std::string
   }
   std::size_t position = queue_.size() + 1;
   if (settings_.tenant_fairness) {
-    // As position() will say once it is queued: a new tenant joins the back.
-    const std::size_t rank = (t == tenants_.end() ? 0 : t->second.queue.size()) + 1;
-    const std::size_t tenants = waiting_tenants_ + (rank == 1 ? 1 : 0);
-    const std::size_t turn = rank == 1 ? tenants : turn_of(tenant);
-    position = std::min((rank - 1) * tenants + turn, position);
+    // As position() will say once it is queued: last in its tenant's queue; a new tenant
+    // joins the back of the rotation.
+    std::vector<std::size_t> lengths;
+    std::size_t mine = 0;
+    bool found = false;
+    for (const auto& [name, other] : rotation()) {
+      if (!found && *name == tenant) {
+        mine = lengths.size();
+        found = true;
+      }
+      lengths.push_back(other->queue.size() + (*name == tenant ? 1 : 0));
+    }
+    if (!found) {
+      mine = lengths.size();
+      lengths.push_back(1);
+    }
+    position = round_robin_position(lengths, mine, lengths[mine]);
   }
   const auto estimate = pace_.estimate(position, now);
   if (settings_.reject_early && estimate && rejects_early(*estimate, deadline, now)) {
@@ -323,9 +372,15 @@ std::optional<std::size_t> LimiterState::position(RequestId id) const {
   auto it = waiters_.find(id);
   if (it == waiters_.end()) return std::nullopt;
   if (settings_.tenant_fairness) {
+    std::vector<std::size_t> lengths;
+    std::size_t mine = 0;
+    for (const auto& [name, t] : rotation()) {
+      if (*name == it->second.tenant) mine = lengths.size();
+      lengths.push_back(t->queue.size());
+    }
     const auto& q = tenants_.at(it->second.tenant).queue;
-    return fair_position(static_cast<std::size_t>(std::distance(q.begin(), q.find(it->second.seq))) + 1,
-                         turn_of(it->second.tenant));
+    return round_robin_position(
+        lengths, mine, static_cast<std::size_t>(std::distance(q.begin(), q.find(it->second.seq))) + 1);
   }
   return static_cast<std::size_t>(std::distance(queue_.begin(), queue_.find(it->second.seq))) + 1;
 }

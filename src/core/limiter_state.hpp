@@ -57,6 +57,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 namespace fairgate::core {
 
@@ -90,6 +91,14 @@ struct Admission {
 /// more than the margin, max(kRejectEarlyMargin, max_wait / 4) (docs/eta.md).
 inline constexpr std::chrono::milliseconds kRejectEarlyMargin{100};
 bool would_time_out(std::chrono::milliseconds estimate, std::chrono::milliseconds max_wait) noexcept;
+
+/// Tenant fairness (F12): the place (1 = next) of the k-th waiter (1-based) of
+/// the tenant at index `i` of `lengths`, the queue lengths of the tenants that
+/// wait in rotation order, in a round robin of one grant per tenant per turn
+/// with nobody arriving meanwhile: every tenant's first k-1 waiters (all of a
+/// shorter queue) come first, then the k-th of each tenant ahead of it in the
+/// rotation. O(tenants).
+std::size_t round_robin_position(const std::vector<std::size_t>& lengths, std::size_t i, std::size_t k);
 
 class LimiterState {
  public:
@@ -150,16 +159,15 @@ class LimiterState {
   const Holder* holder(RequestId id) const;
 
   /// 1-based position of waiter `id`; O(queue length). Without fairness:
-  /// its rank in arrival order. With tenant_fairness: min((k-1) x T + r,
-  /// queued), k = its rank in its tenant's queue, T = tenants that wait, r =
-  /// its tenant's place in the rotation (T when parked) — the grants up to
-  /// and including its own when every tenant takes one grant per turn (an
-  /// upper bound with weights 1 and no cap binding; weights > 1 of others
-  /// can make it later, its own weight earlier).
+  /// its rank in arrival order. With tenant_fairness: round_robin_position()
+  /// over the tenants in rotation order (the ready ones, then the parked ones
+  /// by their oldest waiter) — exact with weights 1, no cap binding and
+  /// nobody arriving meanwhile; weights > 1 of others can make it later, its
+  /// own weight earlier.
   std::optional<std::size_t> position(RequestId id) const;
 
   /// Calls f(id, position, waiter) for each waiter in arrival order (positions
-  /// as position() gives them).
+  /// as position() gives them); O(waiters + tenants) under fairness too.
   template <typename F>
   void for_each_waiter(F&& f) const {
     std::size_t rank = 0;
@@ -167,14 +175,8 @@ class LimiterState {
       for (const auto& [seq, id] : queue_) f(id, ++rank, waiters_.at(id));
       return;
     }
-    std::unordered_map<std::string_view, std::size_t> turns;  // tenant → place in the rotation
-    for (const auto& [score, name] : ready_) turns.emplace(name, turns.size() + 1);
-    std::unordered_map<std::string_view, std::size_t> ranks;
-    for (const auto& [seq, id] : queue_) {
-      const Waiter& w = waiters_.at(id);
-      auto turn = turns.find(w.tenant);
-      f(id, fair_position(++ranks[w.tenant], turn == turns.end() ? waiting_tenants_ : turn->second), w);
-    }
+    const auto positions = fair_positions();
+    for (const auto& [seq, id] : queue_) f(id, positions.at(id), waiters_.at(id));
   }
 
   /// Tenants that wait (ready or parked).
@@ -225,12 +227,15 @@ class LimiterState {
   /// Rebuilds ready_ and the parked states from the tenants' queues (after a
   /// settings change), the rotation in order of each tenant's oldest waiter.
   void rebuild_tenants();
-  std::size_t fair_position(std::size_t rank_in_tenant, std::size_t turn) const noexcept;
+  /// The tenants that wait, in rotation order: the ready ones, then the
+  /// parked ones by their oldest waiter (they rejoin at the back).
+  std::vector<std::pair<const std::string*, const Tenant*>> rotation() const;
+  /// Every waiter's position under fairness (as position() gives it).
+  std::unordered_map<RequestId, std::size_t> fair_positions() const;
   /// reject_early: would an arrival with this estimate and deadline wait past
   /// its max wait? Only if the estimate exceeds it by the margin and, in one
   /// FIFO, wait_behind (waiters ahead that time out first make way) exceeds it too.
   bool rejects_early(std::chrono::milliseconds estimate, Time deadline, Time now) const;
-  std::size_t turn_of(const std::string& tenant) const;
 
   Settings settings_;
   std::uint64_t next_seq_ = 0;

@@ -1218,6 +1218,70 @@ TEST_F(RedisScriptsTest, CommandsPerGrantUnderTenantFairnessStayFlatInWaitersAnd
       << "never more than the one permit";
 }
 
+// Positions under tenant fairness: the status and the heartbeat count the place each waiter
+// is served at (the round robin over what each tenant has: B's one waiter takes no place in
+// rounds 2 and 3); the arrival's own position, which reads no other tenant's queue, is an
+// upper bound of it. Then the grants come in exactly that order.
+TEST_F(RedisScriptsTest, UnderFairnessTheStatusAndTheHeartbeatCountTheOrderOfService) {
+  const std::vector<std::string> fair{"tenant_fairness", "1"};
+  heartbeat("a", 1, 60000, "", 0, 0, fair);
+  ASSERT_EQ(call(scripts::kAcquire, {"a", "1", "100000", "h", "1"}).elements.at(0).str, "granted");
+  const std::vector<std::pair<int, std::string>> arrivals{{10, "A"}, {11, "A"}, {12, "A"}, {20, "B"},
+                                                          {30, "C"}, {31, "C"}, {32, "C"}};
+  std::map<std::string, std::pair<std::string, std::int64_t>> queued;  // id -> tenant, order score
+  auto listed = [&] {
+    std::map<std::string, std::int64_t> positions;
+    const auto status = call(scripts::kSnapshot, {"0", "100"});
+    const auto& w = status.elements.at(5).elements;
+    for (std::size_t i = 0; i + 3 < w.size(); i += 4) positions[w[i].str] = w[i + 3].integer;
+    return positions;
+  };
+  for (const auto& [n, tenant] : arrivals) {
+    const auto r = call(scripts::kAcquire, {"a", std::to_string(n), "100000", tenant, "1"});
+    ASSERT_EQ(r.elements.at(0).str, "queued");
+    const std::string id = "a|" + std::to_string(n);
+    queued[id] = {tenant, r.elements.at(1).integer};
+    const auto counted = listed().at(id);
+    EXPECT_GE(r.elements.at(2).integer, counted) << id << ": the arrival's position is an upper bound";
+    // C's second waiter: (k-1) x T + r = 6 counts a second waiter of B's that is not there.
+    if (id == "a|31") {
+      EXPECT_EQ(r.elements.at(2).integer, 6);
+      EXPECT_EQ(counted, 5);
+    }
+  }
+  const std::map<std::string, std::int64_t> expected{{"a|10", 1}, {"a|20", 2}, {"a|30", 3}, {"a|11", 4},
+                                                     {"a|31", 5}, {"a|12", 6}, {"a|32", 7}};
+  EXPECT_EQ(listed(), expected) << "the status";
+
+  // The heartbeat, asked about every waiter (ARGV[8..], as RedisLimiter does).
+  std::vector<std::string> args{
+      "a", "60000", "0", "0", "1", std::to_string(queued.size()), std::to_string(queued.size())};
+  std::vector<std::string> ids;
+  for (const auto& [id, tq] : queued) {
+    ids.push_back(id);
+    args.push_back(tq.first);
+    args.push_back(std::to_string(tq.second));
+  }
+  const auto hb = call(scripts::kHeartbeat, args);
+  ASSERT_EQ(hb.elements.size(), 17u);
+  const auto& told = hb.elements.at(16).elements;
+  ASSERT_EQ(told.size(), ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(told[i].integer, expected.at(ids[i])) << ids[i];
+
+  std::vector<std::pair<std::int64_t, std::string>> by_position;
+  for (const auto& [id, position] : expected) by_position.emplace_back(position, id);
+  std::sort(by_position.begin(), by_position.end());
+  auto first_permit = fairgate::test::permits_command(keys_[1]);
+  first_permit.insert(first_permit.end(), {"LIMIT", "0", "1"});
+  std::string holder = "a|1", tenant = "h";
+  for (const auto& [position, id] : by_position) {
+    call(scripts::kRelease, {holder, tenant});
+    holder = permit_of(server().command(first_permit));
+    EXPECT_EQ(holder, id) << "granted at position " << position;
+    tenant = queued.count(holder) ? queued.at(holder).first : "";
+  }
+}
+
 // The status script (GET /v1/limiters/{name}): the holders and waiters of
 // every instance with their tenants and times, one page at a time; a grant
 // replaces a waiter's arrival by its grant time; every tenant written is

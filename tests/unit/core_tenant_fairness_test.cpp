@@ -231,12 +231,64 @@ TEST(TenantFairness, PositionsFollowTheRotation) {
   EXPECT_EQ(st.position(10), 1u);
   EXPECT_EQ(st.position(20), 2u);
   EXPECT_EQ(st.position(11), 3u);
-  EXPECT_EQ(st.position(12), 4u) << "capped at the queue length";
+  EXPECT_EQ(st.position(12), 4u) << "B has no second waiter: none in round 3";
   std::map<RequestId, std::size_t> seen;
   st.for_each_waiter(
       [&](RequestId id, std::size_t position, const LimiterState::Waiter&) { seen[id] = position; });
   EXPECT_EQ(seen, (std::map<RequestId, std::size_t>{{10, 1}, {11, 3}, {12, 4}, {20, 2}}));
   EXPECT_EQ(drain_one_seat(st, 1), (std::vector<RequestId>{10, 20, 11, 12})) << "served in position order";
+}
+
+// A tenant with fewer waiters than another's rank takes no place in the later
+// rounds: C3 is served 6th (A1 B1 C1 A2 C2 A3 C3), not 7th as (k-1) x T + r said.
+TEST(TenantFairness, PositionsCountOnlyTheWaitersEachTenantHas) {
+  LimiterState st(fair(1));
+  ASSERT_EQ(admit(st, 1, "h"), Kind::granted);
+  for (RequestId id : {10, 11, 12}) admit(st, id, "A");
+  admit(st, 20, "B");
+  EXPECT_EQ(st.admit(30, t0, t0 + 10s, "C", 1).position, 3u);
+  EXPECT_EQ(st.admit(31, t0, t0 + 10s, "C", 1).position, 5u);
+  EXPECT_EQ(st.admit(32, t0, t0 + 10s, "C", 1).position, 7u);
+  std::map<RequestId, std::size_t> seen;
+  st.for_each_waiter(
+      [&](RequestId id, std::size_t position, const LimiterState::Waiter&) { seen[id] = position; });
+  EXPECT_EQ(seen, (std::map<RequestId, std::size_t>{
+                      {10, 1}, {20, 2}, {30, 3}, {11, 4}, {31, 5}, {12, 6}, {32, 7}}));
+  for (const auto& [id, position] : seen) EXPECT_EQ(st.position(id), position) << id;
+  EXPECT_EQ(drain_one_seat(st, 1), (std::vector<RequestId>{10, 20, 30, 11, 31, 12, 32}));
+}
+
+// With weights 1, no tenant cap and nobody arriving, the positions are the
+// order of service — whatever the tenants, their queues and the rotation so far.
+TEST(TenantFairness, PositionsAreTheOrderOfServiceInRandomQueues) {
+  std::mt19937 rng(20261206);
+  for (int round = 0; round < 200; ++round) {
+    LimiterState st(fair(1));
+    ASSERT_EQ(admit(st, 1, "h"), Kind::granted);
+    const int tenants = 1 + static_cast<int>(rng() % 6);
+    const int arrivals = 1 + static_cast<int>(rng() % 30);
+    RequestId next = 100;
+    for (int i = 0; i < arrivals; ++i) admit(st, next++, "t" + std::to_string(rng() % tenants));
+    // Serve a few first, so that the rotation is under way (a tenant mid-round).
+    RequestId holder = 1;
+    for (unsigned served = rng() % 4; served > 0 && st.queued() > 0; --served) {
+      const auto g = release(st, holder);
+      ASSERT_EQ(g.size(), 1u);
+      holder = g.front();
+    }
+    std::vector<std::pair<std::size_t, RequestId>> by_position;
+    st.for_each_waiter([&](RequestId id, std::size_t position, const LimiterState::Waiter&) {
+      by_position.emplace_back(position, id);
+      EXPECT_EQ(st.position(id), position);
+    });
+    std::sort(by_position.begin(), by_position.end());
+    std::vector<RequestId> expected;
+    for (std::size_t i = 0; i < by_position.size(); ++i) {
+      EXPECT_EQ(by_position[i].first, i + 1) << "positions 1..n, each once (round " << round << ")";
+      expected.push_back(by_position[i].second);
+    }
+    EXPECT_EQ(drain_one_seat(st, holder), expected) << "round " << round;
+  }
 }
 
 TEST(TenantFairness, TogglingAtRunTimeKeepsEveryWaitersPlaceInItsTenant) {

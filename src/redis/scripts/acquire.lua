@@ -13,7 +13,8 @@
 --   {'lost'}                        the state is gone, or this instance is not registered in it:
 --                                   nothing was changed; the instance heartbeats (and restores)
 --                                   and asks again
--- Position: the global arrival rank; with tenant_fairness an estimate (see position_of).
+-- Position: the global arrival rank; with tenant_fairness an upper bound (rotation_bound in
+-- lib.lua: flat in tenants; the heartbeat tells the place rotation() counts).
 -- While the state is fenced (after its re-creation) an arrival queues, unless a permit released
 -- during the fence is free (see has_room in lib.lua); a grant first checks that this is the
 -- Redis the count was made on (room_to_grant, "Which Redis" in lib.lua).
@@ -97,7 +98,7 @@ if cfg.tmode then
   t_enqueue(cfg, tenant, member, order)
   if cfg.fair then
     -- As position_of, knowing it is last in its tenant's queue and in the global one.
-    position = rotation(queued + 1)(tenant, redis.call('ZCARD', tq(tenant)))
+    position = rotation_bound(tenant, redis.call('ZCARD', tq(tenant)), queued + 1)
   end
 end
 return {'queued', order, position, pace_estimate(cfg, now, position)}

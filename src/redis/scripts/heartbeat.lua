@@ -32,12 +32,12 @@
 --   older       waiters whose order score is below the epoch (restored from an older state)
 --   instances   the registered instances (ids), for local shares while Redis is unreachable
 --   now         Redis time in ms (the pace fields in cfg are in it: wait estimates, F7)
---   positions   under tenant fairness, the position of each waiter ARGV[8] asked about, as
---               acquire reports it (rotation() in lib.lua), after this call's grants: the order
---               score says nothing about the rotation, so the instance cannot tell it from
---               head_order. A waiter no longer in its tenant's queue (granted, or it left) gets
---               the place it had. Empty without fairness. One ZCOUNT per waiter asked about and
---               one ZRANK per tenant, read only while this instance has waiters.
+--   positions   under tenant fairness, the place rotation() (lib.lua) counts for each waiter
+--               ARGV[8] asked about, after this call's grants: the order score says nothing
+--               about the rotation, so the instance cannot tell it from head_order. A waiter no
+--               longer in its tenant's queue (granted, or it left) gets the place it had. Empty
+--               without fairness. One ZCOUNT per waiter asked about and rotation()'s O(tenants)
+--               reads, only while this instance has waiters under fairness.
 local inst, ttl, expiry, fence_ms = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local has_state = tonumber(ARGV[6]) > 0 or tonumber(ARGV[7]) > 0
 local asked = tonumber(ARGV[8])
@@ -133,7 +133,7 @@ elseif expiry < 0 and redis.call('EXISTS', K_PTENANT) == 1 then
 end
 local positions = {}
 if asked > 0 and lost == 0 and queued > 0 and cfg.tmode and cfg.fair then
-  local place = rotation(queued)
+  local place = rotation()
   for i = 9, settings_from - 1, 2 do
     local t = ARGV[i]
     positions[#positions + 1] = place(t, redis.call('ZCOUNT', tq(t), '-inf', '(' .. ARGV[i + 1]) + 1)

@@ -858,29 +858,51 @@ local function notify_instances()
   end
 end
 
--- Positions under tenant fairness (F12), an estimate: min((k-1)*T + r, queued) for the waiter
--- k-th in its tenant's queue, T = tenants that wait, r = its tenant's place in the rotation (T
--- when parked) — the grants up to its own if every tenant takes one per turn; as
--- core::LimiterState::position(). rotation(queued) reads T, and the place it returns,
--- place(t, k), reads each tenant's r once.
-local function rotation(queued)
-  local tenants = redis.call('ZCARD', K_TREADY) + redis.call('SCARD', K_TPARKED)
-  local turns = {}
+-- Positions under tenant fairness (F12), as core::LimiterState::position(): the tenants that
+-- wait in rotation order (tready, then tparked by their oldest waiter: they rejoin at the
+-- back) and their queue lengths; the k-th waiter of tenant t comes after every tenant's first
+-- k-1 waiters (all of a shorter queue) and the k-th of each tenant ahead of t — the order of
+-- service with weights 1, no cap binding and nobody arriving meanwhile. rotation() reads
+-- O(tenants) keys once; the place(t, k) it returns costs no command.
+local function rotation()
+  local order = redis.call('ZRANGE', K_TREADY, 0, -1)
+  local parked, oldest = redis.call('SMEMBERS', K_TPARKED), {}
+  for _, t in ipairs(parked) do
+    oldest[t] = tonumber(redis.call('ZRANGE', tq(t), 0, 0, 'WITHSCORES')[2] or '0')
+  end
+  table.sort(parked, function(a, b) return oldest[a] < oldest[b] end)
+  for _, t in ipairs(parked) do order[#order + 1] = t end
+  local lengths, index = {}, {}
+  for i, t in ipairs(order) do
+    lengths[i] = redis.call('ZCARD', tq(t))
+    index[t] = i
+  end
   return function(t, k)
-    if turns[t] == nil then
-      local r = redis.call('ZRANK', K_TREADY, t)
-      turns[t] = r and r + 1 or tenants
+    local mine, position = index[t] or #order + 1, 1
+    for u, length in ipairs(lengths) do
+      position = position + math.min(length, k - 1)
+      if u < mine and length >= k then position = position + 1 end
     end
-    return math.min((k - 1) * tenants + turns[t], queued)
+    return position
   end
 end
 
+-- The arrival path's estimate, flat in tenants (no tenant's queue read but its own): the
+-- k-th waiter of `tenant`, min((k-1)*T + r, queued), T = tenants that wait, r = its tenant's
+-- place in tready (T when parked) — an upper bound of rotation()'s (each tenant takes at most
+-- one grant per round); the heartbeat then tells the place rotation() counts.
+local function rotation_bound(tenant, k, queued)
+  local tenants = redis.call('ZCARD', K_TREADY) + redis.call('SCARD', K_TPARKED)
+  local r = redis.call('ZRANK', K_TREADY, tenant)
+  return math.min((k - 1) * tenants + (r and r + 1 or tenants), queued)
+end
+
 -- Position of waiter `member` of `tenant` (1 = next), as acquire reports it: its rank in the
--- global FIFO; with tenant fairness the estimate of rotation().
+-- global FIFO; with tenant fairness rotation_bound().
 local function position_of(cfg, member, tenant)
   local rank = redis.call('ZRANK', K_QUEUE, member)
   if not rank then return 0 end
   if not (cfg.tmode and cfg.fair) then return rank + 1 end
   local k = (redis.call('ZRANK', tq(tenant), member) or 0) + 1
-  return rotation(redis.call('ZCARD', K_QUEUE))(tenant, k)
+  return rotation_bound(tenant, k, redis.call('ZCARD', K_QUEUE))
 end
