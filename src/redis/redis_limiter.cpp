@@ -771,24 +771,32 @@ std::uint64_t RedisLimiter::expiry_every(const RedisBackendOptions& o) noexcept 
   return std::max<std::uint64_t>(kExpiryEvery, static_cast<std::uint64_t>(span / (4 * o.heartbeat_interval)));
 }
 
-void RedisLimiter::ask_fair_positions_locked(std::vector<std::uint64_t>& asked,
+void RedisLimiter::ask_fair_positions_locked(std::uint64_t beat, std::vector<std::uint64_t>& asked,
                                              std::vector<std::string>& args) const {
   // Under tenant fairness Redis tells the positions (the order says nothing about the
-  // rotation): of the oldest waiters that listen, a bounded number per beat.
+  // rotation), a bounded number per beat: the oldest waiters that listen at every beat, and
+  // as many of the others in turn (beat by beat a window moves over them).
   std::vector<const Request*> waiting;
   if (settings_.tenant_fairness) {
     for (const auto& [n, r] : requests_) {
       if (r->phase == Phase::queued && r->order > 0 && r->on_queued) waiting.push_back(r.get());
     }
   }
-  const auto count = std::min(waiting.size(), kFairPositionsPerBeat);
-  std::partial_sort(waiting.begin(), waiting.begin() + static_cast<std::ptrdiff_t>(count), waiting.end(),
-                    [](const Request* a, const Request* b) { return a->order < b->order; });
-  args.push_back(std::to_string(count));
-  for (std::size_t i = 0; i < count; ++i) {
-    asked.push_back(waiting[i]->n);
-    args.push_back(waiting[i]->tenant);
-    args.push_back(std::to_string(waiting[i]->order));
+  std::sort(waiting.begin(), waiting.end(),
+            [](const Request* a, const Request* b) { return a->order < b->order; });
+  constexpr std::size_t oldest = kFairPositionsPerBeat / 2;
+  std::vector<const Request*> ask(
+      waiting.begin(), waiting.begin() + static_cast<std::ptrdiff_t>(std::min(waiting.size(), oldest)));
+  if (waiting.size() > oldest) {
+    const std::size_t others = waiting.size() - oldest;
+    const std::size_t from = static_cast<std::size_t>(beat % ((others + oldest - 1) / oldest)) * oldest;
+    for (std::size_t i = from; i < std::min(others, from + oldest); ++i) ask.push_back(waiting[oldest + i]);
+  }
+  args.push_back(std::to_string(ask.size()));
+  for (const Request* r : ask) {
+    asked.push_back(r->n);
+    args.push_back(r->tenant);
+    args.push_back(std::to_string(r->order));
   }
 }
 
@@ -828,7 +836,7 @@ void RedisLimiter::heartbeat(bool force) {
             std::to_string(o.fence().count()),
             std::to_string(holders_.size()),
             std::to_string(waiting)};
-    ask_fair_positions_locked(sent.asked, args);
+    ask_fair_positions_locked(count, sent.asked, args);
     // A state re-created by this heartbeat gets the settings in force now (the
     // cluster-wide ones as last seen), never merely the start-up ones.
     for (auto& f : core::wire_fields(settings_)) args.push_back(std::move(f));

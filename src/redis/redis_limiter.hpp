@@ -80,8 +80,9 @@ class RedisLimiter final : public detail::LimiterImpl {
  public:
   /// Key expiry is refreshed at least every this many heartbeats (and at the first).
   static constexpr std::uint64_t kExpiryEvery = 10;
-  /// Under tenant fairness a heartbeat asks Redis the positions of this instance's oldest
-  /// waiters, at most this many (one ZCOUNT each: heartbeat.lua).
+  /// Under tenant fairness a heartbeat asks Redis the positions of at most this many of this
+  /// instance's waiters (one ZCOUNT each: heartbeat.lua): the oldest half at every beat, the
+  /// others in turn.
   static constexpr std::size_t kFairPositionsPerBeat = 100;
   /// Heartbeats between two refreshes of the keys' expiry (and the housekeeping that
   /// rides with it, heartbeat.lua): a quarter of key_expiry (of 1 h when keys never
@@ -236,9 +237,11 @@ class RedisLimiter final : public detail::LimiterImpl {
   void post_position(const RequestPtr& request, QueueStatus status);
   /// Wait estimate for `position` from the cluster-wide pace of the last heartbeat (F7).
   std::optional<std::chrono::milliseconds> estimate_locked(std::size_t position, Clock::time_point now) const;
-  /// Adds to a heartbeat's arguments the waiters whose positions it asks Redis for (their
-  /// numbers in `asked`): under tenant fairness the oldest that listen, ARGV[8..] of heartbeat.lua.
-  void ask_fair_positions_locked(std::vector<std::uint64_t>& asked, std::vector<std::string>& args) const;
+  /// Adds to heartbeat number `beat`'s arguments the waiters whose positions it asks Redis for
+  /// (their numbers in `asked`), ARGV[8..] of heartbeat.lua: under tenant fairness, of those
+  /// that listen, the kFairPositionsPerBeat / 2 oldest and, in turn, as many of the others.
+  void ask_fair_positions_locked(std::uint64_t beat, std::vector<std::uint64_t>& asked,
+                                 std::vector<std::string>& args) const;
   /// Our waiters' positions after a heartbeat: from their order scores, or under tenant
   /// fairness those Redis computed (`answered`, one per waiter in `asked`).
   void update_positions_locked(const std::vector<std::uint64_t>& asked, const Reply* answered,

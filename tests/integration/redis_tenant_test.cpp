@@ -203,6 +203,25 @@ TEST(RedisTenantTest, TheHeartbeatTellsEachWaiterItsPlaceInTheRotation) {
   order.release_all();
 }
 
+// A heartbeat asks for at most 100 positions (the oldest 50, and 50 of the others in turn):
+// with 130 waiters on one instance, the newest are told their new places too, a beat or two
+// later (without the turn, the 30 newest kept the places their acquires gave).
+TEST(RedisTenantTest, EveryWaiterIsToldItsPlaceBeyondThoseAskedAtEveryBeat) {
+  const std::string name = test_name();
+  Instance a;
+  Limiter la = a.open(name, settings(1, true));
+  Order order;
+  order.hold(la, "h", "h");
+  constexpr int kWaiters = 130;
+  for (int i = 1; i <= kWaiters; ++i) order.queue(la, "A" + std::to_string(i), "A");
+  EXPECT_EQ(order.drain(4), (std::vector<std::string>{"A1", "A2", "A3", "A4"}));
+  std::map<std::string, std::size_t> expected;
+  for (int i = 5; i <= kWaiters; ++i) expected["A" + std::to_string(i)] = static_cast<std::size_t>(i - 4);
+  EXPECT_TRUE(wait_until([&] { return order.positions() == expected; }, 5s)) << order.describe_positions();
+  EXPECT_EQ(order.drain(kWaiters - 4).size(), static_cast<std::size_t>(kWaiters));
+  order.release_all();
+}
+
 TEST(RedisTenantTest, FairnessOffIsGlobalFifoAndKeepsNoTenantState) {
   const std::string name = test_name();
   Instance a, b;
