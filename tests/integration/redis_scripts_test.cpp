@@ -1282,6 +1282,33 @@ TEST_F(RedisScriptsTest, UnderFairnessTheStatusAndTheHeartbeatCountTheOrderOfSer
   }
 }
 
+// reject_early under fairness decides on the round robin's count, as the memory backend
+// does: the arrival's upper bound min((k-1)*T + r, queued) only tells when to count. B's
+// third waiter is 10th (B has 2 waiting, A 20, four tenants 1 each): its 1,000 ms wait is long
+// enough at 100 ms a place, though the bound says 18th. A 21st waiter of A's is rejected.
+TEST_F(RedisScriptsTest, RejectEarlyUnderFairnessCountsThePlaceNotTheBound) {
+  heartbeat("a", 1, 60000, "", 0, 0, {"tenant_fairness", "1", "reject_early", "1"});
+  // A pace of 100 ms a place, measured just now (8 gaps): an estimate of 100 ms x position.
+  server().command({"EVAL",
+                    "local t = redis.call('TIME') redis.call('HSET', KEYS[1], 'pace_gap', '100', 'pace_n', "
+                    "'8', 'pace_last', '0', 'pace_at', t[1] * 1000 + math.floor(t[2] / 1000))",
+                    "1", keys_[0]});
+  ASSERT_EQ(call(scripts::kAcquire, {"a", "1", "100000", "h", "1"}).elements.at(0).str, "granted");
+  int n = 1;
+  auto arrive = [&](const std::string& tenant, const std::string& max_wait_ms) {
+    return call(scripts::kAcquire, {"a", std::to_string(++n), max_wait_ms, tenant, "1"});
+  };
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(arrive("A", "100000").elements.at(0).str, "queued");
+  for (const std::string t : {"T1", "T2", "T3", "T4", "B", "B"})
+    ASSERT_EQ(arrive(t, "100000").elements.at(0).str, "queued");
+  const auto b3 = arrive("B", "1000");
+  ASSERT_EQ(b3.elements.at(0).str, "queued") << "10th: 1,000 ms (the bound, 18th, said 1,800)";
+  EXPECT_EQ(b3.elements.at(2).integer, 18) << "the acquire still answers the bound";
+  const auto a21 = arrive("A", "1000");
+  ASSERT_EQ(a21.elements.size(), 2u);
+  EXPECT_EQ(a21.elements.at(1).str, "would_time_out") << "29th: 2,900 ms";
+}
+
 // The status script (GET /v1/limiters/{name}): the holders and waiters of
 // every instance with their tenants and times, one page at a time; a grant
 // replaces a waiter's arrival by its grant time; every tenant written is

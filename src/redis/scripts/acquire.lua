@@ -67,27 +67,28 @@ end
 if max_wait <= 0 then return {'rejected', 'timeout'} end
 if cfg.max_queue and queued >= cfg.max_queue then return {'rejected', 'queue_full'} end
 if cfg.reject_early then
-  -- Its position once queued (as below), before anything is written.
-  local p = queued + 1
-  if cfg.tmode and cfg.fair then
-    local k = redis.call('ZCARD', tq(tenant)) + 1
-    local tenants = redis.call('ZCARD', K_TREADY) + redis.call('SCARD', K_TPARKED)
-    local turn = tenants + 1
-    if k == 1 then
-      tenants = tenants + 1
-    else
-      local rank = redis.call('ZRANK', K_TREADY, tenant)
-      turn = rank and rank + 1 or tenants
-    end
-    p = math.min((k - 1) * tenants + turn, queued + 1)
+  -- Its position once queued (as below), before anything is written; under fairness the
+  -- bound first, which reads no other tenant's queue.
+  local p, k = queued + 1, nil
+  if cfg.fair then
+    k = redis.call('ZCARD', tq(tenant)) + 1
+    p = rotation_bound(tenant, k, queued + 1, true)
   end
   local est = pace_estimate(cfg, now, p)
   if est >= 0 and would_time_out(est, max_wait) then
-    -- In one FIFO, waiters ahead that will time out before their turn make way (docs/eta.md).
-    -- No margin on that estimate: it has no bias to absorb.
-    local w = nil
-    if not cfg.fair then w = wait_behind(cfg, now, max_wait) end
-    if w == nil or w > max_wait then return {'rejected', 'would_time_out'} end
+    if k then
+      -- Under fairness the position decides (the turn order is not the queue order), as
+      -- the memory backend counts it: the round robin's place (every waiting tenant's
+      -- queue length; read only when the bound says too late).
+      if would_time_out(pace_estimate(cfg, now, rotation()(tenant, k)), max_wait) then
+        return {'rejected', 'would_time_out'}
+      end
+    else
+      -- In one FIFO, waiters ahead that will time out before their turn make way
+      -- (docs/eta.md). No margin on that estimate: it has no bias to absorb.
+      local w = wait_behind(cfg, now, max_wait)
+      if w == nil or w > max_wait then return {'rejected', 'would_time_out'} end
+    end
   end
 end
 local order = next_order(cfg)

@@ -890,9 +890,11 @@ end
 -- The arrival path's estimate, flat in tenants (no tenant's queue read but its own): the
 -- k-th waiter of `tenant`, min((k-1)*T + r, queued), T = tenants that wait, r = its tenant's
 -- place in tready (T when parked) — an upper bound of rotation()'s (each tenant takes at most
--- one grant per round); the heartbeat then tells the place rotation() counts.
-local function rotation_bound(tenant, k, queued)
+-- one grant per round); the heartbeat then tells the place rotation() counts. `joining`: the
+-- arrival is not queued yet (a tenant with no waiter joins at the back: T + 1).
+local function rotation_bound(tenant, k, queued, joining)
   local tenants = redis.call('ZCARD', K_TREADY) + redis.call('SCARD', K_TPARKED)
+  if joining and k == 1 then return math.min(tenants + 1, queued) end
   local r = redis.call('ZRANK', K_TREADY, tenant)
   return math.min((k - 1) * tenants + (r and r + 1 or tenants), queued)
 end
