@@ -95,6 +95,15 @@ class Order {
     });
     ASSERT_TRUE(wait_until([&] { return queued->load(); }, 5s)) << name << " should wait";
   }
+  struct Arrival {
+    Limiter* limiter;
+    const char* name;
+    const char* tenant;
+  };
+  /// queue() for each, in turn.
+  void queue_each(std::initializer_list<Arrival> arrivals) {
+    for (const auto& a : arrivals) queue(*a.limiter, a.name, a.tenant);
+  }
   void hold(Limiter& limiter, const std::string& name, const std::string& tenant) {
     AcquireOptions o;
     o.tenant = tenant;
@@ -146,19 +155,26 @@ class Order {
   std::map<std::string, Permit> permits_;
 };
 
-TEST(RedisTenantTest, RotationAcrossTwoInstancesServesOneRequestPerTenantPerTurn) {
-  const std::string name = test_name();
+/// Two instances of one limiter (one seat, tenant fairness on), the seat held by tenant "h".
+struct TwoInstancesOneSeat {
+  TwoInstancesOneSeat() { order.hold(la, "h", "h"); }
+  std::string name = test_name();
   Instance a, b;
   Limiter la = a.open(name, settings(1, true));
   Limiter lb = b.open(name, settings(1, true));
   Order order;
-  order.hold(la, "h", "h");
-  order.queue(la, "A1", "A");
-  order.queue(lb, "A2", "A");
-  order.queue(la, "A3", "A");
-  order.queue(lb, "B1", "B");
-  order.queue(lb, "B2", "B");
-  order.queue(la, "C1", "C");
+};
+
+TEST(RedisTenantTest, RotationAcrossTwoInstancesServesOneRequestPerTenantPerTurn) {
+  TwoInstancesOneSeat s;
+  const std::string& name = s.name;
+  Order& order = s.order;
+  order.queue_each({{&s.la, "A1", "A"},
+                    {&s.lb, "A2", "A"},
+                    {&s.la, "A3", "A"},
+                    {&s.lb, "B1", "B"},
+                    {&s.lb, "B2", "B"},
+                    {&s.la, "C1", "C"}});
   EXPECT_EQ(server().command(fairgate::test::count_command(key(name, "tready"))), "3")
       << "three tenants in the rotation";
   EXPECT_EQ(order.drain(6), (std::vector<std::string>{"A1", "B1", "C1", "A2", "B2", "A3"}));
@@ -178,19 +194,15 @@ TEST(RedisTenantTest, RotationAcrossTwoInstancesServesOneRequestPerTenantPerTurn
 // arrived second of tenant A's alone: 2, but served 4th). The places count only the waiters
 // each tenant has (B has one): A3 is served 6th, not 7th as (k-1) x T + r says.
 TEST(RedisTenantTest, TheHeartbeatTellsEachWaiterItsPlaceInTheRotation) {
-  const std::string name = test_name();
-  Instance a, b;
-  Limiter la = a.open(name, settings(1, true));
-  Limiter lb = b.open(name, settings(1, true));
-  Order order;
-  order.hold(la, "h", "h");
-  order.queue(la, "A1", "A");
-  order.queue(lb, "A2", "A");
-  order.queue(la, "A3", "A");
-  order.queue(lb, "B1", "B");
-  order.queue(la, "C1", "C");
-  order.queue(lb, "C2", "C");
-  order.queue(la, "C3", "C");
+  TwoInstancesOneSeat s;
+  Order& order = s.order;
+  order.queue_each({{&s.la, "A1", "A"},
+                    {&s.lb, "A2", "A"},
+                    {&s.la, "A3", "A"},
+                    {&s.lb, "B1", "B"},
+                    {&s.la, "C1", "C"},
+                    {&s.lb, "C2", "C"},
+                    {&s.la, "C3", "C"}});
   const std::map<std::string, std::size_t> first{{"A1", 1}, {"B1", 2}, {"C1", 3}, {"A2", 4},
                                                  {"C2", 5}, {"A3", 6}, {"C3", 7}};
   EXPECT_TRUE(wait_until([&] { return order.positions() == first; }, 5s)) << order.describe_positions();
