@@ -54,6 +54,21 @@ std::vector<std::pair<const std::string*, const LimiterState::Tenant*>> LimiterS
   return order;
 }
 
+std::pair<std::vector<std::size_t>, std::size_t> LimiterState::rotation_lengths(
+    const std::string& tenant) const {
+  std::vector<std::size_t> lengths;
+  std::optional<std::size_t> mine;
+  for (const auto& [name, t] : rotation()) {
+    if (*name == tenant) mine = lengths.size();
+    lengths.push_back(t->queue.size());
+  }
+  if (!mine) {
+    mine = lengths.size();
+    lengths.push_back(0);
+  }
+  return {std::move(lengths), *mine};
+}
+
 std::unordered_map<RequestId, std::size_t> LimiterState::fair_positions() const {
   // round_robin_position() for every waiter at once: O(waiters + tenants).
   const auto order = rotation();
@@ -113,21 +128,9 @@ Admission LimiterState::admit(RequestId id, Time now, Time deadline, std::string
   if (settings_.tenant_fairness) {
     // As position() will say once it is queued: last in its tenant's queue; a new tenant
     // joins the back of the rotation.
-    std::vector<std::size_t> lengths;
-    std::size_t mine = 0;
-    bool found = false;
-    for (const auto& [name, other] : rotation()) {
-      if (!found && *name == tenant) {
-        mine = lengths.size();
-        found = true;
-      }
-      lengths.push_back(other->queue.size() + (*name == tenant ? 1 : 0));
-    }
-    if (!found) {
-      mine = lengths.size();
-      lengths.push_back(1);
-    }
-    position = round_robin_position(lengths, mine, lengths[mine]);
+    auto [lengths, mine] = rotation_lengths(tenant);
+    const std::size_t k = ++lengths[mine];
+    position = round_robin_position(lengths, mine, k);
   }
   const auto estimate = pace_.estimate(position, now);
   if (settings_.reject_early && estimate && rejects_early(*estimate, deadline, now)) {
@@ -372,12 +375,7 @@ std::optional<std::size_t> LimiterState::position(RequestId id) const {
   auto it = waiters_.find(id);
   if (it == waiters_.end()) return std::nullopt;
   if (settings_.tenant_fairness) {
-    std::vector<std::size_t> lengths;
-    std::size_t mine = 0;
-    for (const auto& [name, t] : rotation()) {
-      if (*name == it->second.tenant) mine = lengths.size();
-      lengths.push_back(t->queue.size());
-    }
+    const auto [lengths, mine] = rotation_lengths(it->second.tenant);
     const auto& q = tenants_.at(it->second.tenant).queue;
     return round_robin_position(
         lengths, mine, static_cast<std::size_t>(std::distance(q.begin(), q.find(it->second.seq))) + 1);

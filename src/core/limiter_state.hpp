@@ -230,6 +230,9 @@ class LimiterState {
   /// The tenants that wait, in rotation order: the ready ones, then the
   /// parked ones by their oldest waiter (they rejoin at the back).
   std::vector<std::pair<const std::string*, const Tenant*>> rotation() const;
+  /// The queue lengths of rotation(), for round_robin_position(), and the index of
+  /// `tenant` among them (appended at the back, with length 0, when it waits not).
+  std::pair<std::vector<std::size_t>, std::size_t> rotation_lengths(const std::string& tenant) const;
   /// Every waiter's position under fairness (as position() gives it).
   std::unordered_map<RequestId, std::size_t> fair_positions() const;
   /// reject_early: would an arrival with this estimate and deadline wait past

@@ -1213,9 +1213,9 @@ void RedisLimiter::on_restore_reply(const Reply& reply) {
         r->phase = Phase::queued;
         r->order = integer_of(orders[i + 1]);
         // Queued by this restore before any acquire of its own was answered (it arrived
-        // while the restore was due): told where it waits now, not at the next heartbeat —
-        // under tenant fairness, where heartbeats leave positions to the acquire's reply,
-        // never. From its order there (under fairness an estimate: the arrival rank).
+        // while the restore was due): told where it waits now, not at the next heartbeat.
+        // From its order there (under fairness its arrival rank, until the next heartbeat
+        // brings the round robin's count).
         if (r->told_position == 0) tell_position_locked(r, now, positions);
       }
       // Orphans the restore released itself (not held here, not waited for), and those

@@ -240,7 +240,8 @@ TEST(TenantFairness, PositionsFollowTheRotation) {
 }
 
 // A tenant with fewer waiters than another's rank takes no place in the later
-// rounds: C3 is served 6th (A1 B1 C1 A2 C2 A3 C3), not 7th as (k-1) x T + r said.
+// rounds: A's third waiter (12) is served 6th (10 20 30 11 31 12 32), not 7th as
+// (k-1) x T + r said (B has no third waiter).
 TEST(TenantFairness, PositionsCountOnlyTheWaitersEachTenantHas) {
   LimiterState st(fair(1));
   ASSERT_EQ(admit(st, 1, "h"), Kind::granted);

@@ -11,9 +11,10 @@
 --              the arrival rank, under tenant fairness the place rotation() counts (lib.lua)
 --   instances  the ids of the instances whose liveness runs
 -- Cost: waiters O(log n + limit) (a ZRANGE by rank; under tenant fairness one ZRANK per listed
--- waiter and rotation()'s O(tenants) reads; the times ride in the members); holders O(holders) (read, and sorted: holders are
--- bounded by max_concurrent; their tenants and times ride in the members, except in members of
--- an earlier format: one HMGET of ptenant per 500 of those).
+-- waiter and rotation()'s O(tenants) reads; the times ride in the members); holders
+-- O(holders) (read, and sorted: holders are bounded by max_concurrent; their tenants and times
+-- ride in the members, except in members of an earlier format: one HMGET of ptenant per 500 of
+-- those).
 local cfg = load_cfg()
 if not cfg then return {'lost'} end
 local now = now_ms()
