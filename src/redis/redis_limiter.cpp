@@ -651,18 +651,23 @@ std::size_t RedisLimiter::position_locked(std::int64_t order) const {
                                  std::max<std::size_t>(queued_, 1));
 }
 
-void RedisLimiter::update_positions_locked(const std::vector<std::uint64_t>& asked, const Reply* answered,
+void RedisLimiter::update_positions_locked(const BeatSent& sent, const Reply* answered,
+                                           const std::string& version,
                                            std::vector<std::pair<RequestPtr, QueueStatus>>& out) {
   const auto now = Clock::now();
   if (settings_.tenant_fairness) {
     // The order says nothing about the rotation: Redis computed the positions of the
-    // waiters the heartbeat asked about (heartbeat.lua); the others keep theirs.
+    // waiters the heartbeat asked about (heartbeat.lua), all of them or, when the queue had
+    // not moved, those not counted at its version yet; the others keep theirs.
+    queue_version_ = version;
     if (answered == nullptr) return;
     const auto& p = answered->elements;
-    for (std::size_t i = 0; i < asked.size() && i < p.size(); ++i) {
-      const auto it = requests_.find(asked[i]);
+    for (std::size_t i = 0; i < sent.asked.size() && i < p.size(); ++i) {
+      const auto it = requests_.find(sent.asked[i]);
       const auto position = count_of(p[i]);
       if (it == requests_.end() || it->second->phase != Phase::queued || position == 0) continue;
+      it->second->counted_at = version;
+      it->second->counted_beat = sent.beat;
       tell_position_locked(it->second, now, out, position);
     }
     return;
@@ -771,11 +776,13 @@ std::uint64_t RedisLimiter::expiry_every(const RedisBackendOptions& o) noexcept 
   return std::max<std::uint64_t>(kExpiryEvery, static_cast<std::uint64_t>(span / (4 * o.heartbeat_interval)));
 }
 
-void RedisLimiter::ask_fair_positions_locked(std::uint64_t beat, std::vector<std::uint64_t>& asked,
+void RedisLimiter::ask_fair_positions_locked(std::vector<std::uint64_t>& asked,
                                              std::vector<std::string>& args) const {
   // Under tenant fairness Redis tells the positions (the order says nothing about the
-  // rotation), a bounded number per beat: the oldest waiters that listen at every beat, and
-  // as many of the others in turn (beat by beat a window moves over them).
+  // rotation), a bounded number per beat. Those not counted at the queue's version as last
+  // heard come first: the oldest (they move first), then the others least recently counted
+  // first (beat by beat every waiter is reached). Then the oldest of those counted: Redis
+  // counts them again only if the queue moved since, which it tells in its reply.
   std::vector<const Request*> waiting;
   if (settings_.tenant_fairness) {
     for (const auto& [n, r] : requests_) {
@@ -785,13 +792,27 @@ void RedisLimiter::ask_fair_positions_locked(std::uint64_t beat, std::vector<std
   std::sort(waiting.begin(), waiting.end(),
             [](const Request* a, const Request* b) { return a->order < b->order; });
   constexpr std::size_t oldest = kFairPositionsPerBeat / 2;
-  std::vector<const Request*> ask(
-      waiting.begin(), waiting.begin() + static_cast<std::ptrdiff_t>(std::min(waiting.size(), oldest)));
-  if (waiting.size() > oldest) {
-    const std::size_t others = waiting.size() - oldest;
-    const std::size_t from = static_cast<std::size_t>(beat % ((others + oldest - 1) / oldest)) * oldest;
-    for (std::size_t i = from; i < std::min(others, from + oldest); ++i) ask.push_back(waiting[oldest + i]);
+  const auto stale = [&](const Request* r) {
+    return r->counted_at.empty() || r->counted_at != queue_version_;
+  };
+  std::vector<const Request*> ask, others, counted;
+  for (std::size_t i = 0; i < waiting.size(); ++i) {
+    if (!stale(waiting[i])) {
+      if (i < oldest) counted.push_back(waiting[i]);
+    } else {
+      (i < oldest ? ask : others).push_back(waiting[i]);
+    }
   }
+  std::stable_sort(others.begin(), others.end(),
+                   [](const Request* a, const Request* b) { return a->counted_beat < b->counted_beat; });
+  for (const Request* r : others) {
+    if (ask.size() == kFairPositionsPerBeat) break;
+    ask.push_back(r);
+  }
+  const std::size_t not_counted = ask.size();
+  ask.insert(ask.end(), counted.begin(), counted.end());
+  args.push_back(queue_version_);
+  args.push_back(std::to_string(not_counted));
   args.push_back(std::to_string(ask.size()));
   for (const Request* r : ask) {
     asked.push_back(r->n);
@@ -836,7 +857,8 @@ void RedisLimiter::heartbeat(bool force) {
             std::to_string(o.fence().count()),
             std::to_string(holders_.size()),
             std::to_string(waiting)};
-    ask_fair_positions_locked(count, sent.asked, args);
+    sent.beat = count;
+    ask_fair_positions_locked(sent.asked, args);
     // A state re-created by this heartbeat gets the settings in force now (the
     // cluster-wide ones as last seen), never merely the start-up ones.
     for (auto& f : core::wire_fields(settings_)) args.push_back(std::move(f));
@@ -1054,7 +1076,8 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const BeatSent& sent, 
           to_send_locked(r, to_send);
         }
       }
-      update_positions_locked(sent.asked, e.size() > 16 ? &e[16] : nullptr, positions);
+      update_positions_locked(sent, e.size() > 16 ? &e[16] : nullptr,
+                              e.size() > 17 ? e[17].str : std::string(), positions);
     }
   }
   if (drop_subscriber)
@@ -1184,6 +1207,7 @@ void RedisLimiter::on_restore_reply(const Reply& reply) {
     } else {
       restore_needed_ = false;
       clean_extras_ = false;
+      queue_version_.clear();  // the restore moved the queue: every place is counted again
       registered_.store(true);
       restores_.fetch_add(1, std::memory_order_relaxed);
       ++engine_.restores;

@@ -81,8 +81,8 @@ class RedisLimiter final : public detail::LimiterImpl {
   /// Key expiry is refreshed at least every this many heartbeats (and at the first).
   static constexpr std::uint64_t kExpiryEvery = 10;
   /// Under tenant fairness a heartbeat asks Redis the positions of at most this many of this
-  /// instance's waiters (one ZCOUNT each: heartbeat.lua): the oldest half at every beat, the
-  /// others in turn.
+  /// instance's waiters (one ZCOUNT each: heartbeat.lua), those not counted since the queue
+  /// last moved first (ask_fair_positions_locked).
   static constexpr std::size_t kFairPositionsPerBeat = 100;
   /// Heartbeats between two refreshes of the keys' expiry (and the housekeeping that
   /// rides with it, heartbeat.lua): a quarter of key_expiry (of 1 h when keys never
@@ -169,6 +169,10 @@ class RedisLimiter final : public detail::LimiterImpl {
     bool reached = false;    // an acquire (or a restore listing it) was sent: it may be in Redis
     std::int64_t order = 0;  // its order score in Redis (phase queued)
     std::size_t told_position = 0;
+    // Under tenant fairness: the queue version (heartbeat.lua) its place was last counted at
+    // ('' never) and at which heartbeat.
+    std::string counted_at;
+    std::uint64_t counted_beat = 0;
     std::optional<boost::asio::steady_timer> timer;  // local deadline
   };
   using RequestPtr = std::shared_ptr<Request>;
@@ -220,6 +224,7 @@ class RedisLimiter final : public detail::LimiterImpl {
     std::uint64_t acquires = 0;        // acquires_decided_ then
     std::uint64_t cancels = 0;         // cancels_decided_ then
     std::vector<std::uint64_t> asked;  // waiters whose positions under fairness it asks for
+    std::uint64_t beat = 0;            // its number
   };
   void on_heartbeat_reply(const Reply& reply, const BeatSent& sent, std::uint64_t generation);
   void send_restore(bool even_if_stopped = false);
@@ -237,14 +242,16 @@ class RedisLimiter final : public detail::LimiterImpl {
   void post_position(const RequestPtr& request, QueueStatus status);
   /// Wait estimate for `position` from the cluster-wide pace of the last heartbeat (F7).
   std::optional<std::chrono::milliseconds> estimate_locked(std::size_t position, Clock::time_point now) const;
-  /// Adds to heartbeat number `beat`'s arguments the waiters whose positions it asks Redis for
-  /// (their numbers in `asked`), ARGV[8..] of heartbeat.lua: under tenant fairness, of those
-  /// that listen, the kFairPositionsPerBeat / 2 oldest and, in turn, as many of the others.
-  void ask_fair_positions_locked(std::uint64_t beat, std::vector<std::uint64_t>& asked,
-                                 std::vector<std::string>& args) const;
-  /// Our waiters' positions after a heartbeat: from their order scores, or under tenant
-  /// fairness those Redis computed (`answered`, one per waiter in `asked`).
-  void update_positions_locked(const std::vector<std::uint64_t>& asked, const Reply* answered,
+  /// Adds to a heartbeat's arguments the waiters whose positions it asks Redis for (their
+  /// numbers in `asked`), ARGV[8..] of heartbeat.lua: under tenant fairness, of those that
+  /// listen, first those not counted at queue_version_ (the kFairPositionsPerBeat / 2 oldest,
+  /// then the others least recently counted first), up to kFairPositionsPerBeat; then the
+  /// oldest that were, whom Redis counts again only if the queue moved since.
+  void ask_fair_positions_locked(std::vector<std::uint64_t>& asked, std::vector<std::string>& args) const;
+  /// Our waiters' positions after heartbeat `sent`: from their order scores, or under tenant
+  /// fairness those Redis computed (`answered`, one per waiter in `sent.asked` up to its
+  /// length) at queue version `version`.
+  void update_positions_locked(const BeatSent& sent, const Reply* answered, const std::string& version,
                                std::vector<std::pair<RequestPtr, QueueStatus>>& out);
   /// Adds `request`'s position (from its order score unless given) to `out` when it changed
   /// (and it listens).
@@ -284,6 +291,7 @@ class RedisLimiter final : public detail::LimiterImpl {
   std::size_t queued_ = 0;  // cluster-wide, from the last heartbeat
   std::int64_t head_order_ = 0, epoch_ = 0;
   std::size_t older_ = 0;               // waiters below the epoch (restored from an older state)
+  std::string queue_version_;           // under tenant fairness, as the last heartbeat heard it
   std::string source_;                  // cfg source as last seen: the Redis the state's grants were made on
   bool told_unchecked_ = false;         // logged that Redis denies INFO (source empty: rule 14 off)
   std::int64_t holders_lost_ = -1;      // cfg holders_lost as last seen (-1: not yet seen)

@@ -234,6 +234,44 @@ TEST(RedisTenantTest, EveryWaiterIsToldItsPlaceBeyondThoseAskedAtEveryBeat) {
   order.release_all();
 }
 
+long zcount_calls() {
+  const std::string stats = server().command({"INFO", "commandstats"});
+  const auto at = stats.find("cmdstat_zcount:calls=");
+  return at == std::string::npos ? 0 : std::stol(stats.substr(at + 21));
+}
+
+// While the queue does not move, its waiters' places are not counted again at every beat
+// (heartbeat.lua's version: before, each beat of each instance counted up to 100 places, one
+// ZCOUNT each, and read every tenant's queue). When it moves, every waiter is told its new
+// place, beyond the 100 a beat asks about: B1's arrival puts one more waiter ahead of each of
+// A's but the first.
+TEST(RedisTenantTest, AStillQueueIsNotCountedAgainAndEveryWaiterHearsWhenItMoves) {
+  TwoInstancesOneSeat s;
+  Order& order = s.order;
+  constexpr int kWaiters = 130;
+  std::map<std::string, std::size_t> expected;
+  for (int i = 1; i <= kWaiters; ++i) {
+    order.queue(s.la, "A" + std::to_string(i), "A");
+    expected["A" + std::to_string(i)] = static_cast<std::size_t>(i);
+  }
+  EXPECT_TRUE(wait_until([&] { return order.positions() == expected; }, 5s)) << order.describe_positions();
+  // Quiet: no place counted over a second (four beats), once every waiter was counted.
+  EXPECT_TRUE(wait_until(
+      [&] {
+        const long before = zcount_calls();
+        std::this_thread::sleep_for(1s);
+        return zcount_calls() == before;
+      },
+      10s))
+      << "the places are counted again although the queue did not move";
+  order.queue(s.lb, "B1", "B");
+  for (int i = 2; i <= kWaiters; ++i) expected["A" + std::to_string(i)] = static_cast<std::size_t>(i + 1);
+  expected["B1"] = 2;
+  EXPECT_TRUE(wait_until([&] { return order.positions() == expected; }, 5s)) << order.describe_positions();
+  EXPECT_EQ(order.drain(kWaiters + 1).size(), static_cast<std::size_t>(kWaiters + 1));
+  order.release_all();
+}
+
 TEST(RedisTenantTest, FairnessOffIsGlobalFifoAndKeepsNoTenantState) {
   const std::string name = test_name();
   Instance a, b;

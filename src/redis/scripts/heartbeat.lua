@@ -5,9 +5,11 @@
 --           no expiry: only the housekeeping that rides with it, the ptenant_sweep of lib.lua),
 -- ARGV[5] recovery fence ms (how long a created state grants nothing; 0 = no fence),
 -- ARGV[6] permits this instance holds, ARGV[7] waiters it has queued in Redis,
--- ARGV[8] m, then m (tenant, order score) pairs: waiters of this instance whose positions
---           under tenant fairness it asks for (positions below; m = 0 otherwise),
--- ARGV[9 + 2m ..] the instance's current settings as field, value pairs: a field missing from
+-- ARGV[8] the queue's version (below) when the instance last heard it ('' none), ARGV[9] s,
+-- ARGV[10] m, then m (tenant, order score) pairs: waiters of this instance whose positions under
+--           tenant fairness it asks for (positions below; m = 0 otherwise), the first s of them
+--           not counted at ARGV[8]'s version,
+-- ARGV[11 + 2m ..] the instance's current settings as field, value pairs: a field missing from
 --           cfg is filled from them (one by one, never "only if cfg is empty")
 -- Creates the state when it is gone (see lib.lua: new epoch, arrival counter moved past every
 -- older order score, fenced for ARGV[5] ms). Extends this instance's liveness — even if it had
@@ -19,7 +21,7 @@
 -- only when it has nothing to restore (ARGV[6] = ARGV[7] = 0); otherwise 'lost' says:
 -- restore first (restore.lua registers it together with what it holds, atomically).
 -- Returns {lost, held, head_order, queued, in_use, cfg, reaped, granted, created, away,
---          fence_left_ms, my_waiters, epoch, older, instances, now, positions}:
+--          fence_left_ms, my_waiters, epoch, older, instances, now, positions, version}:
 --   lost        1: this instance is not registered: restore.lua before anything else
 --   held        this instance's permits as Redis knows them (a waiter of ours that appears
 --               here was granted, even if the wake message was lost)
@@ -33,15 +35,23 @@
 --   instances   the registered instances (ids), for local shares while Redis is unreachable
 --   now         Redis time in ms (the pace fields in cfg are in it: wait estimates, F7)
 --   positions   under tenant fairness, the place rotation() (lib.lua) counts for each waiter
---               ARGV[8] asked about, after this call's grants: the order score says nothing
+--               ARGV[10] lists, after this call's grants: the order score says nothing
 --               about the rotation, so the instance cannot tell it from head_order. A waiter no
 --               longer in its tenant's queue (granted, or it left) gets the place it had. Empty
---               without fairness. One ZCOUNT per waiter asked about and rotation()'s O(tenants)
---               reads, only while this instance has waiters under fairness.
+--               without fairness. One ZCOUNT per waiter asked about and rotation()'s reads
+--               (at most COUNTED_TENANTS, else bounded_places: lib.lua), only while this
+--               instance has waiters under fairness, and only for the first s of them when
+--               the version is still ARGV[8]'s: an idle queue costs its heartbeat one GET.
+--   version     under tenant fairness, while this instance asks about waiters: "seq:queued",
+--               the arrival counter and the queue's length. Every arrival moves the first,
+--               every departure without one (grant, timeout, cancel) the second, so the places
+--               counted at one version still hold while it stays (a rotation changed alone — a
+--               capped tenant parked or unparked, a tenant key rebuilt — is seen at the next
+--               arrival or departure). '' otherwise.
 local inst, ttl, expiry, fence_ms = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local has_state = tonumber(ARGV[6]) > 0 or tonumber(ARGV[7]) > 0
-local asked = tonumber(ARGV[8])
-local settings_from = 9 + 2 * asked
+local stale, asked = tonumber(ARGV[9]), tonumber(ARGV[10])
+local settings_from = 11 + 2 * asked
 local now = now_ms()
 local flat = redis.call('HGETALL', K_CFG)
 local h = hash_of(flat)
@@ -131,10 +141,12 @@ if expiry > 0 then
 elseif expiry < 0 and redis.call('EXISTS', K_PTENANT) == 1 then
   ptenant_sweep()
 end
-local positions = {}
+local positions, version = {}, ''
 if asked > 0 and lost == 0 and queued > 0 and cfg.tmode and cfg.fair then
-  local place = rotation()
-  for i = 9, settings_from - 1, 2 do
+  version = (redis.call('GET', K_SEQ) or '') .. ':' .. queued
+  local answer = version == ARGV[8] and stale or asked
+  local place = answer > 0 and (rotation() or bounded_places(queued))
+  for i = 11, 10 + 2 * answer, 2 do
     local t = ARGV[i]
     positions[#positions + 1] = place(t, redis.call('ZCOUNT', tq(t), '-inf', '(' .. ARGV[i + 1]) + 1)
   end
@@ -146,4 +158,4 @@ for i = 1, #list, 2 do
 end
 if lost == 0 then ids[#ids + 1] = inst end
 return {lost, held, head_order, queued, in_use, flat, reaped, granted, created, away,
-        math.max(0, cfg.fence - now), my_waiters, cfg.epoch, older, ids, now, positions}
+        math.max(0, cfg.fence - now), my_waiters, cfg.epoch, older, ids, now, positions, version}

@@ -863,8 +863,13 @@ end
 -- back) and their queue lengths; the k-th waiter of tenant t comes after every tenant's first
 -- k-1 waiters (all of a shorter queue) and the k-th of each tenant ahead of t — the order of
 -- service with weights 1, no cap binding and nobody arriving meanwhile. rotation() reads
--- O(tenants) keys once; the place(t, k) it returns costs no command.
+-- O(tenants) keys once; the place(t, k) it returns costs no command, and O(tenants) Lua steps.
+-- With more than COUNTED_TENANTS tenants waiting it reads nothing and returns nil: the caller
+-- bounds the places instead (bounded_places), so a heartbeat or a status page costs at most
+-- ~COUNTED_TENANTS + its waiters' commands however many tenants wait.
+local COUNTED_TENANTS = 128
 local function rotation()
+  if redis.call('ZCARD', K_TREADY) + redis.call('SCARD', K_TPARKED) > COUNTED_TENANTS then return nil end
   local order = redis.call('ZRANGE', K_TREADY, 0, -1)
   local parked, oldest = redis.call('SMEMBERS', K_TPARKED), {}
   for _, t in ipairs(parked) do
@@ -897,6 +902,23 @@ local function rotation_bound(tenant, k, queued, joining)
   if joining and k == 1 then return math.min(tenants + 1, queued) end
   local r = redis.call('ZRANK', K_TREADY, tenant)
   return math.min((k - 1) * tenants + (r and r + 1 or tenants), queued)
+end
+
+-- The places of rotation() bounded from above where it would read too many tenants: O(1)
+-- commands per tenant asked about. The k-th waiter of t comes before every waiter t does not
+-- wait behind in the worst case: queued - len(t) + k (every other tenant's waiters first); or
+-- rotation_bound's (k-1)*T + r; the lesser. The first is exact for a tenant whose waiters come
+-- after all the others' (one heavy tenant among many light ones).
+local function bounded_places(queued)
+  local tenants = redis.call('ZCARD', K_TREADY) + redis.call('SCARD', K_TPARKED)
+  local rank, length = {}, {}
+  return function(t, k)
+    if rank[t] == nil then
+      local r = redis.call('ZRANK', K_TREADY, t)
+      rank[t], length[t] = r and r + 1 or tenants, redis.call('ZCARD', tq(t))
+    end
+    return math.max(1, math.min((k - 1) * tenants + rank[t], queued - length[t] + k, queued))
+  end
 end
 
 -- Position of waiter `member` of `tenant` (1 = next), as acquire reports it: its rank in the

@@ -8,10 +8,12 @@
 --              grant first (granted_ms -1 when unknown: listed last)
 --   waiters    flat (request id, tenant, arrived_ms, position) of waiters offset+1 ..
 --              offset+limit in queue (arrival) order (arrived_ms -1 when unknown); position:
---              the arrival rank, under tenant fairness the place rotation() counts (lib.lua)
+--              the arrival rank, under tenant fairness the place rotation() counts (lib.lua;
+--              with more than COUNTED_TENANTS tenants waiting, bounded_places' upper bound)
 --   instances  the ids of the instances whose liveness runs
 -- Cost: waiters O(log n + limit) (a ZRANGE by rank; under tenant fairness one ZRANK per listed
--- waiter and rotation()'s O(tenants) reads; the times ride in the members); holders
+-- waiter and rotation()'s O(tenants) reads, at most COUNTED_TENANTS, else one ZRANK and one
+-- ZCARD per tenant listed; the times ride in the members); holders
 -- O(holders) (read, and sorted: holders are bounded by max_concurrent; their tenants and times
 -- ride in the members, except in members of an earlier format: one HMGET of ptenant per 500 of
 -- those).
@@ -54,7 +56,7 @@ end
 local waiters = {}
 if limit > 0 and offset < queued then
   local page = redis.call('ZRANGE', K_QUEUE, offset, offset + limit - 1)
-  local place = cfg.tmode and cfg.fair and rotation()
+  local place = cfg.tmode and cfg.fair and (rotation() or bounded_places(queued))
   for i, m in ipairs(page) do
     local _, id, _, _, t, arrived = split_waiter(m)
     local position = offset + i
