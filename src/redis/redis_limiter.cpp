@@ -1078,6 +1078,8 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const BeatSent& sent, 
       }
       update_positions_locked(sent, e.size() > 16 ? &e[16] : nullptr,
                               e.size() > 17 ? e[17].str : std::string(), positions);
+      // A waiter this heartbeat found granted (its wake was lost) hears that, not the place it had.
+      std::erase_if(positions, [&](const auto& p) { return held.count(p.first->n) > 0; });
     }
   }
   if (drop_subscriber)

@@ -272,6 +272,50 @@ TEST(RedisTenantTest, AStillQueueIsNotCountedAgainAndEveryWaiterHearsWhenItMoves
   order.release_all();
 }
 
+// A waiter whose grant reaches its instance with a heartbeat (the wake message was lost) hears
+// that it is granted, not first a last `queued` with the place it had: A1, no longer in its
+// tenant's queue, counted behind C (2). Before, that event was posted too, and only the check at
+// delivery (post_position: still pending?) dropped it when the grant ran first — on one io
+// thread it does; with several the client could see "queued 1, queued 2, granted" (as it does
+// here with both the filter and that check taken out).
+TEST(RedisTenantTest, AWaiterGrantedByAHeartbeatHearsNoLastPosition) {
+  TwoInstancesOneSeat s;
+  std::mutex mu;
+  std::vector<std::string> events;  // A1's
+  AcquireOptions o;
+  o.tenant = "A";
+  o.on_queued = [&](const fairgate::QueueStatus& q) {
+    std::lock_guard lock(mu);
+    events.push_back("queued " + std::to_string(q.position));
+  };
+  Permit a1;
+  s.lb.async_acquire(o, [&](AcquireResult r) {
+    std::lock_guard lock(mu);
+    events.push_back(r.granted() ? "granted" : "ended: " + r.message());
+    a1 = r.take_permit();
+  });
+  const auto seen = [&] {
+    std::lock_guard lock(mu);
+    return events;
+  };
+  ASSERT_TRUE(wait_until([&] { return !seen().empty(); }, 5s));
+  s.order.queue(s.lb, "C1", "C");
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return s.order.positions() == std::map<std::string, std::size_t>{{"C1", 2}};
+      },
+      5s))
+      << s.order.describe_positions();
+  server().command({"CLIENT", "KILL", "TYPE", "pubsub"});
+  s.order.release_all();  // h's release grants A1; its wake is published while b reconnects
+  ASSERT_TRUE(wait_until([&] { return seen().size() >= 2 && seen().back() == "granted"; }, 5s));
+  EXPECT_EQ(seen(), (std::vector<std::string>{"queued 1", "granted"}));
+  EXPECT_EQ(s.b.impl(s.name)->lost_wakes_recovered(), 1u) << "granted by the heartbeat";
+  a1.release();
+  EXPECT_TRUE(wait_until([&] { return s.order.count() == 2; }, 5s)) << "C1 served next";
+  s.order.release_all();
+}
+
 TEST(RedisTenantTest, FairnessOffIsGlobalFifoAndKeepsNoTenantState) {
   const std::string name = test_name();
   Instance a, b;
