@@ -893,6 +893,18 @@ void RedisLimiter::heartbeat(bool force) {
        });
 }
 
+namespace {
+
+/// How much a counter of cfg (holders_lost, tenants_lost) grew since `last` saw it (0 at the
+/// first sight, -1, and in a state this heartbeat created: its counters start again); `last`
+/// becomes `now`.
+std::uint64_t newly_counted(std::int64_t& last, std::int64_t now, bool created) {
+  const std::int64_t before = std::exchange(last, now);
+  return before >= 0 && now > before && !created ? static_cast<std::uint64_t>(now - before) : 0;
+}
+
+}  // namespace
+
 void RedisLimiter::on_heartbeat_reply(const Reply& reply, const BeatSent& sent, std::uint64_t generation) {
   heartbeats_.fetch_add(1, std::memory_order_relaxed);
   const auto& e = reply.elements;
@@ -962,8 +974,9 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const BeatSent& sent, 
       }
     }
     // A script found the holders key deleted (src/redis/scripts/lib.lua, holders_lost).
-    if (holders_lost_ >= 0 && holders_lost > holders_lost_ && integer_of(e[8]) == 0) {
-      engine_.holders_key_lost += static_cast<std::uint64_t>(holders_lost - holders_lost_);
+    const bool created = integer_of(e[8]) != 0;
+    if (const auto n = newly_counted(holders_lost_, holders_lost, created)) {
+      engine_.holders_key_lost += n;
       const std::string what =
           context_->options.fence().count() == 0
               ? std::string(
@@ -978,16 +991,14 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const BeatSent& sent, 
           "or deleted) with the permits in it: {}; docs/faults.md, \"Eviction\"",
           what));
     }
-    holders_lost_ = holders_lost;
     // A script found a tenant key deleted and rebuilt them all (lib.lua, repair_tenants).
-    if (tenants_lost_ >= 0 && tenants_lost > tenants_lost_ && integer_of(e[8]) == 0) {
-      engine_.tenant_keys_rebuilt += static_cast<std::uint64_t>(tenants_lost - tenants_lost_);
+    if (const auto n = newly_counted(tenants_lost_, tenants_lost, created)) {
+      engine_.tenant_keys_rebuilt += n;
       logs.push_back(
           "Redis lost a tenant key of the limiter (evicted under a maxmemory-policy other than noeviction, "
           "or deleted): rebuilt from the queue and the permits; waiters it had stranded are served, and "
           "max_per_tenant may not have held meanwhile; docs/faults.md, \"Eviction\"");
     }
-    tenants_lost_ = tenants_lost;
     if (source) {
       if (source->empty() && !told_unchecked_) {
         told_unchecked_ = true;
