@@ -19,6 +19,8 @@ packages=(
   chromium
   # The `fairgate top` test runs it in a real terminal.
   tmux
+  # The gateway test's https:// model server: socat terminates TLS in front of the mock.
+  socat
 )
 if [[ "${1:-}" == "--with-dev-tools" ]]; then
   packages+=(clang clang-format clang-tidy libclang-rt-dev)

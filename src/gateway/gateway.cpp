@@ -2,6 +2,7 @@
 // pure helpers of gateway/gateway.hpp.
 #include "gateway/gateway.hpp"
 
+#include "serve/upstream_tls.hpp"
 #include "serve/views.hpp"
 
 #include <boost/json.hpp>
@@ -11,12 +12,22 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <stdexcept>
+#include <variant>
 
 namespace fairgate::serve {
 
 namespace json = boost::json;
 
 // --- Gateway -------------------------------------------------------------------
+
+Gateway::Route::Route(RouteConfig c) : config(std::move(c)), pool(config.pool_size) {
+  if (!config.upstream_tls) return;
+  auto made = redis::make_tls_context(upstream_tls_options(config), kUpstreamTlsWords);
+  if (auto* problem = std::get_if<std::string>(&made))
+    throw std::runtime_error(fmt::format("route {}: {}", config.path, *problem));
+  tls = std::get<std::shared_ptr<boost::asio::ssl::context>>(std::move(made));
+}
 
 Gateway::Gateway(const std::vector<RouteConfig>& routes) {
   for (const auto& r : routes) routes_.push_back(std::make_unique<Route>(r));

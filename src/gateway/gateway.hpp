@@ -33,6 +33,10 @@
 #include <string_view>
 #include <vector>
 
+namespace boost::asio::ssl {
+class context;
+}
+
 namespace fairgate::serve {
 
 /// Idle keep-alive connections to one upstream (src/http/pool.hpp).
@@ -65,9 +69,12 @@ struct RouteStats {
 class Gateway {
  public:
   struct Route {
-    explicit Route(RouteConfig c) : config(std::move(c)), pool(config.pool_size) {}
+    /// Throws std::runtime_error when an https:// upstream's TLS settings do not load.
+    explicit Route(RouteConfig c);
     RouteConfig config;
-    UpstreamPool pool;
+    UpstreamPool pool;  ///< plain upstreams only: TLS connections are not kept
+    /// https:// upstreams: the client context (CA, client certificate, verification).
+    std::shared_ptr<boost::asio::ssl::context> tls;
     RouteStats stats;
   };
 

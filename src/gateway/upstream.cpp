@@ -12,8 +12,11 @@
 #include "gateway/upstream.hpp"
 
 #include "gateway/openai.hpp"
+#include "serve/upstream_tls.hpp"
 
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/string.hpp>
@@ -65,7 +68,7 @@ http::request<http::string_body> upstream_request(const Session& s, const RouteC
   up.set("X-Forwarded-For", forwarded_for);
   const bool v6 = rc.upstream_host.find(':') != std::string::npos;
   std::string host = v6 ? "[" + rc.upstream_host + "]" : rc.upstream_host;
-  if (rc.upstream_port != 80) {
+  if (rc.upstream_port != (rc.upstream_tls ? 443 : 80)) {
     host += ':';
     host += std::to_string(rc.upstream_port);
   }
@@ -155,13 +158,59 @@ struct Call {
   }
 };
 
+/// The connection to the upstream: plain TCP (plain(), a beast::tcp_stream, whose
+/// timeouts bound every read and write), or TLS over it (https://). Reads and
+/// writes go to whichever it is.
+class UpstreamStream {
+ public:
+  using executor_type = beast::tcp_stream::executor_type;
+  explicit UpstreamStream(tcp::socket socket) : tcp_(std::move(socket)) {}
+  executor_type get_executor() noexcept { return tcp_.get_executor(); }
+  beast::tcp_stream& plain() noexcept { return tcp_; }
+  bool tls() const noexcept { return tls_.has_value(); }
+  /// A TLS session over the connected socket (before its handshake).
+  net::ssl::stream<beast::tcp_stream&>& start_tls(net::ssl::context& context) {
+    return tls_.emplace(tcp_, context);
+  }
+
+  template <class Buffers, class Token>
+  auto async_read_some(const Buffers& buffers, Token&& token) {
+    return net::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
+        [this](auto handler, const Buffers& b) {
+          if (tls_) {
+            tls_->async_read_some(b, std::move(handler));
+          } else {
+            tcp_.async_read_some(b, std::move(handler));
+          }
+        },
+        token, buffers);
+  }
+  template <class Buffers, class Token>
+  auto async_write_some(const Buffers& buffers, Token&& token) {
+    return net::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
+        [this](auto handler, const Buffers& b) {
+          if (tls_) {
+            tls_->async_write_some(b, std::move(handler));
+          } else {
+            tcp_.async_write_some(b, std::move(handler));
+          }
+        },
+        token, buffers);
+  }
+
+ private:
+  beast::tcp_stream tcp_;
+  std::optional<net::ssl::stream<beast::tcp_stream&>> tls_;
+};
+
 /// One attempt on one upstream connection, and the answer as it is read.
 struct Exchange {
   Exchange(tcp::socket socket, bool pooled) : conn(std::move(socket)), reused(pooled) {
     parser.header_limit(static_cast<std::uint32_t>(kMaxUpstreamHeader));
     parser.body_limit(boost::none);
   }
-  beast::tcp_stream conn;
+  UpstreamStream conn;
+  redis::TlsCheck check;  // https://: what the handshake verified, and why it rejected
   bool reused;
   beast::flat_buffer buffer;
   http::response_parser<http::buffer_body> parser;
@@ -176,7 +225,7 @@ struct Exchange {
   void give_back(UpstreamPool& pool) {
     if (given_back || !parser.is_done()) return;
     given_back = true;
-    if (parser.keep_alive()) pool.put(conn.release_socket());
+    if (parser.keep_alive() && !conn.tls()) pool.put(conn.plain().release_socket());
   }
 };
 
@@ -186,7 +235,7 @@ awaitable<std::optional<std::size_t>> read_body_chunk(Exchange& x, std::chrono::
   auto& body = x.parser.get().body();
   body.data = x.chunk.data();
   body.size = x.chunk.size();
-  x.conn.expires_after(timeout);
+  x.conn.plain().expires_after(timeout);
   auto [ec, n] = co_await http::async_read_some(x.conn, x.buffer, x.parser, nothrow);
   if (ec == http::error::need_buffer) ec = {};
   if (ec) co_return std::nullopt;
@@ -239,6 +288,37 @@ struct Step {
   bool keep = false;  ///< done: whether the client connection may carry another request
 };
 
+/// https://: the TLS handshake on a new connection, within connect_timeout, the
+/// certificate checked against the URL's host (upstream_ca_file, or the system's CAs).
+awaitable<Step> handshake(Call& c, Exchange& x) {
+  const RouteConfig& rc = c.route.config;
+  const redis::Endpoint endpoint = upstream_endpoint(rc);
+  auto& tls = x.conn.start_tls(*c.route.tls);
+  std::string problem = redis::prepare_tls(tls.native_handle(), x.check, endpoint);
+  boost::system::error_code hec;
+  if (problem.empty()) {
+    if (rc.upstream_tls_verify) tls.set_verify_callback(redis::remember_rejection(x.check));
+    x.conn.plain().expires_after(rc.connect_timeout);
+    auto [ec] = co_await tls.async_handshake(net::ssl::stream_base::client, nothrow);
+    hec = ec;
+    if (!hec) {
+      c.route.stats.connections_opened.fetch_add(1, std::memory_order_relaxed);
+      co_return Step{};
+    }
+    if (c.cancelled(hec)) co_return Step{Step::done, c.gone()};
+    problem = hec == beast::error::timeout
+                  ? fmt::format("TLS handshake with the upstream {} timed out", rc.upstream)
+                  : redis::describe_handshake_failure(tls.native_handle(), x.check, endpoint, hec,
+                                                      kUpstreamTlsWords);
+  }
+  const bool timeout = hec == beast::error::timeout;
+  const UpstreamFailure f{timeout ? http::status::gateway_timeout : http::status::bad_gateway,
+                          timeout ? "upstream_timeout" : "upstream_tls_failed", problem};
+  upstream_failed(c.s, c.route, static_cast<unsigned>(f.status), f.message);
+  const bool keep = co_await send_upstream_failure(c.s, c.req, c.header_sent, f);
+  co_return Step{Step::done, keep};
+}
+
 /// A pooled connection is ready; a new one is resolved and connected.
 awaitable<Step> connect(Call& c, Exchange& x) {
   RouteStats& stats = c.route.stats;
@@ -248,12 +328,12 @@ awaitable<Step> connect(Call& c, Exchange& x) {
   }
   const RouteConfig& rc = c.route.config;
   tcp::resolver resolver(c.s.stream.get_executor());
-  x.conn.expires_after(rc.connect_timeout);
+  x.conn.plain().expires_after(rc.connect_timeout);
   const std::string port = std::to_string(rc.upstream_port);
   auto [rec, endpoints] = co_await resolver.async_resolve(rc.upstream_host, port, nothrow);
   boost::system::error_code cec = rec;
   if (!rec) {
-    auto [ec, ep] = co_await x.conn.async_connect(endpoints, nothrow);
+    auto [ec, ep] = co_await x.conn.plain().async_connect(endpoints, nothrow);
     cec = ec;
   }
   if (cec) {
@@ -263,16 +343,17 @@ awaitable<Step> connect(Call& c, Exchange& x) {
     const bool keep = co_await send_upstream_failure(c.s, c.req, c.header_sent, f);
     co_return Step{Step::done, keep};
   }
-  stats.connections_opened.fetch_add(1, std::memory_order_relaxed);
   boost::system::error_code ignored;
-  x.conn.socket().set_option(tcp::no_delay(true), ignored);
+  x.conn.plain().socket().set_option(tcp::no_delay(true), ignored);
+  if (rc.upstream_tls) co_return co_await handshake(c, x);
+  stats.connections_opened.fetch_add(1, std::memory_order_relaxed);
   co_return Step{};
 }
 
 /// Sends the request and reads the answer's header.
 awaitable<Step> send_request(Call& c, Exchange& x) {
   const RouteConfig& rc = c.route.config;
-  x.conn.expires_after(rc.upstream_timeout);
+  x.conn.plain().expires_after(rc.upstream_timeout);
   auto [wec, wn] = co_await http::async_write(x.conn, c.up, nothrow);
   boost::system::error_code hec = wec;
   if (!wec) {
@@ -425,7 +506,7 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
   const auto executor = s.stream.get_executor();
   for (int attempt = 0;; ++attempt) {
     std::optional<tcp::socket> pooled;
-    if (attempt == 0) pooled = route.pool.take(executor);
+    if (attempt == 0 && !route.config.upstream_tls) pooled = route.pool.take(executor);
     const bool reused = pooled.has_value();
     Exchange x(reused ? std::move(*pooled) : tcp::socket(executor), reused);
     Step step = co_await connect(c, x);

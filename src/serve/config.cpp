@@ -14,6 +14,7 @@
 #include "http/address.hpp"
 
 #include "serve/cors.hpp"
+#include "serve/upstream_tls.hpp"
 
 #include "core/settings_table.hpp"
 #include "core/text.hpp"
@@ -32,6 +33,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <variant>
 
 namespace fairgate::serve {
 namespace {
@@ -408,7 +410,8 @@ void check_header_name(const std::string& name, const std::string& field) {
 
 RouteConfig read_route(const toml::table& t, const std::string& prefix) {
   RouteConfig r;
-  bool has_path = false, has_upstream = false, has_limiter = false, has_wait_keys = false;
+  bool has_path = false, has_upstream = false, has_limiter = false, has_wait_keys = false,
+       has_tls_keys = false;
   for (auto&& [key, node] : t) {
     const std::string k(key.str());
     const std::string field = prefix + "." + k;
@@ -451,6 +454,18 @@ RouteConfig read_route(const toml::table& t, const std::string& prefix) {
       r.max_body_bytes = static_cast<std::size_t>(get_int(node, field, 0, 256 * 1024 * 1024));
     } else if (k == "pool_size") {
       r.pool_size = static_cast<std::size_t>(get_int(node, field, 0, 10'000));
+    } else if (k == "upstream_ca_file") {
+      r.upstream_ca_file = get_string(node, field);
+      has_tls_keys = true;
+    } else if (k == "upstream_cert_file") {
+      r.upstream_cert_file = get_string(node, field);
+      has_tls_keys = true;
+    } else if (k == "upstream_key_file") {
+      r.upstream_key_file = get_string(node, field);
+      has_tls_keys = true;
+    } else if (k == "upstream_tls_verify") {
+      r.upstream_tls_verify = get_bool(node, field);
+      has_tls_keys = true;
     } else if (k == "ratelimit") {
       const auto* list = node.as_array();
       if (list == nullptr)
@@ -471,6 +486,19 @@ RouteConfig read_route(const toml::table& t, const std::string& prefix) {
   }
   if (!has_path) fail(prefix + ".path", "missing (the path prefix to route, e.g. \"/v1/chat/completions\")");
   if (!has_upstream) fail(prefix + ".upstream", "missing (e.g. \"http://127.0.0.1:9000\")");
+  if (has_tls_keys && !r.upstream_tls)
+    fail(prefix + ".upstream",
+         "the upstream_ca_file, upstream_cert_file, upstream_key_file and "
+         "upstream_tls_verify keys need an https:// upstream");
+  if (r.upstream_cert_file.empty() != r.upstream_key_file.empty())
+    fail(prefix + (r.upstream_cert_file.empty() ? ".upstream_cert_file" : ".upstream_key_file"),
+         "upstream_cert_file and upstream_key_file go together (the client certificate and its key)");
+  if (r.upstream_tls) {
+    // The files are read now, so a wrong path or a bad PEM stops the start, not the first request.
+    if (auto made = redis::make_tls_context(upstream_tls_options(r), kUpstreamTlsWords);
+        std::holds_alternative<std::string>(made))
+      fail(prefix, std::get<std::string>(made));
+  }
   // No limiter: proxied at once, without a permit; it never waits, so the wait's keys would do nothing.
   if (!has_limiter && has_wait_keys)
     fail(prefix + (r.max_wait ? ".max_wait_ms" : ".queue_events"),
@@ -600,13 +628,10 @@ std::string_view to_string(QueueEvents mode) noexcept {
 }
 
 void parse_upstream(std::string_view url, std::string_view field, RouteConfig& route) {
-  constexpr std::string_view kScheme = "http://";
-  if (url.substr(0, 8) == "https://")
-    fail(field,
-         "https upstreams are not supported; use http:// (TLS belongs to a sidecar or the upstream's proxy)");
-  if (url.substr(0, kScheme.size()) != kScheme)
-    fail(field, fmt::format("\"{}\" is not an http:// URL (e.g. http://127.0.0.1:9000)", url));
-  std::string_view rest = url.substr(kScheme.size());
+  const bool tls = url.substr(0, 8) == "https://";
+  if (!tls && url.substr(0, 7) != "http://")
+    fail(field, fmt::format("\"{}\" is not an http:// or https:// URL (e.g. http://127.0.0.1:9000)", url));
+  std::string_view rest = url.substr(tls ? 8 : 7);
   const auto slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
   std::string base(slash == std::string_view::npos ? std::string_view() : rest.substr(slash));
@@ -643,7 +668,7 @@ void parse_upstream(std::string_view url, std::string_view field, RouteConfig& r
                     c == '-' || c == ':' || c == '_';
     if (!ok) fail(field, fmt::format("\"{}\" is not a host name or IP address", host));
   }
-  long port = 80;
+  long port = tls ? 443 : 80;
   if (has_port) {
     if (port_text.empty() || port_text.size() > 5 ||
         !std::all_of(port_text.begin(), port_text.end(), [](char c) { return c >= '0' && c <= '9'; }))
@@ -654,6 +679,7 @@ void parse_upstream(std::string_view url, std::string_view field, RouteConfig& r
   route.upstream = std::string(url);
   route.upstream_host = host;
   route.upstream_port = static_cast<std::uint16_t>(port);
+  route.upstream_tls = tls;
   route.upstream_base = base;
   route.upstream_has_path = slash != std::string_view::npos;
 }

@@ -115,9 +115,16 @@ std::string_view to_string(QueueEvents mode) noexcept;
 /// One `[[route]]`: a path prefix proxied to an upstream through a limiter.
 struct RouteConfig {
   std::string path;      ///< prefix on segment boundaries: "/v1/chat/completions"
-  std::string upstream;  ///< as written: "http://127.0.0.1:9000[/base]"
+  std::string upstream;  ///< as written: "http://127.0.0.1:9000[/base]" or "https://…"
   std::string upstream_host;
-  std::uint16_t upstream_port = 80;
+  std::uint16_t upstream_port = 80;  ///< 443 by default for https://
+  /// https://: TLS to the upstream (its certificate and name verified unless
+  /// upstream_tls_verify is false). Such connections are not pooled.
+  bool upstream_tls = false;
+  std::string upstream_ca_file;    ///< PEM CA bundle; empty: the system's CA certificates
+  std::string upstream_cert_file;  ///< PEM client certificate (mutual TLS), with upstream_key_file
+  std::string upstream_key_file;
+  bool upstream_tls_verify = true;  ///< false: no chain or name check (tests, never production)
   /// With a path in the upstream URL (even "/"), the matched route prefix is
   /// replaced by it (nginx proxy_pass semantics); without one the target is sent unchanged.
   bool upstream_has_path = false;
@@ -174,7 +181,7 @@ inline constexpr const char* kEnvHelp =
 /// environment and the flags, and validates the result. Throws ConfigError.
 ServeConfig load_config(const ServeFlags& flags, const EnvLookup& env);
 
-/// Reads an upstream URL "http://HOST[:PORT][/base]" into `route`. Throws ConfigError naming `field`.
+/// Reads an upstream URL "http[s]://HOST[:PORT][/base]" into `route`. Throws ConfigError naming `field`.
 void parse_upstream(std::string_view url, std::string_view field, RouteConfig& route);
 
 /// Whether `client` is inside one of `proxies`.

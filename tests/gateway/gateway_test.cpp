@@ -12,6 +12,7 @@
 #include "serve/harness.hpp"
 #include "support/loopback.hpp"
 #include "support/redis_server.hpp"
+#include "support/test_pki.hpp"
 
 #include <poll.h>
 #include <signal.h>
@@ -248,6 +249,99 @@ TEST(GatewayMemory, OneMebibyteChatRequestPassesAndOversizedBodyGetsOpenAiShaped
     EXPECT_EQ(c.text().rfind("HTTP/1.1 413", 0), 0u) << c.text();
     EXPECT_TRUE(has(c.text(), R"("reason":"body_too_large")")) << c.text();
   }
+  EXPECT_EQ(gateway.terminate(), 0);
+  EXPECT_EQ(mock.terminate(), 0);
+}
+
+/// socat terminating TLS in front of `target` ("127.0.0.1:PORT"): an https:// model server
+/// with the test PKI's certificate `cert` (server: for 127.0.0.1; wrongname: for wrong.example).
+class TlsTerminator {
+ public:
+  TlsTerminator(const TestPki& pki, const std::string& target, const std::string& cert = "server")
+      : port_(free_loopback_port()) {
+    if (::access("/usr/bin/socat", X_OK) != 0)
+      throw std::runtime_error("socat is missing (scripts/setup.sh installs it)");
+    child_ = std::make_unique<Child>(
+        std::vector<std::string>{"/usr/bin/socat", "-d", "-d",
+                                 "OPENSSL-LISTEN:" + std::to_string(port_) +
+                                     ",bind=127.0.0.1,reuseaddr,fork,verify=0,cert=" +
+                                     pki.file(cert + ".crt") + ",key=" + pki.file(cert + ".key"),
+                                 "TCP:" + target},
+        true);
+    std::string line;
+    while (child_->read_line(line, 10s)) {
+      if (has_text(line, "listening on")) return;
+    }
+    throw std::runtime_error("socat did not start listening");
+  }
+  std::string url() const { return "https://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  static bool has_text(const std::string& line, std::string_view what) {
+    return line.find(what) != std::string::npos;
+  }
+  int port_;
+  std::unique_ptr<Child> child_;
+};
+
+// An https:// upstream (a model server behind TLS): the gateway verifies its certificate
+// against upstream_ca_file and the URL's host, then relays as over http:// — a whole answer
+// and a stream. A certificate from another CA, one for another name, or a plain port is a 502
+// in OpenAI's shape that says what is wrong and which key fixes it; upstream_tls_verify = false
+// skips the check.
+TEST(GatewayMemory, HttpsUpstreamIsVerifiedAndRelayed) {
+  const TestPki pki;
+  MockLlm mock(3);
+  const std::string mock_hostport = mock.url().substr(std::string("http://").size());
+  TlsTerminator tls(pki, mock_hostport);
+  TlsTerminator wrong_name(pki, mock_hostport, "wrongname");
+  const std::string chat = "/v1/chat/completions";
+  const auto route = [&](const std::string& prefix, const std::string& upstream, const std::string& extra) {
+    return "[[route]]\npath = \"" + prefix + chat + "\"\nupstream = \"" + upstream + chat +
+           "\"\nlimiter = \"chat\"\n" + extra;
+  };
+  const std::string config =
+      "[limiters.chat]\nmax_concurrent = 2\nmax_wait_ms = 20000\n" +
+      route("/ok", tls.url(), "upstream_ca_file = \"" + pki.file("ca.crt") + "\"\n") +
+      route("/other-ca", tls.url(), "upstream_ca_file = \"" + pki.file("other-ca.crt") + "\"\n") +
+      route("/no-verify", tls.url(),
+            "upstream_ca_file = \"" + pki.file("other-ca.crt") + "\"\nupstream_tls_verify = false\n") +
+      route("/plain-port", "https://" + mock_hostport,
+            "upstream_ca_file = \"" + pki.file("ca.crt") + "\"\n") +
+      route("/wrong-name", wrong_name.url(), "upstream_ca_file = \"" + pki.file("ca.crt") + "\"\n");
+  Serve gateway(config, {});
+  const auto ask = [&](const std::string& path, bool stream) {
+    RawHttp c(gateway.url());
+    EXPECT_TRUE(c.send(chat_request(path, "hello", stream)));
+    EXPECT_TRUE(c.read_until("", kSanitized ? 60s : 20s));
+    return c.text();
+  };
+  const std::string whole = ask("/ok" + chat, false);
+  EXPECT_EQ(whole.rfind("HTTP/1.1 200", 0), 0u) << whole.substr(0, 400);
+  EXPECT_TRUE(has(whole, R"("object":"chat.completion")")) << whole.substr(0, 400);
+  const std::string streamed = ask("/ok" + chat, true);
+  EXPECT_EQ(streamed.rfind("HTTP/1.1 200", 0), 0u) << streamed.substr(0, 400);
+  EXPECT_TRUE(has(streamed, "data: [DONE]")) << streamed.substr(0, 400);
+
+  const std::string wrong_ca = ask("/other-ca" + chat, false);
+  EXPECT_EQ(wrong_ca.rfind("HTTP/1.1 502", 0), 0u) << wrong_ca.substr(0, 600);
+  EXPECT_TRUE(has(wrong_ca, R"("code":"upstream_tls_failed")")) << wrong_ca;
+  EXPECT_TRUE(has(wrong_ca, "TLS certificate verification failed for 127.0.0.1:")) << wrong_ca;
+  EXPECT_TRUE(has(wrong_ca, "(expected name '127.0.0.1')")) << wrong_ca;
+  EXPECT_TRUE(has(wrong_ca, "upstream_ca_file: the CA that signed it")) << wrong_ca;
+
+  const std::string other_name = ask("/wrong-name" + chat, false);
+  EXPECT_EQ(other_name.rfind("HTTP/1.1 502", 0), 0u) << other_name.substr(0, 600);
+  EXPECT_TRUE(has(other_name, "(expected name '127.0.0.1')")) << other_name;
+  EXPECT_TRUE(has(other_name, "wrong.example")) << other_name;
+
+  const std::string unverified = ask("/no-verify" + chat, false);
+  EXPECT_EQ(unverified.rfind("HTTP/1.1 200", 0), 0u) << unverified.substr(0, 400);
+
+  const std::string plain = ask("/plain-port" + chat, false);
+  EXPECT_EQ(plain.rfind("HTTP/1.1 502", 0), 0u) << plain.substr(0, 600);
+  EXPECT_TRUE(has(plain, R"("code":"upstream_tls_failed")")) << plain;
+  EXPECT_TRUE(has(plain, "is it a plain, non-TLS port? then use http://")) << plain;
   EXPECT_EQ(gateway.terminate(), 0);
   EXPECT_EQ(mock.terminate(), 0);
 }

@@ -439,8 +439,17 @@ TEST(GatewayRules, UpstreamUrlForms) {
   EXPECT_EQ(v6.upstream_port, 8000);
   const auto v6_default = route_for("/v1", "http://[::1]");
   EXPECT_EQ(v6_default.upstream_port, 80);
-  for (const char* bad : {"https://api.openai.com", "ftp://x", "http://", "http://:9000", "http://h:0",
-                          "http://h:99999", "http://h:x", "http://u:p@h", "http://h/a?b", "http://h o"}) {
+  const auto tls = route_for("/v1", "https://api.openai.com");
+  EXPECT_TRUE(tls.upstream_tls);
+  EXPECT_EQ(tls.upstream_host, "api.openai.com");
+  EXPECT_EQ(tls.upstream_port, 443) << "https:// defaults to 443";
+  EXPECT_FALSE(plain.upstream_tls);
+  const auto tls_port = route_for("/v1", "https://model.internal:8443/openai");
+  EXPECT_EQ(tls_port.upstream_port, 8443);
+  EXPECT_EQ(tls_port.upstream_base, "/openai");
+  for (const char* bad : {"ftp://x", "http://", "https://", "http://:9000", "http://h:0", "https://h:0",
+                          "http://h:99999", "http://h:x", "http://u:p@h", "https://u:p@h", "http://h/a?b",
+                          "http://h o", "HTTPS://h", "https:/h"}) {
     RouteConfig r;
     EXPECT_THROW(parse_upstream(bad, "upstream", r), ConfigError) << bad;
   }
