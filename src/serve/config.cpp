@@ -408,6 +408,16 @@ void check_header_name(const std::string& name, const std::string& field) {
   }
 }
 
+/// A name or an IP address for a certificate to carry: printable ASCII, no spaces, 1..253.
+void check_server_name(const std::string& name, const std::string& field) {
+  if (name.empty() || name.size() > 253) fail(field, "must be 1..253 characters");
+  for (const char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '-' || c == ':' || c == '_' || c == '*';
+    if (!ok) fail(field, fmt::format("\"{}\" is not a host name or IP address", core::escape_controls(name)));
+  }
+}
+
 RouteConfig read_route(const toml::table& t, const std::string& prefix) {
   RouteConfig r;
   bool has_path = false, has_upstream = false, has_limiter = false, has_wait_keys = false,
@@ -463,6 +473,10 @@ RouteConfig read_route(const toml::table& t, const std::string& prefix) {
     } else if (k == "upstream_key_file") {
       r.upstream_key_file = get_string(node, field);
       has_tls_keys = true;
+    } else if (k == "upstream_server_name") {
+      r.upstream_server_name = get_string(node, field);
+      check_server_name(r.upstream_server_name, field);
+      has_tls_keys = true;
     } else if (k == "upstream_tls_verify") {
       r.upstream_tls_verify = get_bool(node, field);
       has_tls_keys = true;
@@ -488,7 +502,7 @@ RouteConfig read_route(const toml::table& t, const std::string& prefix) {
   if (!has_upstream) fail(prefix + ".upstream", "missing (e.g. \"http://127.0.0.1:9000\")");
   if (has_tls_keys && !r.upstream_tls)
     fail(prefix + ".upstream",
-         "the upstream_ca_file, upstream_cert_file, upstream_key_file and "
+         "the upstream_ca_file, upstream_cert_file, upstream_key_file, upstream_server_name and "
          "upstream_tls_verify keys need an https:// upstream");
   if (r.upstream_cert_file.empty() != r.upstream_key_file.empty())
     fail(prefix + (r.upstream_cert_file.empty() ? ".upstream_cert_file" : ".upstream_key_file"),

@@ -124,6 +124,8 @@ struct RouteConfig {
   std::string upstream_ca_file;    ///< PEM CA bundle; empty: the system's CA certificates
   std::string upstream_cert_file;  ///< PEM client certificate (mutual TLS), with upstream_key_file
   std::string upstream_key_file;
+  /// The name (or IP) the certificate must carry, and the SNI sent; empty: the URL's host.
+  std::string upstream_server_name;
   bool upstream_tls_verify = true;  ///< false: no chain or name check (tests, never production)
   /// With a path in the upstream URL (even "/"), the matched route prefix is
   /// replaced by it (nginx proxy_pass semantics); without one the target is sent unchanged.

@@ -11,7 +11,7 @@ namespace fairgate::serve {
 
 /// The route keys named in TLS error lines; "http://" for a plain port.
 inline constexpr redis::TlsWords kUpstreamTlsWords{"upstream_ca_file", "upstream_cert_file",
-                                                   "upstream_key_file", "", "http://"};
+                                                   "upstream_key_file", "upstream_server_name", "http://"};
 
 inline redis::TlsOptions upstream_tls_options(const RouteConfig& r) {
   redis::TlsOptions o;
@@ -19,6 +19,7 @@ inline redis::TlsOptions upstream_tls_options(const RouteConfig& r) {
   o.ca_file = r.upstream_ca_file;
   o.cert_file = r.upstream_cert_file;
   o.key_file = r.upstream_key_file;
+  o.server_name = r.upstream_server_name;
   o.verify = r.upstream_tls_verify;
   return o;
 }

@@ -308,7 +308,9 @@ TEST(GatewayMemory, HttpsUpstreamIsVerifiedAndRelayed) {
             "upstream_ca_file = \"" + pki.file("other-ca.crt") + "\"\nupstream_tls_verify = false\n") +
       route("/plain-port", "https://" + mock_hostport,
             "upstream_ca_file = \"" + pki.file("ca.crt") + "\"\n") +
-      route("/wrong-name", wrong_name.url(), "upstream_ca_file = \"" + pki.file("ca.crt") + "\"\n");
+      route("/wrong-name", wrong_name.url(), "upstream_ca_file = \"" + pki.file("ca.crt") + "\"\n") +
+      route("/server-name", wrong_name.url(),
+            "upstream_ca_file = \"" + pki.file("ca.crt") + "\"\nupstream_server_name = \"wrong.example\"\n");
   Serve gateway(config, {});
   const auto ask = [&](const std::string& path, bool stream) {
     RawHttp c(gateway.url());
@@ -334,6 +336,10 @@ TEST(GatewayMemory, HttpsUpstreamIsVerifiedAndRelayed) {
   EXPECT_EQ(other_name.rfind("HTTP/1.1 502", 0), 0u) << other_name.substr(0, 600);
   EXPECT_TRUE(has(other_name, "(expected name '127.0.0.1')")) << other_name;
   EXPECT_TRUE(has(other_name, "wrong.example")) << other_name;
+  EXPECT_TRUE(has(other_name, "upstream_server_name: the name it carries")) << other_name;
+  // Connected by address, verified against the name the certificate carries.
+  const std::string by_name = ask("/server-name" + chat, false);
+  EXPECT_EQ(by_name.rfind("HTTP/1.1 200", 0), 0u) << by_name.substr(0, 600);
 
   const std::string unverified = ask("/no-verify" + chat, false);
   EXPECT_EQ(unverified.rfind("HTTP/1.1 200", 0), 0u) << unverified.substr(0, 400);
