@@ -2,8 +2,8 @@
 // pure helpers of gateway/gateway.hpp.
 #include "gateway/gateway.hpp"
 
-#include "serve/upstream_tls.hpp"
 #include "serve/views.hpp"
+#include "tls/client.hpp"
 
 #include <boost/json.hpp>
 
@@ -23,7 +23,7 @@ namespace json = boost::json;
 
 Gateway::Route::Route(RouteConfig c) : config(std::move(c)), pool(config.pool_size) {
   if (!config.upstream_tls) return;
-  auto made = redis::make_tls_context(upstream_tls_options(config), kUpstreamTlsWords);
+  auto made = fairgate::tls::make_context(upstream_tls_options(config), kUpstreamTlsWords);
   if (auto* problem = std::get_if<std::string>(&made))
     throw std::runtime_error(fmt::format("route {}: {}", config.path, *problem));
   tls = std::get<std::shared_ptr<boost::asio::ssl::context>>(std::move(made));

@@ -12,7 +12,7 @@
 #include "gateway/upstream.hpp"
 
 #include "gateway/openai.hpp"
-#include "serve/upstream_tls.hpp"
+#include "tls/client.hpp"
 
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -210,7 +210,7 @@ struct Exchange {
     parser.body_limit(boost::none);
   }
   UpstreamStream conn;
-  redis::TlsCheck check;  // https://: what the handshake verified, and why it rejected
+  fairgate::tls::Check check;  // https://: what the handshake verified, and why it rejected
   bool reused;
   beast::flat_buffer buffer;
   http::response_parser<http::buffer_body> parser;
@@ -292,24 +292,25 @@ struct Step {
 /// certificate checked against the URL's host (upstream_ca_file, or the system's CAs).
 awaitable<Step> handshake(Call& c, Exchange& x) {
   const RouteConfig& rc = c.route.config;
-  const redis::Endpoint endpoint = upstream_endpoint(rc);
-  auto& tls = x.conn.start_tls(*c.route.tls);
-  std::string problem = redis::prepare_tls(tls.native_handle(), x.check, endpoint);
+  const fairgate::tls::Options options = upstream_tls_options(rc);
+  auto& session = x.conn.start_tls(*c.route.tls);
+  std::string problem = fairgate::tls::prepare(session.native_handle(), x.check, rc.upstream_host, options);
   boost::system::error_code hec;
   if (problem.empty()) {
-    if (rc.upstream_tls_verify) tls.set_verify_callback(redis::remember_rejection(x.check));
+    if (rc.upstream_tls_verify) session.set_verify_callback(fairgate::tls::remember_rejection(x.check));
     x.conn.plain().expires_after(rc.connect_timeout);
-    auto [ec] = co_await tls.async_handshake(net::ssl::stream_base::client, nothrow);
+    auto [ec] = co_await session.async_handshake(net::ssl::stream_base::client, nothrow);
     hec = ec;
     if (!hec) {
       c.route.stats.connections_opened.fetch_add(1, std::memory_order_relaxed);
       co_return Step{};
     }
     if (c.cancelled(hec)) co_return Step{Step::done, c.gone()};
-    problem = hec == beast::error::timeout
-                  ? fmt::format("TLS handshake with the upstream {} timed out", rc.upstream)
-                  : redis::describe_handshake_failure(tls.native_handle(), x.check, endpoint, hec,
-                                                      kUpstreamTlsWords);
+    problem =
+        hec == beast::error::timeout
+            ? fmt::format("TLS handshake with the upstream {} timed out", rc.upstream)
+            : fairgate::tls::describe_handshake_failure(session.native_handle(), x.check, rc.upstream_host,
+                                                        rc.upstream_port, options, hec, kUpstreamTlsWords);
   }
   const bool timeout = hec == beast::error::timeout;
   const UpstreamFailure f{timeout ? http::status::gateway_timeout : http::status::bad_gateway,

@@ -8,6 +8,8 @@
 // &tls_server_name=...&tls_verify=full|none (docs/redis-cluster.md, "TLS").
 #pragma once
 
+#include "tls/options.hpp"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -16,19 +18,8 @@
 
 namespace fairgate::redis {
 
-/// TLS to Redis (rediss://). Verification is on unless verify is false: the
-/// server's chain must lead to ca_file (empty: the system's CA store) and its
-/// certificate must name the host connected to (or server_name if set).
-struct TlsOptions {
-  bool enabled = false;
-  std::string ca_file;      ///< PEM CA bundle; empty: the system's default CA paths
-  std::string cert_file;    ///< PEM client certificate chain (mutual TLS); needs key_file
-  std::string key_file;     ///< PEM private key of cert_file
-  std::string server_name;  ///< name (or IP) to verify and send as SNI; empty: the host
-  bool verify = true;       ///< false: tls_verify=none (no chain or name check)
-
-  bool operator==(const TlsOptions&) const = default;
-};
+/// TLS to Redis (rediss://): tls/options.hpp.
+using TlsOptions = tls::Options;
 
 struct Endpoint {
   std::string host = "127.0.0.1";

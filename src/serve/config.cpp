@@ -14,7 +14,7 @@
 #include "http/address.hpp"
 
 #include "serve/cors.hpp"
-#include "serve/upstream_tls.hpp"
+#include "tls/client.hpp"
 
 #include "core/settings_table.hpp"
 #include "core/text.hpp"
@@ -509,7 +509,7 @@ RouteConfig read_route(const toml::table& t, const std::string& prefix) {
          "upstream_cert_file and upstream_key_file go together (the client certificate and its key)");
   if (r.upstream_tls) {
     // The files are read now, so a wrong path or a bad PEM stops the start, not the first request.
-    if (auto made = redis::make_tls_context(upstream_tls_options(r), kUpstreamTlsWords);
+    if (auto made = tls::make_context(upstream_tls_options(r), kUpstreamTlsWords);
         std::holds_alternative<std::string>(made))
       fail(prefix, std::get<std::string>(made));
   }
@@ -696,6 +696,17 @@ void parse_upstream(std::string_view url, std::string_view field, RouteConfig& r
   route.upstream_tls = tls;
   route.upstream_base = base;
   route.upstream_has_path = slash != std::string_view::npos;
+}
+
+tls::Options upstream_tls_options(const RouteConfig& route) {
+  tls::Options o;
+  o.enabled = route.upstream_tls;
+  o.ca_file = route.upstream_ca_file;
+  o.cert_file = route.upstream_cert_file;
+  o.key_file = route.upstream_key_file;
+  o.server_name = route.upstream_server_name;
+  o.verify = route.upstream_tls_verify;
+  return o;
 }
 
 bool is_trusted_proxy(const boost::asio::ip::address& client, const std::vector<TrustedProxy>& proxies) {

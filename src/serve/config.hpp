@@ -7,6 +7,7 @@
 #pragma once
 
 #include "serve/log.hpp"
+#include "tls/options.hpp"
 
 #include <fairgate/rate_rule.hpp>
 #include <fairgate/redis_backend.hpp>
@@ -185,6 +186,11 @@ ServeConfig load_config(const ServeFlags& flags, const EnvLookup& env);
 
 /// Reads an upstream URL "http[s]://HOST[:PORT][/base]" into `route`. Throws ConfigError naming `field`.
 void parse_upstream(std::string_view url, std::string_view field, RouteConfig& route);
+
+/// An https:// route's TLS settings (tls/options.hpp), and the keys its error lines name.
+tls::Options upstream_tls_options(const RouteConfig& route);
+inline constexpr tls::Words kUpstreamTlsWords{"upstream_ca_file", "upstream_cert_file", "upstream_key_file",
+                                              "upstream_server_name", "http://"};
 
 /// Whether `client` is inside one of `proxies`.
 bool is_trusted_proxy(const boost::asio::ip::address& client, const std::vector<TrustedProxy>& proxies);

@@ -19,15 +19,16 @@ LAYERS = {
     "core": ([], True),                     # pure rules: no I/O, nothing else of ours
     "api": (["core/"], True),               # the backend interface over core
     "memory": (["api/", "core/"], True),    # a backend
-    "redis": (["api/", "core/"], True),     # a backend and its Redis client
+    "redis": (["api/", "core/", "tls/"], True),  # a backend and its Redis client
+    "tls": ([], False),                     # client TLS (OpenSSL): for Redis and the gateway's upstreams
     "http": (["core/text.hpp"], False),     # knows no limiter (text.hpp: header-only)
     "mockllm": (["http/"], False),          # a server on http only
     # the URL's redacted form, nothing of the client; the gateway's entry point
     # (only from the server's files, not from serve_base's: see below)
     "serve": (["http/", "redis/url.hpp", "gateway/gateway.hpp", "core/settings_table.hpp", "core/number.hpp",
-              "core/text.hpp"], True),
+              "core/text.hpp", "tls/"], True),
     # on fairgate_serve_base (its headers only: SERVE_BASE below), never the server's
-    "gateway": (["serve_base", "http/"], True),
+    "gateway": (["serve_base", "http/", "tls/"], True),
     "bench": (["redis/"], True),
     "cli": (["bench/", "gateway/", "http/", "mockllm/", "serve/", "redis/url.hpp",
              "redis/database_check.hpp", "core/settings_table.hpp", "core/text.hpp"], True),
