@@ -175,30 +175,32 @@ class UpstreamStream {
 
   template <class Buffers, class Token>
   auto async_read_some(const Buffers& buffers, Token&& token) {
-    return net::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
-        [this](auto handler, const Buffers& b) {
-          if (tls_) {
-            tls_->async_read_some(b, std::move(handler));
-          } else {
-            tcp_.async_read_some(b, std::move(handler));
-          }
-        },
-        token, buffers);
+    return initiate(buffers, std::forward<Token>(token), [](auto& stream, const Buffers& b, auto handler) {
+      stream.async_read_some(b, std::move(handler));
+    });
   }
   template <class Buffers, class Token>
   auto async_write_some(const Buffers& buffers, Token&& token) {
+    return initiate(buffers, std::forward<Token>(token), [](auto& stream, const Buffers& b, auto handler) {
+      stream.async_write_some(b, std::move(handler));
+    });
+  }
+
+ private:
+  /// Starts `op` (a read or a write of `buffers`) on the TLS session if there is one, else on TCP.
+  template <class Buffers, class Token, class Op>
+  auto initiate(const Buffers& buffers, Token&& token, Op op) {
     return net::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
-        [this](auto handler, const Buffers& b) {
+        [this, op](auto handler, const Buffers& b) {
           if (tls_) {
-            tls_->async_write_some(b, std::move(handler));
+            op(*tls_, b, std::move(handler));
           } else {
-            tcp_.async_write_some(b, std::move(handler));
+            op(tcp_, b, std::move(handler));
           }
         },
         token, buffers);
   }
 
- private:
   beast::tcp_stream tcp_;
   std::optional<net::ssl::stream<beast::tcp_stream&>> tls_;
 };

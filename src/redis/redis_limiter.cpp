@@ -652,9 +652,13 @@ std::size_t RedisLimiter::position_locked(std::int64_t order) const {
 }
 
 void RedisLimiter::update_positions_locked(const BeatSent& sent, const Reply* answered,
-                                           const std::string& version,
+                                           const std::string& version, const std::set<std::uint64_t>& held,
                                            std::vector<std::pair<RequestPtr, QueueStatus>>& out) {
   const auto now = Clock::now();
+  // A waiter this heartbeat found granted (its wake was lost) hears that, not the place it had.
+  const auto waits = [&](std::uint64_t n, const Request& r) {
+    return r.phase == Phase::queued && !held.count(n);
+  };
   if (settings_.tenant_fairness) {
     // The order says nothing about the rotation: Redis computed the positions of the
     // waiters the heartbeat asked about (heartbeat.lua), all of them or, when the queue had
@@ -665,7 +669,7 @@ void RedisLimiter::update_positions_locked(const BeatSent& sent, const Reply* an
     for (std::size_t i = 0; i < sent.asked.size() && i < p.size(); ++i) {
       const auto it = requests_.find(sent.asked[i]);
       const auto position = count_of(p[i]);
-      if (it == requests_.end() || it->second->phase != Phase::queued || position == 0) continue;
+      if (it == requests_.end() || !waits(it->first, *it->second) || position == 0) continue;
       it->second->counted_at = version;
       it->second->counted_beat = sent.beat;
       tell_position_locked(it->second, now, out, position);
@@ -675,7 +679,7 @@ void RedisLimiter::update_positions_locked(const BeatSent& sent, const Reply* an
   // Our waiters' distance from the head (an upper bound: waiters that left
   // ahead of us leave gaps).
   for (auto& [n, request] : requests_) {
-    if (request->phase == Phase::queued) tell_position_locked(request, now, out);
+    if (waits(n, *request)) tell_position_locked(request, now, out);
   }
 }
 
@@ -1088,9 +1092,7 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const BeatSent& sent, 
         }
       }
       update_positions_locked(sent, e.size() > 16 ? &e[16] : nullptr,
-                              e.size() > 17 ? e[17].str : std::string(), positions);
-      // A waiter this heartbeat found granted (its wake was lost) hears that, not the place it had.
-      std::erase_if(positions, [&](const auto& p) { return held.count(p.first->n) > 0; });
+                              e.size() > 17 ? e[17].str : std::string(), held, positions);
     }
   }
   if (drop_subscriber)

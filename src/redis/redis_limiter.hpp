@@ -250,8 +250,9 @@ class RedisLimiter final : public detail::LimiterImpl {
   void ask_fair_positions_locked(std::vector<std::uint64_t>& asked, std::vector<std::string>& args) const;
   /// Our waiters' positions after heartbeat `sent`: from their order scores, or under tenant
   /// fairness those Redis computed (`answered`, one per waiter in `sent.asked` up to its
-  /// length) at queue version `version`.
+  /// length) at queue version `version`; none for those the reply lists as `held`.
   void update_positions_locked(const BeatSent& sent, const Reply* answered, const std::string& version,
+                               const std::set<std::uint64_t>& held,
                                std::vector<std::pair<RequestPtr, QueueStatus>>& out);
   /// Adds `request`'s position (from its order score unless given) to `out` when it changed
   /// (and it listens).

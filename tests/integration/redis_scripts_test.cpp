@@ -1392,6 +1392,13 @@ TEST_F(RedisScriptsTest, RejectEarlyUnderFairnessCountsThePlaceNotTheBound) {
   const auto a21 = arrive("A", "1000");
   ASSERT_EQ(a21.elements.size(), 2u);
   EXPECT_EQ(a21.elements.at(1).str, "would_time_out") << "29th: 2,900 ms";
+  // Beyond COUNTED_TENANTS (lib.lua) tenants waiting the place is bounded, not counted; the
+  // arrival is still judged (rotation() alone answered nil there: a script error).
+  for (int i = 0; i < 130; ++i)
+    ASSERT_EQ(arrive("L" + std::to_string(i), "100000").elements.at(0).str, "queued");
+  const auto a22 = arrive("A", "1000");
+  ASSERT_EQ(a22.elements.size(), 2u);
+  EXPECT_EQ(a22.elements.at(1).str, "would_time_out") << "behind 150 others";
 }
 
 // The status script (GET /v1/limiters/{name}): the holders and waiters of

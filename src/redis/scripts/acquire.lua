@@ -80,7 +80,7 @@ if cfg.reject_early then
       -- Under fairness the position decides (the turn order is not the queue order), as
       -- the memory backend counts it: the round robin's place (every waiting tenant's
       -- queue length; read only when the bound says too late).
-      if would_time_out(pace_estimate(cfg, now, rotation()(tenant, k)), max_wait) then
+      if would_time_out(pace_estimate(cfg, now, places(queued + 1)(tenant, k)), max_wait) then
         return {'rejected', 'would_time_out'}
       end
     else

@@ -38,8 +38,8 @@
 --               ARGV[10] lists, after this call's grants: the order score says nothing
 --               about the rotation, so the instance cannot tell it from head_order. A waiter no
 --               longer in its tenant's queue (granted, or it left) gets the place it had. Empty
---               without fairness. One ZCOUNT per waiter asked about and rotation()'s reads
---               (at most COUNTED_TENANTS, else bounded_places: lib.lua), only while this
+--               without fairness. One ZCOUNT per waiter asked about and places()' reads
+--               (rotation() up to COUNTED_TENANTS, else bounded_places: lib.lua), only while this
 --               instance has waiters under fairness, and only for the first s of them when
 --               the version is still ARGV[8]'s: an idle queue costs its heartbeat one GET.
 --   version     under tenant fairness, while this instance asks about waiters: "seq:queued",
@@ -145,7 +145,7 @@ local positions, version = {}, ''
 if asked > 0 and lost == 0 and queued > 0 and cfg.tmode and cfg.fair then
   version = (redis.call('GET', K_SEQ) or '') .. ':' .. queued
   local answer = version == ARGV[8] and stale or asked
-  local place = answer > 0 and (rotation() or bounded_places(queued))
+  local place = answer > 0 and places(queued)
   for i = 11, 10 + 2 * answer, 2 do
     local t = ARGV[i]
     positions[#positions + 1] = place(t, redis.call('ZCOUNT', tq(t), '-inf', '(' .. ARGV[i + 1]) + 1)

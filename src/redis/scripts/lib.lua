@@ -864,12 +864,8 @@ end
 -- k-1 waiters (all of a shorter queue) and the k-th of each tenant ahead of t — the order of
 -- service with weights 1, no cap binding and nobody arriving meanwhile. rotation() reads
 -- O(tenants) keys once; the place(t, k) it returns costs no command, and O(tenants) Lua steps.
--- With more than COUNTED_TENANTS tenants waiting it reads nothing and returns nil: the caller
--- bounds the places instead (bounded_places), so a heartbeat or a status page costs at most
--- ~COUNTED_TENANTS + its waiters' commands however many tenants wait.
-local COUNTED_TENANTS = 128
+-- Callers go through places() below, which reads it only up to COUNTED_TENANTS tenants.
 local function rotation()
-  if redis.call('ZCARD', K_TREADY) + redis.call('SCARD', K_TPARKED) > COUNTED_TENANTS then return nil end
   local order = redis.call('ZRANGE', K_TREADY, 0, -1)
   local parked, oldest = redis.call('SMEMBERS', K_TPARKED), {}
   for _, t in ipairs(parked) do
@@ -897,8 +893,10 @@ end
 -- place in tready (T when parked) — an upper bound of rotation()'s (each tenant takes at most
 -- one grant per round); the heartbeat then tells the place rotation() counts. `joining`: the
 -- arrival is not queued yet (a tenant with no waiter joins at the back: T + 1).
+local function tenants_waiting() return redis.call('ZCARD', K_TREADY) + redis.call('SCARD', K_TPARKED) end
+
 local function rotation_bound(tenant, k, queued, joining)
-  local tenants = redis.call('ZCARD', K_TREADY) + redis.call('SCARD', K_TPARKED)
+  local tenants = tenants_waiting()
   if joining and k == 1 then return math.min(tenants + 1, queued) end
   local r = redis.call('ZRANK', K_TREADY, tenant)
   return math.min((k - 1) * tenants + (r and r + 1 or tenants), queued)
@@ -909,8 +907,7 @@ end
 -- wait behind in the worst case: queued - len(t) + k (every other tenant's waiters first); or
 -- rotation_bound's (k-1)*T + r; the lesser. The first is exact for a tenant whose waiters come
 -- after all the others' (one heavy tenant among many light ones).
-local function bounded_places(queued)
-  local tenants = redis.call('ZCARD', K_TREADY) + redis.call('SCARD', K_TPARKED)
+local function bounded_places(queued, tenants)
   local rank, length = {}, {}
   return function(t, k)
     if rank[t] == nil then
@@ -919,6 +916,17 @@ local function bounded_places(queued)
     end
     return math.max(1, math.min((k - 1) * tenants + rank[t], queued - length[t] + k, queued))
   end
+end
+
+-- place(t, k) under tenant fairness for the heartbeat, a status page and reject_early: counted
+-- (rotation()) while at most COUNTED_TENANTS tenants wait, else bounded_places(), so each costs
+-- at most ~COUNTED_TENANTS + its waiters' commands however many tenants wait. `queued`: the
+-- queue's length (with the arrival, for reject_early).
+local COUNTED_TENANTS = 128
+local function places(queued)
+  local tenants = tenants_waiting()
+  if tenants > COUNTED_TENANTS then return bounded_places(queued, tenants) end
+  return rotation()
 end
 
 -- Position of waiter `member` of `tenant` (1 = next), as acquire reports it: its rank in the

@@ -56,7 +56,7 @@ end
 local waiters = {}
 if limit > 0 and offset < queued then
   local page = redis.call('ZRANGE', K_QUEUE, offset, offset + limit - 1)
-  local place = cfg.tmode and cfg.fair and (rotation() or bounded_places(queued))
+  local place = cfg.tmode and cfg.fair and places(queued)
   for i, m in ipairs(page) do
     local _, id, _, _, t, arrived = split_waiter(m)
     local position = offset + i
