@@ -21,7 +21,8 @@ namespace json = boost::json;
 
 // --- Gateway -------------------------------------------------------------------
 
-Gateway::Route::Route(RouteConfig c) : config(std::move(c)), pool(config.pool_size) {
+Gateway::Route::Route(RouteConfig c)
+    : config(std::move(c)), pool(config.pool_size), tls_pool(config.pool_size) {
   if (!config.upstream_tls) return;
   auto made = fairgate::tls::make_context(upstream_tls_options(config), kUpstreamTlsWords);
   if (auto* problem = std::get_if<std::string>(&made))

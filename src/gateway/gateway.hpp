@@ -12,7 +12,8 @@
 //
 // The parts: proxy.cpp (the steps of a request), wait.cpp (the wait for a
 // permit), rates.cpp (the route's rate limits), upstream.cpp (the upstream
-// call and the relay), usage.cpp (what token budgets refund from),
+// call and the relay), upstream_stream.cpp (the connection, plain or TLS, and
+// the pool of TLS ones), usage.cpp (what token budgets refund from),
 // openai.cpp (every error answer, in OpenAI's shape).
 #pragma once
 
@@ -39,8 +40,38 @@ class context;
 
 namespace fairgate::serve {
 
-/// Idle keep-alive connections to one upstream (src/http/pool.hpp).
+/// Idle keep-alive connections to one http:// upstream (src/http/pool.hpp).
 using UpstreamPool = fairgate::http::ConnectionPool;
+
+class UpstreamStream;  // gateway/upstream_stream.hpp
+
+/// Idle keep-alive connections to one https:// upstream, each with its TLS
+/// session, so a call on one makes no handshake. Only the route that made a
+/// connection takes it again (its CA, certificate and name were checked).
+/// Dropped after UpstreamPool::kMaxIdle idle or when the upstream closed it;
+/// the most recently used is taken first. Thread-safe.
+class TlsUpstreamPool {
+ public:
+  explicit TlsUpstreamPool(std::size_t capacity);
+  ~TlsUpstreamPool();
+  TlsUpstreamPool(const TlsUpstreamPool&) = delete;
+  TlsUpstreamPool& operator=(const TlsUpstreamPool&) = delete;
+
+  /// A live idle connection (its handshake done), or null.
+  std::unique_ptr<UpstreamStream> take();
+  /// Keeps `conn` (an answer fully read, keep-alive) for reuse; drops the oldest when full.
+  void put(std::unique_ptr<UpstreamStream> conn);
+  std::size_t idle() const;
+
+ private:
+  struct Idle {
+    std::unique_ptr<UpstreamStream> conn;
+    std::chrono::steady_clock::time_point since;
+  };
+  mutable std::mutex mu_;
+  std::deque<Idle> idle_;
+  std::size_t capacity_;
+};
 
 /// Counters of one route (Prometheus: fairgate_gateway_*{route="…"}).
 struct RouteStats {
@@ -72,7 +103,8 @@ class Gateway {
     /// Throws std::runtime_error when an https:// upstream's TLS settings do not load.
     explicit Route(RouteConfig c);
     RouteConfig config;
-    UpstreamPool pool;  ///< plain upstreams only: TLS connections are not kept
+    UpstreamPool pool;         ///< http:// upstreams
+    TlsUpstreamPool tls_pool;  ///< https:// upstreams
     /// https:// upstreams: the client context (CA, client certificate, verification).
     std::shared_ptr<boost::asio::ssl::context> tls;
     RouteStats stats;

@@ -12,11 +12,11 @@
 #include "gateway/upstream.hpp"
 
 #include "gateway/openai.hpp"
+#include "gateway/upstream_stream.hpp"
 #include "tls/client.hpp"
 
-#include <boost/asio/async_result.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/string.hpp>
@@ -158,61 +158,13 @@ struct Call {
   }
 };
 
-/// The connection to the upstream: plain TCP (plain(), a beast::tcp_stream, whose
-/// timeouts bound every read and write), or TLS over it (https://). Reads and
-/// writes go to whichever it is.
-class UpstreamStream {
- public:
-  using executor_type = beast::tcp_stream::executor_type;
-  explicit UpstreamStream(tcp::socket socket) : tcp_(std::move(socket)) {}
-  executor_type get_executor() noexcept { return tcp_.get_executor(); }
-  beast::tcp_stream& plain() noexcept { return tcp_; }
-  bool tls() const noexcept { return tls_.has_value(); }
-  /// A TLS session over the connected socket (before its handshake).
-  net::ssl::stream<beast::tcp_stream&>& start_tls(net::ssl::context& context) {
-    return tls_.emplace(tcp_, context);
-  }
-
-  template <class Buffers, class Token>
-  auto async_read_some(const Buffers& buffers, Token&& token) {
-    return initiate(buffers, std::forward<Token>(token), [](auto& stream, const Buffers& b, auto handler) {
-      stream.async_read_some(b, std::move(handler));
-    });
-  }
-  template <class Buffers, class Token>
-  auto async_write_some(const Buffers& buffers, Token&& token) {
-    return initiate(buffers, std::forward<Token>(token), [](auto& stream, const Buffers& b, auto handler) {
-      stream.async_write_some(b, std::move(handler));
-    });
-  }
-
- private:
-  /// Starts `op` (a read or a write of `buffers`) on the TLS session if there is one, else on TCP.
-  template <class Buffers, class Token, class Op>
-  auto initiate(const Buffers& buffers, Token&& token, Op op) {
-    return net::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
-        [this, op](auto handler, const Buffers& b) {
-          if (tls_) {
-            op(*tls_, b, std::move(handler));
-          } else {
-            op(tcp_, b, std::move(handler));
-          }
-        },
-        token, buffers);
-  }
-
-  beast::tcp_stream tcp_;
-  std::optional<net::ssl::stream<beast::tcp_stream&>> tls_;
-};
-
 /// One attempt on one upstream connection, and the answer as it is read.
 struct Exchange {
-  Exchange(tcp::socket socket, bool pooled) : conn(std::move(socket)), reused(pooled) {
+  Exchange(std::unique_ptr<UpstreamStream> c, bool pooled) : conn(std::move(c)), reused(pooled) {
     parser.header_limit(static_cast<std::uint32_t>(kMaxUpstreamHeader));
     parser.body_limit(boost::none);
   }
-  UpstreamStream conn;
-  fairgate::tls::Check check;  // https://: what the handshake verified, and why it rejected
+  std::unique_ptr<UpstreamStream> conn;  // null once given back to the TLS pool
   bool reused;
   beast::flat_buffer buffer;
   http::response_parser<http::buffer_body> parser;
@@ -224,10 +176,15 @@ struct Exchange {
   /// The upstream connection goes back to the pool as soon as its answer is
   /// read, before the client gets the last bytes: a client that sends its
   /// next request at once then finds it there (not after our last write).
-  void give_back(UpstreamPool& pool) {
+  void give_back(Gateway::Route& route) {
     if (given_back || !parser.is_done()) return;
     given_back = true;
-    if (parser.keep_alive() && !conn.tls()) pool.put(conn.plain().release_socket());
+    if (!parser.keep_alive()) return;
+    if (conn->tls()) {
+      route.tls_pool.put(std::move(conn));
+    } else {
+      route.pool.put(conn->plain().release_socket());
+    }
   }
 };
 
@@ -237,9 +194,12 @@ awaitable<std::optional<std::size_t>> read_body_chunk(Exchange& x, std::chrono::
   auto& body = x.parser.get().body();
   body.data = x.chunk.data();
   body.size = x.chunk.size();
-  x.conn.plain().expires_after(timeout);
-  auto [ec, n] = co_await http::async_read_some(x.conn, x.buffer, x.parser, nothrow);
+  x.conn->plain().expires_after(timeout);
+  auto [ec, n] = co_await http::async_read_some(*x.conn, x.buffer, x.parser, nothrow);
   if (ec == http::error::need_buffer) ec = {};
+  // An https:// body that ends with the connection, closed without TLS close_notify (as many
+  // servers do): the end of the body, as over http://. A body of known length cut short stays an error.
+  if (ec == net::ssl::error::stream_truncated && x.parser.need_eof()) x.parser.put_eof(ec);
   if (ec) co_return std::nullopt;
   co_return x.chunk.size() - body.size;
 }
@@ -268,7 +228,7 @@ awaitable<std::optional<std::size_t>> next_relayed_chunk(Call& c, Exchange& x) {
     body_failed(c);
     co_return std::nullopt;
   }
-  x.give_back(c.route.pool);
+  x.give_back(c.route);
   if (*got != 0 && c.tap) c.tap->feed(x.chunk.data(), *got);
   co_return got;
 }
@@ -295,12 +255,14 @@ struct Step {
 awaitable<Step> handshake(Call& c, Exchange& x) {
   const RouteConfig& rc = c.route.config;
   const fairgate::tls::Options options = upstream_tls_options(rc);
-  auto& session = x.conn.start_tls(*c.route.tls);
-  std::string problem = fairgate::tls::prepare(session.native_handle(), x.check, rc.upstream_host, options);
+  auto& session = x.conn->start_tls(*c.route.tls);
+  std::string problem =
+      fairgate::tls::prepare(session.native_handle(), x.conn->check(), rc.upstream_host, options);
   boost::system::error_code hec;
   if (problem.empty()) {
-    if (rc.upstream_tls_verify) session.set_verify_callback(fairgate::tls::remember_rejection(x.check));
-    x.conn.plain().expires_after(rc.connect_timeout);
+    if (rc.upstream_tls_verify)
+      session.set_verify_callback(fairgate::tls::remember_rejection(x.conn->check()));
+    x.conn->plain().expires_after(rc.connect_timeout);
     auto [ec] = co_await session.async_handshake(net::ssl::stream_base::client, nothrow);
     hec = ec;
     if (!hec) {
@@ -308,11 +270,11 @@ awaitable<Step> handshake(Call& c, Exchange& x) {
       co_return Step{};
     }
     if (c.cancelled(hec)) co_return Step{Step::done, c.gone()};
-    problem =
-        hec == beast::error::timeout
-            ? fmt::format("TLS handshake with the upstream {} timed out", rc.upstream)
-            : fairgate::tls::describe_handshake_failure(session.native_handle(), x.check, rc.upstream_host,
-                                                        rc.upstream_port, options, hec, kUpstreamTlsWords);
+    problem = hec == beast::error::timeout
+                  ? fmt::format("TLS handshake with the upstream {} timed out", rc.upstream)
+                  : fairgate::tls::describe_handshake_failure(session.native_handle(), x.conn->check(),
+                                                              rc.upstream_host, rc.upstream_port, options,
+                                                              hec, kUpstreamTlsWords);
   }
   const bool timeout = hec == beast::error::timeout;
   const UpstreamFailure f{timeout ? http::status::gateway_timeout : http::status::bad_gateway,
@@ -331,12 +293,12 @@ awaitable<Step> connect(Call& c, Exchange& x) {
   }
   const RouteConfig& rc = c.route.config;
   tcp::resolver resolver(c.s.stream.get_executor());
-  x.conn.plain().expires_after(rc.connect_timeout);
+  x.conn->plain().expires_after(rc.connect_timeout);
   const std::string port = std::to_string(rc.upstream_port);
   auto [rec, endpoints] = co_await resolver.async_resolve(rc.upstream_host, port, nothrow);
   boost::system::error_code cec = rec;
   if (!rec) {
-    auto [ec, ep] = co_await x.conn.plain().async_connect(endpoints, nothrow);
+    auto [ec, ep] = co_await x.conn->plain().async_connect(endpoints, nothrow);
     cec = ec;
   }
   if (cec) {
@@ -347,7 +309,7 @@ awaitable<Step> connect(Call& c, Exchange& x) {
     co_return Step{Step::done, keep};
   }
   boost::system::error_code ignored;
-  x.conn.plain().socket().set_option(tcp::no_delay(true), ignored);
+  x.conn->plain().socket().set_option(tcp::no_delay(true), ignored);
   if (rc.upstream_tls) co_return co_await handshake(c, x);
   stats.connections_opened.fetch_add(1, std::memory_order_relaxed);
   co_return Step{};
@@ -356,18 +318,18 @@ awaitable<Step> connect(Call& c, Exchange& x) {
 /// Sends the request and reads the answer's header.
 awaitable<Step> send_request(Call& c, Exchange& x) {
   const RouteConfig& rc = c.route.config;
-  x.conn.plain().expires_after(rc.upstream_timeout);
-  auto [wec, wn] = co_await http::async_write(x.conn, c.up, nothrow);
+  x.conn->plain().expires_after(rc.upstream_timeout);
+  auto [wec, wn] = co_await http::async_write(*x.conn, c.up, nothrow);
   boost::system::error_code hec = wec;
   if (!wec) {
-    auto [ec, n] = co_await http::async_read_header(x.conn, x.buffer, x.parser, nothrow);
+    auto [ec, n] = co_await http::async_read_header(*x.conn, x.buffer, x.parser, nothrow);
     hec = ec;
   }
   if (!hec) co_return Step{};
   // A pooled connection the upstream closed just before our request: once more on a new one.
   const bool stale = x.reused && x.buffer.size() == 0 &&
                      (wec || hec == http::error::end_of_stream || hec == net::error::connection_reset ||
-                      hec == net::error::eof);
+                      hec == net::error::eof || hec == net::ssl::error::stream_truncated);
   if (stale) co_return Step{Step::retry};
   if (c.cancelled(hec)) co_return Step{Step::done, c.gone()};
   const std::string what = fmt::format("the upstream {} did not answer", rc.upstream);
@@ -391,7 +353,7 @@ awaitable<bool> relay_stream(Call& c, Exchange& x) {
   }
   c.route.stats.upstream_latency.observe(since(c.started));
   if (c.tap) c.tap->finish();
-  x.give_back(c.route.pool);
+  x.give_back(c.route);
   co_return false;
 }
 
@@ -447,7 +409,7 @@ awaitable<bool> relay_plain(Call& c, Exchange& x, unsigned status) {
   Session& s = c.s;
   auto& res = x.parser.get();
   const bool client_keep = pass_through_header(x.parser, c.req, c.extra);
-  x.give_back(c.route.pool);
+  x.give_back(c.route);
   http::response_serializer<http::buffer_body> sr{res};
   s.stream.expires_after(s.shared->config.server.write_timeout);
   s.record.status = status;
@@ -480,7 +442,7 @@ awaitable<bool> relay_plain(Call& c, Exchange& x, unsigned status) {
     if (ec) co_return c.gone();
   }
   if (c.tap) c.tap->finish();
-  x.give_back(c.route.pool);
+  x.give_back(c.route);
   co_return client_keep;
 }
 
@@ -506,12 +468,18 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
          header_sent, tap,          extra,
          cs,          cancel_state, upstream_request(s, route.config, req),
          Clock::now()};
-  const auto executor = s.stream.get_executor();
+  const auto executor = connection_executor(s.stream.get_executor());
   for (int attempt = 0;; ++attempt) {
-    std::optional<tcp::socket> pooled;
-    if (attempt == 0 && !route.config.upstream_tls) pooled = route.pool.take(executor);
-    const bool reused = pooled.has_value();
-    Exchange x(reused ? std::move(*pooled) : tcp::socket(executor), reused);
+    std::unique_ptr<UpstreamStream> conn;
+    if (attempt == 0 && route.config.upstream_tls) {
+      conn = route.tls_pool.take();
+    } else if (attempt == 0) {
+      if (auto pooled = route.pool.take(executor))
+        conn = std::make_unique<UpstreamStream>(std::move(*pooled));
+    }
+    const bool reused = conn != nullptr;
+    if (!conn) conn = std::make_unique<UpstreamStream>(tcp::socket(executor));
+    Exchange x(std::move(conn), reused);
     Step step = co_await connect(c, x);
     if (step.kind == Step::go_on) step = co_await send_request(c, x);
     if (step.kind == Step::retry) continue;

@@ -12,6 +12,12 @@ namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using Clock = ConnectionPool::Clock;
 
+bool idle_connection_usable(int fd) noexcept {
+  char probe = 0;
+  const auto n = ::recv(fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
 ConnectionPool::~ConnectionPool() {
   for (const auto& item : idle_) ::close(item.fd);
 }
@@ -29,10 +35,7 @@ std::optional<tcp::socket> ConnectionPool::take(const net::any_io_executor& exec
       ::close(item.fd);
       continue;
     }
-    // Still open, with nothing unread? (EOF, an error or stray bytes: drop it.)
-    char probe = 0;
-    const auto n = ::recv(item.fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+    if (!idle_connection_usable(item.fd)) {
       ::close(item.fd);
       continue;
     }

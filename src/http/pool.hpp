@@ -13,6 +13,11 @@
 
 namespace fairgate::http {
 
+/// Whether an idle keep-alive connection can carry another request: still
+/// open, with nothing unread (EOF, an error or stray bytes — such as a TLS
+/// close_notify — mean the server closed it or broke the exchange).
+bool idle_connection_usable(int fd) noexcept;
+
 /// Idle keep-alive connections to one server (a gateway route's upstream),
 /// shared by every strand.
 ///

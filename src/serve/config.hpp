@@ -120,7 +120,7 @@ struct RouteConfig {
   std::string upstream_host;
   std::uint16_t upstream_port = 80;  ///< 443 by default for https://
   /// https://: TLS to the upstream (its certificate and name verified unless
-  /// upstream_tls_verify is false). Such connections are not pooled.
+  /// upstream_tls_verify is false). Pooled with their sessions (TlsUpstreamPool).
   bool upstream_tls = false;
   std::string upstream_ca_file;    ///< PEM CA bundle; empty: the system's CA certificates
   std::string upstream_cert_file;  ///< PEM client certificate (mutual TLS), with upstream_key_file

@@ -6,6 +6,7 @@
 #include "http/message.hpp"
 #include "http/sse.hpp"
 
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/json/serialize.hpp>
 
@@ -77,12 +78,19 @@ awaitable<bool> send_sse_header(Session& s, const Request& req) {
   co_return !ec;
 }
 
-awaitable<void> watch_disconnect(Session& s, bool& saw_data) {
-  std::array<char, 512> scratch{};
+awaitable<void> watch_disconnect(Session& s) {
+  constexpr std::size_t kReadSize = 4096;
   for (;;) {
-    auto [ec, n] = co_await s.stream.socket().async_read_some(net::buffer(scratch), nothrow);
+    const std::size_t room = s.buffer.max_size() - s.buffer.size();
+    if (room == 0) {
+      net::steady_timer never(s.stream.get_executor(), net::steady_timer::time_point::max());
+      co_await never.async_wait(nothrow);  // until the race this watch is in cancels it
+      co_return;
+    }
+    auto [ec, n] =
+        co_await s.stream.socket().async_read_some(s.buffer.prepare(std::min(room, kReadSize)), nothrow);
     if (ec) co_return;
-    saw_data = true;
+    s.buffer.commit(n);
   }
 }
 

@@ -227,7 +227,11 @@ net::awaitable<bool> send_sse_header(Session& s, const Request& req);
 std::string retry_after_seconds(const Limiter& limiter, std::optional<std::chrono::milliseconds> max_wait);
 
 /// Completes when the client closes the connection (or it fails). Bytes the
-/// client sends meanwhile are read and dropped; `saw_data` tells.
-net::awaitable<void> watch_disconnect(Session& s, bool& saw_data);
+/// client sends meanwhile — its next request, sent as soon as it has read the
+/// answer that is still being finished here — are kept in the session's buffer
+/// for the next read, never dropped. Once that buffer is full the watch stops
+/// reading (and ends only when cancelled): the disconnect is then seen at the
+/// next read.
+net::awaitable<void> watch_disconnect(Session& s);
 
 }  // namespace fairgate::serve

@@ -14,11 +14,23 @@
 #include "support/redis_server.hpp"
 #include "support/test_pki.hpp"
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/write.hpp>
+
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
+#include <thread>
 
 namespace {
 
@@ -255,34 +267,56 @@ TEST(GatewayMemory, OneMebibyteChatRequestPassesAndOversizedBodyGetsOpenAiShaped
 
 /// socat terminating TLS in front of `target` ("127.0.0.1:PORT"): an https:// model server
 /// with the test PKI's certificate `cert` (server: for 127.0.0.1; wrongname: for wrong.example).
+/// `idle_close_s` > 0: each connection is closed after that many seconds without traffic.
 class TlsTerminator {
  public:
-  TlsTerminator(const TestPki& pki, const std::string& target, const std::string& cert = "server")
+  TlsTerminator(const TestPki& pki, const std::string& target, const std::string& cert = "server",
+                int idle_close_s = 0)
       : port_(free_loopback_port()) {
     if (::access("/usr/bin/socat", X_OK) != 0)
       throw std::runtime_error("socat is missing (scripts/setup.sh installs it)");
-    child_ = std::make_unique<Child>(
-        std::vector<std::string>{"/usr/bin/socat", "-d", "-d",
-                                 "OPENSSL-LISTEN:" + std::to_string(port_) +
-                                     ",bind=127.0.0.1,reuseaddr,fork,verify=0,cert=" +
-                                     pki.file(cert + ".crt") + ",key=" + pki.file(cert + ".key"),
-                                 "TCP:" + target},
-        true);
-    std::string line;
-    while (child_->read_line(line, 10s)) {
-      if (has_text(line, "listening on")) return;
-    }
-    throw std::runtime_error("socat did not start listening");
+    std::vector<std::string> argv{"/usr/bin/socat", "-d", "-d"};
+    if (idle_close_s > 0) argv.insert(argv.end(), {"-T", std::to_string(idle_close_s)});
+    argv.push_back("OPENSSL-LISTEN:" + std::to_string(port_) +
+                   ",bind=127.0.0.1,reuseaddr,fork,verify=0,cert=" + pki.file(cert + ".crt") +
+                   ",key=" + pki.file(cert + ".key"));
+    argv.push_back("TCP:" + target);
+    child_ = std::make_unique<Child>(argv, true);
+    if (count("listening on", 1, 10s) < 1) throw std::runtime_error("socat did not start listening");
   }
   std::string url() const { return "https://127.0.0.1:" + std::to_string(port_); }
+  /// The lines socat printed that contain `what`, once there are `at_least` (or `limit` passed).
+  int count(std::string_view what, int at_least, std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    const auto seen = [&] {
+      return static_cast<int>(std::count_if(log_.begin(), log_.end(), [&](const std::string& line) {
+        return line.find(what) != std::string::npos;
+      }));
+    };
+    std::string line;
+    while (seen() < at_least && Clock::now() < deadline) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (child_->read_line(line, left)) log_.push_back(line);
+    }
+    // Whatever else has arrived by now counts too (a connection accepted beyond `at_least`).
+    while (child_->read_line(line, 200ms)) log_.push_back(line);
+    return seen();
+  }
 
  private:
-  static bool has_text(const std::string& line, std::string_view what) {
-    return line.find(what) != std::string::npos;
-  }
   int port_;
   std::unique_ptr<Child> child_;
+  std::vector<std::string> log_;
 };
+
+/// A route counter on the gateway's /metrics page (-1: not there).
+long long route_metric(const std::string& url, const std::string& name, const std::string& route) {
+  const std::string page =
+      http_exchange(url, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const std::string key = "\n" + name + "{route=\"" + route + "\"} ";
+  const auto at = page.find(key);
+  return at == std::string::npos ? -1 : std::stoll(page.substr(at + key.size()));
+}
 
 // An https:// upstream (a model server behind TLS): the gateway verifies its certificate
 // against upstream_ca_file and the URL's host, then relays as over http:// — a whole answer
@@ -348,6 +382,205 @@ TEST(GatewayMemory, HttpsUpstreamIsVerifiedAndRelayed) {
   EXPECT_EQ(plain.rfind("HTTP/1.1 502", 0), 0u) << plain.substr(0, 600);
   EXPECT_TRUE(has(plain, R"("code":"upstream_tls_failed")")) << plain;
   EXPECT_TRUE(has(plain, "is it a plain, non-TLS port? then use http://")) << plain;
+  EXPECT_EQ(gateway.terminate(), 0);
+  EXPECT_EQ(mock.terminate(), 0);
+}
+
+// https:// upstream connections are kept like http:// ones: sequential calls from
+// different clients (sessions on different strands) share one TLS connection, one
+// handshake — counted by the gateway and by the upstream's own accepts. A kept
+// connection the upstream closed meanwhile is left for a new one, and the call succeeds.
+TEST(GatewayMemory, HttpsUpstreamConnectionsArePooled) {
+  const TestPki pki;
+  MockLlm mock(3);
+  const std::string mock_hostport = mock.url().substr(std::string("http://").size());
+  TlsTerminator tls(pki, mock_hostport);
+  TlsTerminator closing(pki, mock_hostport, "server", 1);  // closes a connection idle for 1 s
+  const std::string chat = "/v1/chat/completions";
+  const std::string ca = "upstream_ca_file = \"" + pki.file("ca.crt") + "\"\n";
+  Serve gateway(
+      "[limiters.chat]\nmax_concurrent = 2\nmax_wait_ms = 20000\n"
+      "[[route]]\npath = \"/kept" +
+          chat + "\"\nupstream = \"" + tls.url() + chat + "\"\nlimiter = \"chat\"\n" + ca +
+          "[[route]]\npath = \"/closing" + chat + "\"\nupstream = \"" + closing.url() + chat +
+          "\"\nlimiter = \"chat\"\n" + ca,
+      {});
+  const auto ask = [&](const std::string& path, bool stream) {
+    RawHttp c(gateway.url());
+    EXPECT_TRUE(c.send(chat_request(path, "hello", stream)));
+    EXPECT_TRUE(c.read_until("", kSanitized ? 60s : 20s));
+    return c.text();
+  };
+  const std::string opened = "fairgate_gateway_upstream_connections_opened_total";
+  const std::string reused = "fairgate_gateway_upstream_connections_reused_total";
+  constexpr int kCalls = 6;
+  for (int i = 0; i < kCalls; ++i) {
+    const bool stream = i % 2 == 1;
+    const std::string answer = ask("/kept" + chat, stream);
+    EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << i << ": " << answer.substr(0, 400);
+    EXPECT_TRUE(has(answer, stream ? "data: [DONE]" : R"("object":"chat.completion")"))
+        << i << ": " << answer;
+  }
+  EXPECT_EQ(route_metric(gateway.url(), opened, "/kept" + chat), 1);
+  EXPECT_EQ(route_metric(gateway.url(), reused, "/kept" + chat), kCalls - 1);
+  EXPECT_EQ(tls.count("accepting connection", 1, 5s), 1) << "the upstream saw more than one connection";
+
+  // The upstream closes the kept connection (1 s idle): the next call makes a new one.
+  EXPECT_EQ(ask("/closing" + chat, false).rfind("HTTP/1.1 200", 0), 0u);
+  ASSERT_EQ(closing.count("exiting with status", 1, kSanitized ? 60s : 20s), 1)
+      << "socat did not close the idle connection";
+  const std::string again = ask("/closing" + chat, true);
+  EXPECT_EQ(again.rfind("HTTP/1.1 200", 0), 0u) << again.substr(0, 400);
+  EXPECT_TRUE(has(again, "data: [DONE]")) << again;
+  EXPECT_EQ(route_metric(gateway.url(), opened, "/closing" + chat), 2);
+  EXPECT_EQ(closing.count("accepting connection", 2, 5s), 2);
+  EXPECT_EQ(route_metric(gateway.url(), "fairgate_gateway_upstream_errors_total", "/closing" + chat), 0);
+  EXPECT_EQ(gateway.terminate(), 0);
+  EXPECT_EQ(mock.terminate(), 0);
+}
+
+/// An https:// server on a free loopback port whose answers end with the
+/// connection (no Content-Length, not chunked): it closes after TLS close_notify,
+/// or without it (as many servers do), or — `cut_short` — declares 100 bytes,
+/// sends fewer and closes without close_notify. One connection at a time.
+class ClosingTlsServer {
+ public:
+  enum class End { close_notify, no_close_notify, cut_short };
+  static constexpr std::string_view kBody = "hello, the whole body";
+
+  ClosingTlsServer(const TestPki& pki, End end) : end_(end), context_(boost::asio::ssl::context::tls_server) {
+    context_.use_certificate_chain_file(pki.file("server.crt"));
+    context_.use_private_key_file(pki.file("server.key"), boost::asio::ssl::context::pem);
+    listen_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (listen_ < 0 || ::bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::listen(listen_, 8) != 0 || ::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      throw std::runtime_error("cannot listen on loopback");
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~ClosingTlsServer() {
+    stop_ = true;
+    thread_.join();
+    ::close(listen_);
+  }
+  std::string url() const { return "https://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  void run() {
+    while (!stop_) {
+      pollfd p{listen_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const int fd = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd >= 0) answer(fd);
+    }
+  }
+  void answer(int fd) {
+    namespace net = boost::asio;
+    net::io_context io;
+    net::ip::tcp::socket socket(io);
+    boost::system::error_code ec;
+    socket.assign(net::ip::tcp::v4(), fd, ec);
+    if (ec) return;
+    net::ssl::stream<net::ip::tcp::socket&> tls(socket, context_);
+    tls.handshake(net::ssl::stream_base::server, ec);
+    // The request: its header, then its body (Content-Length), all read before answering.
+    std::string in;
+    const std::size_t header = net::read_until(tls, net::dynamic_buffer(in), "\r\n\r\n", ec);
+    if (ec) return;
+    std::size_t length = 0;
+    if (const auto at = in.find("Content-Length: "); at != std::string::npos && at < header)
+      length = std::stoul(in.substr(at + 16));
+    if (in.size() < header + length)
+      net::read(tls, net::dynamic_buffer(in), net::transfer_exactly(header + length - in.size()), ec);
+    const std::string answer =
+        end_ == End::cut_short
+            ? "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\n" +
+                  std::string(kBody)
+            : "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n" + std::string(kBody);
+    net::write(tls, net::buffer(answer), ec);
+    if (end_ == End::close_notify)
+      tls.shutdown(ec);  // sends close_notify; the gateway closes without answering it
+    socket.close(ec);
+  }
+
+  End end_;
+  boost::asio::ssl::context context_;
+  int listen_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// An https:// answer whose body ends with the connection is relayed whole
+// whether the upstream closes after TLS close_notify or without it (the end of
+// the body, as over http://, not "broke off"); one that declares a length and
+// stops short is still an upstream failure, its client's answer cut.
+TEST(GatewayMemory, HttpsBodyEndingWithTheConnectionIsWholeWithOrWithoutCloseNotify) {
+  const TestPki pki;
+  using End = ClosingTlsServer::End;
+  ClosingTlsServer notify(pki, End::close_notify);
+  ClosingTlsServer bare(pki, End::no_close_notify);
+  ClosingTlsServer cut(pki, End::cut_short);
+  const std::string ca = "upstream_ca_file = \"" + pki.file("ca.crt") + "\"\n";
+  const auto route = [&](const std::string& path, const ClosingTlsServer& server) {
+    return "[[route]]\npath = \"" + path + "\"\nupstream = \"" + server.url() + "\"\n" + ca;
+  };
+  Serve gateway(route("/notify", notify) + route("/bare", bare) + route("/cut", cut), {});
+  const auto ask = [&](const std::string& path) {
+    RawHttp c(gateway.url());
+    EXPECT_TRUE(
+        c.send("POST " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}"));
+    EXPECT_TRUE(c.read_until("", kSanitized ? 60s : 20s));
+    return c.text();
+  };
+  const std::string errors = "fairgate_gateway_upstream_errors_total";
+  for (const std::string path : {"/notify", "/bare"}) {
+    const std::string text = ask(path);
+    EXPECT_EQ(text.rfind("HTTP/1.1 200", 0), 0u) << path << ": " << text;
+    // Re-framed for the client as chunked, with its last chunk: the body is whole.
+    EXPECT_TRUE(has(text, "Transfer-Encoding: chunked")) << path << ": " << text;
+    EXPECT_TRUE(has(text, ClosingTlsServer::kBody)) << path << ": " << text;
+    EXPECT_TRUE(text.size() >= 5 && text.compare(text.size() - 5, 5, "0\r\n\r\n") == 0)
+        << path << ": " << text;
+    EXPECT_EQ(route_metric(gateway.url(), errors, path), 0) << path;
+  }
+  const std::string cut_text = ask("/cut");
+  EXPECT_EQ(cut_text.rfind("HTTP/1.1 200", 0), 0u) << cut_text;
+  EXPECT_TRUE(has(cut_text, "Content-Length: 100")) << cut_text;
+  EXPECT_TRUE(has(cut_text, ClosingTlsServer::kBody)) << cut_text;
+  EXPECT_LT(cut_text.size() - cut_text.find("\r\n\r\n") - 4, 100u)
+      << "the cut body reached the client whole?";
+  EXPECT_EQ(route_metric(gateway.url(), errors, "/cut"), 1);
+  EXPECT_EQ(gateway.terminate(), 0);
+}
+
+// A keep-alive client may send its next request before the gateway is done
+// with the last one (pipelined, or the moment it has read the answer while the
+// gateway still finishes the call). That request is kept and served next on
+// the same connection — before, the disconnect watch read it and dropped it,
+// and the connection was closed with the request unanswered.
+TEST(GatewayMemory, ARequestSentWhileTheLastIsRelayedIsServedNext) {
+  Listening mock({FAIRGATE_BIN, "mock-llm", "--listen", "127.0.0.1:0", "--tokens-per-second", "20",
+                  "--tokens", "10", "--max-concurrent", "3"},
+                 "fairgate mock-llm");
+  Serve gateway(plain_route_config(mock.url()), {});
+  std::string first = chat_request("/v1/chat/completions", "first", true);
+  first.replace(first.find("Connection: close"), 17, "Connection: keep-alive");
+  RawHttp c(gateway.url());
+  ASSERT_TRUE(c.send(first));
+  ASSERT_TRUE(c.read_until("t1 ", kSanitized ? 60s : 20s)) << c.text();
+  // The stream is still being relayed (8 tokens to go at 20/s): the next request now.
+  ASSERT_TRUE(c.send(chat_request("/v1/chat/completions", "second", false)));
+  EXPECT_TRUE(c.read_until("", kSanitized ? 60s : 20s));
+  const std::string& text = c.text();
+  EXPECT_TRUE(has(text, "data: [DONE]")) << text;
+  const auto second = text.find("HTTP/1.1 200", 1);
+  ASSERT_NE(second, std::string::npos) << "the second request got no answer:\n" << text;
+  EXPECT_TRUE(has(text.substr(second), R"("object":"chat.completion")")) << text.substr(second);
   EXPECT_EQ(gateway.terminate(), 0);
   EXPECT_EQ(mock.terminate(), 0);
 }

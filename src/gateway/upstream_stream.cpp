@@ -1,0 +1,51 @@
+// gateway/upstream_stream.cpp — the executor of upstream connections and the
+// pool of idle TLS ones (gateway/upstream_stream.hpp, gateway/gateway.hpp).
+#include "gateway/upstream_stream.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/strand.hpp>
+
+namespace fairgate::serve {
+
+net::any_io_executor connection_executor(const net::any_io_executor& session) {
+  if (const auto* strand = session.target<net::strand<net::io_context::executor_type>>())
+    return strand->get_inner_executor();
+  return session;
+}
+
+TlsUpstreamPool::TlsUpstreamPool(std::size_t capacity) : capacity_(capacity) {}
+
+TlsUpstreamPool::~TlsUpstreamPool() = default;
+
+std::unique_ptr<UpstreamStream> TlsUpstreamPool::take() {
+  for (;;) {
+    Idle item;
+    {
+      std::lock_guard lock(mu_);
+      if (idle_.empty()) return nullptr;
+      item =
+          std::move(idle_.back());  // the most recently used: the least likely to be closed by the upstream
+      idle_.pop_back();
+    }
+    // Too old, closed by the upstream, or with bytes waiting (its close_notify): dropped
+    // with the TCP connection (no close_notify of ours: the upstream does not wait for one).
+    if (std::chrono::steady_clock::now() - item.since > UpstreamPool::kMaxIdle) continue;
+    if (!fairgate::http::idle_connection_usable(item.conn->plain().socket().native_handle())) continue;
+    return std::move(item.conn);
+  }
+}
+
+void TlsUpstreamPool::put(std::unique_ptr<UpstreamStream> conn) {
+  if (!conn || !conn->tls() || !conn->plain().socket().is_open()) return;
+  std::lock_guard lock(mu_);
+  if (capacity_ == 0) return;
+  if (idle_.size() >= capacity_) idle_.pop_front();
+  idle_.push_back(Idle{std::move(conn), std::chrono::steady_clock::now()});
+}
+
+std::size_t TlsUpstreamPool::idle() const {
+  std::lock_guard lock(mu_);
+  return idle_.size();
+}
+
+}  // namespace fairgate::serve
