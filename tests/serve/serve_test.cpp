@@ -557,6 +557,58 @@ TEST(ServeMemory, RenewChecksAndHonoursLeaseMs) {
   EXPECT_EQ(s->terminate(), 0);
 }
 
+/// A keep-alive client that sends its next request while a long-poll acquire
+/// still waits (pipelined) gets both answers on that connection: the waiting
+/// request's disconnect watch keeps the bytes it reads for the next request
+/// (before, it dropped them and closed the connection after the first answer).
+TEST(ServeMemory, ARequestSentWhileALongPollWaitsIsServedNext) {
+  const auto has = [](const std::string& text, std::string_view what) {
+    return text.find(what) != std::string::npos;
+  };
+  auto s = memory_server("pipe=1", "max_lease_ms = 600000\n");
+  const auto exchange = [&](const std::string& head) {
+    return http_exchange(s->url(),
+                         head + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+  };
+  const std::string held = exchange("POST /v1/limiters/pipe/acquire?lease_ms=600000");
+  ASSERT_EQ(held.rfind("HTTP/1.1 200", 0), 0u) << held;
+  const std::string token = first_capture(held, R"re("permit":"([^"]+)")re");
+  ASSERT_FALSE(token.empty()) << held;
+
+  const int fd = connect_loopback(s->url());
+  ASSERT_GE(fd, 0);
+  const std::string both =
+      "POST /v1/limiters/pipe/acquire?max_wait_ms=20000 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
+  ASSERT_EQ(::send(fd, both.data(), both.size(), MSG_NOSIGNAL), static_cast<ssize_t>(both.size()));
+  // Queued (the one permit is held), then the next request on the same connection.
+  const auto queued = [&] { return has(exchange("GET /v1/limiters/pipe"), R"("queued":1)"); };
+  const auto deadline = Clock::now() + 10s;
+  while (!queued() && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(queued());
+  const std::string next = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(::send(fd, next.data(), next.size(), MSG_NOSIGNAL), static_cast<ssize_t>(next.size()));
+  std::this_thread::sleep_for(200ms);  // the bytes reach the server while the acquire still waits
+  EXPECT_EQ(exchange("DELETE /v1/permits/" + token).rfind("HTTP/1.1 204", 0), 0u);
+
+  std::string text;
+  const auto until = Clock::now() + (kSanitized ? 60s : 20s);
+  while (Clock::now() < until) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    char buf[4096];
+    const auto n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  EXPECT_EQ(text.rfind("HTTP/1.1 200", 0), 0u) << text;
+  EXPECT_TRUE(has(text, R"("permit":")")) << text;
+  const auto second = text.find("HTTP/1.1 200", 1);
+  ASSERT_NE(second, std::string::npos) << "the pipelined request got no answer:\n" << text;
+  EXPECT_TRUE(has(text.substr(second), R"("status":"ok")")) << text.substr(second);
+  EXPECT_EQ(s->terminate(), 0);
+}
+
 /// S3: thousands of queued SSE clients on one instance and two I/O threads.
 /// Reports RSS and threads while they wait (5,000; 1,000 under sanitizers).
 TEST(ServeMemory, ThousandsOfQueuedSseClientsOnOneInstance) {
