@@ -75,6 +75,7 @@ struct Admission {
   std::string ticket;                     ///< its id in the seeds' events
   std::chrono::milliseconds max_wait{0};  ///< the max wait it was given
   bool header_sent = false;               ///< our 200 and SSE header went out while it waited
+  bool dropped = false;                   ///< the client sent more than watch_disconnect keeps
   Permit permit;                          ///< held once admitted
 };
 
@@ -110,7 +111,7 @@ awaitable<bool> answer_rejection(Session& s, const Request& req, Gateway::Route&
   Response res = openai_response(r.status, req, error);
   if (result.reason() != RejectReason::invalid_argument)
     res.set(http::field::retry_after, retry_after_seconds(limiter, rc.max_wait));
-  const bool keep = req.keep_alive();
+  const bool keep = req.keep_alive() && !a.dropped;
   res.keep_alive(keep);
   co_return co_await send(s, std::move(res)) && keep;
 }
@@ -141,7 +142,7 @@ awaitable<std::optional<bool>> admit(Session& s, const Request& req, Gateway::Ro
   auto waiter = start_acquire(limiter, rc.max_wait, std::move(tenant),
                               a.stream ? rc.queue_events : QueueEvents::none, st, strand, std::move(slot));
 
-  auto waited = co_await (wait_for_permit(s, *st, req, a.header_sent) || watch_disconnect(s));
+  auto waited = co_await (wait_for_permit(s, *st, req, a.header_sent) || watch_disconnect(s, a.dropped));
   if (waited.index() != 0 || !std::get<0>(waited) || !st->result) {
     // The client is gone: leave the queue (a grant racing this is released by the Waiter).
     waiter->cancel();
@@ -168,15 +169,14 @@ awaitable<bool> relay(Session& s, const Request& req, Gateway::Route& route, Adm
     const std::string admitted = admitted_event(route.config.queue_events, a.permit.waited());
     if (!co_await send_raw(s, admitted)) co_return client_gone(s, route.stats);
   }
-  const bool keep = req.keep_alive();
   auto relayed =
       co_await (call_upstream(s, req, route, a.header_sent, route.config.ratelimit.empty() ? nullptr : &tap,
                               rates.headers.begin() == rates.headers.end() ? nullptr : &rates.headers, cs) ||
-                watch_disconnect(s));
+                watch_disconnect(s, a.dropped));
   // The client left mid-call (the upstream call was cancelled, its connection
   // closed) or could not be written to: counted once, as client gone.
   if (relayed.index() != 0 || cs.client_gone) co_return client_gone(s, route.stats);
-  co_return std::get<0>(relayed) && keep;
+  co_return std::get<0>(relayed) && req.keep_alive() && !a.dropped;
 }
 
 }  // namespace

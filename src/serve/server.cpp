@@ -181,8 +181,9 @@ awaitable<bool> acquire_sse(std::shared_ptr<Session> self, Limiter limiter, Acqu
   };
   auto waiter = Waiter::start(limiter, std::move(options), strand, std::move(slot), std::move(handlers));
 
+  bool dropped = false;  // an event stream ends with the connection anyway
   co_await (st->stream.run([&s](const std::string& bytes) { return send_raw(s, bytes); }) ||
-            watch_disconnect(s));
+            watch_disconnect(s, dropped));
 
   // Still waiting: leave the queue (a grant that races this is released when it arrives).
   waiter->cancel();
@@ -208,14 +209,15 @@ awaitable<bool> acquire_json(std::shared_ptr<Session> self, Limiter limiter, Acq
   options.tenant = params.tenant;
   options.weight = params.weight;
   s.record.limiter = limiter.name();
-  auto outcome = co_await (limiter.async_acquire(options, use_awaitable) || watch_disconnect(s));
+  bool dropped = false;
+  auto outcome = co_await (limiter.async_acquire(options, use_awaitable) || watch_disconnect(s, dropped));
   slot.reset();
   if (outcome.index() != 0) {  // the client left; the acquire was cancelled
     s.record.outcome = "client_gone";
     co_return false;
   }
   AcquireResult result = std::move(std::get<0>(outcome));
-  const bool keep = req.keep_alive();
+  const bool keep = req.keep_alive() && !dropped;
   s.record.outcome = result.granted() ? std::string_view("granted") : wire_reason(result.reason());
   s.record.wait_ms = result.waited().count();
 
@@ -319,8 +321,9 @@ awaitable<bool> route_events(std::shared_ptr<Session> self, const Request& req) 
                                                             [&s] { s.close(); });
   s.shared->events->subscribe(s.stream.get_executor(), stream);
   s.farewell = stream;
+  bool dropped = false;  // an event stream ends with the connection anyway
   co_await (stream->run([&s](const std::string& bytes) { return send_raw(s, bytes); }) ||
-            watch_disconnect(s));
+            watch_disconnect(s, dropped));
   co_return false;
 }
 

@@ -6,7 +6,6 @@
 #include "http/message.hpp"
 #include "http/sse.hpp"
 
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/json/serialize.hpp>
 
@@ -78,14 +77,18 @@ awaitable<bool> send_sse_header(Session& s, const Request& req) {
   co_return !ec;
 }
 
-awaitable<void> watch_disconnect(Session& s) {
+awaitable<void> watch_disconnect(Session& s, bool& dropped) {
   constexpr std::size_t kReadSize = 4096;
+  const std::size_t keep = std::min(s.buffer.max_size(), kWatchKeepsBytes);
+  std::array<char, 512> scratch{};
   for (;;) {
-    const std::size_t room = s.buffer.max_size() - s.buffer.size();
+    const std::size_t room = keep > s.buffer.size() ? keep - s.buffer.size() : 0;
     if (room == 0) {
-      net::steady_timer never(s.stream.get_executor(), net::steady_timer::time_point::max());
-      co_await never.async_wait(nothrow);  // until the race this watch is in cancels it
-      co_return;
+      // More than the watch keeps: read on (to see the client leave), dropping it.
+      auto [ec, n] = co_await s.stream.socket().async_read_some(net::buffer(scratch), nothrow);
+      if (ec) co_return;
+      dropped = true;
+      continue;
     }
     auto [ec, n] =
         co_await s.stream.socket().async_read_some(s.buffer.prepare(std::min(room, kReadSize)), nothrow);

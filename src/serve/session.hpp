@@ -226,12 +226,16 @@ net::awaitable<bool> send_sse_header(Session& s, const Request& req);
 /// an estimate (docs/eta.md).
 std::string retry_after_seconds(const Limiter& limiter, std::optional<std::chrono::milliseconds> max_wait);
 
+/// What watch_disconnect keeps of the bytes a client sends while its request
+/// waits or is relayed (at most; less when the session's buffer is smaller).
+inline constexpr std::size_t kWatchKeepsBytes = 64 * 1024;
+
 /// Completes when the client closes the connection (or it fails). Bytes the
 /// client sends meanwhile — its next request, sent as soon as it has read the
-/// answer that is still being finished here — are kept in the session's buffer
-/// for the next read, never dropped. Once that buffer is full the watch stops
-/// reading (and ends only when cancelled): the disconnect is then seen at the
-/// next read.
-net::awaitable<void> watch_disconnect(Session& s);
+/// answer that is still being finished here, or pipelined — are kept in the
+/// session's buffer for the next read, up to kWatchKeepsBytes. Beyond that
+/// they are read and dropped (so a client that leaves is still seen) and
+/// `dropped` is set: the connection must then close after the answer.
+net::awaitable<void> watch_disconnect(Session& s, bool& dropped);
 
 }  // namespace fairgate::serve

@@ -581,7 +581,7 @@ TEST(ServeMemory, ARequestSentWhileALongPollWaitsIsServedNext) {
       "POST /v1/limiters/pipe/acquire?max_wait_ms=20000 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
   ASSERT_EQ(::send(fd, both.data(), both.size(), MSG_NOSIGNAL), static_cast<ssize_t>(both.size()));
   // Queued (the one permit is held), then the next request on the same connection.
-  const auto queued = [&] { return has(exchange("GET /v1/limiters/pipe"), R"("queued":1)"); };
+  const auto queued = [&] { return has(exchange("GET /v1/limiters/pipe"), R"("queued":1,)"); };
   const auto deadline = Clock::now() + 10s;
   while (!queued() && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
   ASSERT_TRUE(queued());
@@ -606,6 +606,34 @@ TEST(ServeMemory, ARequestSentWhileALongPollWaitsIsServedNext) {
   const auto second = text.find("HTTP/1.1 200", 1);
   ASSERT_NE(second, std::string::npos) << "the pipelined request got no answer:\n" << text;
   EXPECT_TRUE(has(text.substr(second), R"("status":"ok")")) << text.substr(second);
+
+  // The pipelined acquire holds the permit now. A waiter that sends more than the
+  // watch keeps (watch_disconnect, 64 KiB), then leaves, is still seen leaving.
+  const int junk = connect_loopback(s->url());
+  ASSERT_GE(junk, 0);
+  const std::string waits =
+      "POST /v1/limiters/pipe/acquire?max_wait_ms=60000 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
+  ASSERT_EQ(::send(junk, waits.data(), waits.size(), MSG_NOSIGNAL), static_cast<ssize_t>(waits.size()));
+  const auto queue_is = [&](int n) {
+    return has(exchange("GET /v1/limiters/pipe"), "\"queued\":" + std::to_string(n) + ",");
+  };
+  const auto until_queue = [&](int n) {
+    const auto limit = Clock::now() + (kSanitized ? 30s : 10s);
+    while (!queue_is(n) && Clock::now() < limit) std::this_thread::sleep_for(20ms);
+    return queue_is(n);
+  };
+  ASSERT_TRUE(until_queue(1));
+  const std::string filler(200 * 1024, 'x');
+  std::size_t sent = 0;
+  while (sent < filler.size()) {
+    const auto n = ::send(junk, filler.data() + sent, filler.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<std::size_t>(n);
+  }
+  EXPECT_EQ(sent, filler.size());
+  std::this_thread::sleep_for(200ms);
+  ::close(junk);
+  EXPECT_TRUE(until_queue(0)) << "the waiter that left after 200 KiB is still queued";
   EXPECT_EQ(s->terminate(), 0);
 }
 
