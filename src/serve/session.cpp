@@ -78,22 +78,18 @@ awaitable<bool> send_sse_header(Session& s, const Request& req) {
 }
 
 awaitable<void> watch_disconnect(Session& s, bool& dropped) {
-  constexpr std::size_t kReadSize = 4096;
+  // Read into the coroutine's own small array, not into the session's buffer:
+  // a waiting connection that sends nothing holds no buffer (see serve_connection).
   const std::size_t keep = std::min(s.buffer.max_size(), kWatchKeepsBytes);
   std::array<char, 512> scratch{};
   for (;;) {
-    const std::size_t room = keep > s.buffer.size() ? keep - s.buffer.size() : 0;
-    if (room == 0) {
-      // More than the watch keeps: read on (to see the client leave), dropping it.
-      auto [ec, n] = co_await s.stream.socket().async_read_some(net::buffer(scratch), nothrow);
-      if (ec) co_return;
-      dropped = true;
-      continue;
-    }
-    auto [ec, n] =
-        co_await s.stream.socket().async_read_some(s.buffer.prepare(std::min(room, kReadSize)), nothrow);
+    auto [ec, n] = co_await s.stream.socket().async_read_some(net::buffer(scratch), nothrow);
     if (ec) co_return;
-    s.buffer.commit(n);
+    if (!dropped && s.buffer.size() + n <= keep) {
+      s.buffer.commit(net::buffer_copy(s.buffer.prepare(n), net::buffer(scratch.data(), n)));
+    } else {
+      dropped = true;  // read on, to see the client leave
+    }
   }
 }
 
