@@ -82,6 +82,14 @@ void Gateway::render_metrics(std::string& out) const {
   series("fairgate_gateway_upstream_connections_reused_total", "Upstream calls on a pooled connection.",
          &RouteStats::connections_reused);
   out +=
+      "# HELP fairgate_gateway_upstream_connections_idle Idle keep-alive connections held open to the "
+      "upstream "
+      "(its pool).\n"
+      "# TYPE fairgate_gateway_upstream_connections_idle gauge\n";
+  for (const auto& r : routes_)
+    out += fmt::format("fairgate_gateway_upstream_connections_idle{{route=\"{}\"}} {}\n", r->config.path,
+                       r->config.upstream_tls ? r->tls_pool.idle() : r->pool.idle());
+  out +=
       "# HELP fairgate_gateway_upstream_responses_total Upstream answers by status class.\n"
       "# TYPE fairgate_gateway_upstream_responses_total counter\n";
   for (const auto& r : routes_) {

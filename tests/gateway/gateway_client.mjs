@@ -339,6 +339,8 @@ async function proxy() {
   for (let i = 0; i < 10; i++) await request(gateway, 'POST', '/v1/chat/completions', { body: chatBody({ max_tokens: 1 }), headers: json });
   const opened = (await metric('fairgate_gateway_upstream_connections_opened_total')) - opened0;
   check(opened <= 2, `ten sequential calls opened ${opened} upstream connections`);
+  const idle = await metric('fairgate_gateway_upstream_connections_idle');
+  check(idle >= 1 && idle <= 2, `after ten sequential calls ${idle} idle upstream connections are kept`);
 
   // 10. The tenant header reaches the limiter.
   const t = openStream(gateway, '/v1/chat/completions', chatBody({ stream: true, max_tokens: 60 }), { 'x-user-id': 'alice' });

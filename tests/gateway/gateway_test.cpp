@@ -423,6 +423,7 @@ TEST(GatewayMemory, HttpsUpstreamConnectionsArePooled) {
   }
   EXPECT_EQ(route_metric(gateway.url(), opened, "/kept" + chat), 1);
   EXPECT_EQ(route_metric(gateway.url(), reused, "/kept" + chat), kCalls - 1);
+  EXPECT_EQ(route_metric(gateway.url(), "fairgate_gateway_upstream_connections_idle", "/kept" + chat), 1);
   EXPECT_EQ(tls.count("accepting connection", 1, 5s), 1) << "the upstream saw more than one connection";
 
   // The upstream closes the kept connection (1 s idle): the next call makes a new one.
