@@ -296,22 +296,28 @@ class RawSse {
   bool eof_ = false;
 };
 
+/// What the server sends on `fd` until it closes the connection, or `limit` passes.
+inline std::string read_until_closed(int fd, std::chrono::milliseconds limit) {
+  std::string text;
+  const auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[8192];
+    const auto n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  return text;
+}
+
 /// One HTTP exchange over a raw socket ("Connection: close"); the whole reply.
 inline std::string http_exchange(const std::string& url, const std::string& request) {
   const int fd = connect_loopback(url);
   std::string reply;
   if (fd >= 0 &&
-      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
-    const auto deadline = Clock::now() + 10s;
-    while (Clock::now() < deadline) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 100) <= 0) continue;
-      char buf[4096];
-      const auto n = ::recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      reply.append(buf, static_cast<std::size_t>(n));
-    }
-  }
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size()))
+    reply = read_until_closed(fd, 10s);
   if (fd >= 0) ::close(fd);
   return reply;
 }

@@ -74,17 +74,8 @@ Reply http(const std::string& url, const std::string& method, const std::string&
   const int fd = connect_loopback(url);
   if (fd < 0) return r;
   std::string raw;
-  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
-    const auto deadline = Clock::now() + (kSanitized ? 60s : 20s);
-    while (Clock::now() < deadline) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 100) <= 0) continue;
-      char buf[8192];
-      const auto n = ::recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      raw.append(buf, static_cast<std::size_t>(n));
-    }
-  }
+  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size()))
+    raw = read_until_closed(fd, kSanitized ? 60s : 20s);
   ::close(fd);
   const auto end = raw.find("\r\n\r\n");
   if (raw.size() < 12 || end == std::string::npos) return r;

@@ -590,16 +590,7 @@ TEST(ServeMemory, ARequestSentWhileALongPollWaitsIsServedNext) {
   std::this_thread::sleep_for(200ms);  // the bytes reach the server while the acquire still waits
   EXPECT_EQ(exchange("DELETE /v1/permits/" + token).rfind("HTTP/1.1 204", 0), 0u);
 
-  std::string text;
-  const auto until = Clock::now() + (kSanitized ? 60s : 20s);
-  while (Clock::now() < until) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 50) <= 0) continue;
-    char buf[4096];
-    const auto n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-  }
+  const std::string text = read_until_closed(fd, kSanitized ? 60s : 20s);
   ::close(fd);
   EXPECT_EQ(text.rfind("HTTP/1.1 200", 0), 0u) << text;
   EXPECT_TRUE(has(text, R"("permit":")")) << text;
