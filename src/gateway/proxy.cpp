@@ -176,7 +176,7 @@ awaitable<bool> relay(Session& s, const Request& req, Gateway::Route& route, Adm
   // The client left mid-call (the upstream call was cancelled, its connection
   // closed) or could not be written to: counted once, as client gone.
   if (relayed.index() != 0 || cs.client_gone) co_return client_gone(s, route.stats);
-  co_return std::get<0>(relayed) && req.keep_alive() && !a.dropped;
+  co_return std::get<0>(relayed) && !a.dropped;  // call_upstream already asks req.keep_alive()
 }
 
 }  // namespace
