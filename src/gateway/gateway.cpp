@@ -81,6 +81,9 @@ void Gateway::render_metrics(std::string& out) const {
          &RouteStats::connections_opened);
   series("fairgate_gateway_upstream_connections_reused_total", "Upstream calls on a pooled connection.",
          &RouteStats::connections_reused);
+  series("fairgate_gateway_upstream_tls_resumed_total",
+         "New https:// upstream connections that resumed a kept TLS session (an abbreviated handshake).",
+         &RouteStats::connections_resumed);
   out +=
       "# HELP fairgate_gateway_upstream_connections_idle Idle keep-alive connections held open to the "
       "upstream "

@@ -37,6 +37,8 @@
 namespace boost::asio::ssl {
 class context;
 }
+struct ssl_st;          // OpenSSL's SSL
+struct ssl_session_st;  // OpenSSL's SSL_SESSION
 
 namespace fairgate::serve {
 
@@ -63,6 +65,14 @@ class TlsUpstreamPool {
   void put(std::unique_ptr<UpstreamStream> conn);
   std::size_t idle() const;
 
+  /// Keeps the TLS session of `ssl` (a connection that has read an answer, so
+  /// a TLS 1.3 server's session tickets have arrived), when it can be resumed.
+  void remember_session(ssl_st* ssl);
+  /// Offers the last session kept to `ssl` (before its handshake), so that a
+  /// new connection resumes it: an abbreviated handshake, no certificate sent
+  /// or checked again. The upstream may refuse; then it is a full handshake.
+  void offer_session(ssl_st* ssl) const;
+
  private:
   struct Idle {
     std::unique_ptr<UpstreamStream> conn;
@@ -71,6 +81,7 @@ class TlsUpstreamPool {
   mutable std::mutex mu_;
   std::deque<Idle> idle_;
   std::size_t capacity_;
+  std::shared_ptr<ssl_session_st> session_;  // the last resumable session (SSL_SESSION_free)
 };
 
 /// Counters of one route (Prometheus: fairgate_gateway_*{route="…"}).
@@ -90,6 +101,8 @@ struct RouteStats {
   std::atomic<std::uint64_t> upstream_errors{0};  ///< connect failures, timeouts, resets
   std::atomic<std::uint64_t> connections_opened{0};
   std::atomic<std::uint64_t> connections_reused{0};
+  /// New https:// connections whose handshake resumed a kept TLS session.
+  std::atomic<std::uint64_t> connections_resumed{0};
   /// Streamed answers: request arrival to the first byte of the upstream's body relayed.
   Histogram time_to_first_token;
   /// Upstream calls: connect (or a pooled connection) to the end of the upstream's answer.

@@ -23,6 +23,7 @@
 #include <boost/json.hpp>
 
 #include <fmt/format.h>
+#include <openssl/ssl.h>
 
 #include <algorithm>
 #include <array>
@@ -179,6 +180,7 @@ struct Exchange {
   void give_back(Gateway::Route& route) {
     if (given_back || !parser.is_done()) return;
     given_back = true;
+    if (conn->tls() && !reused) route.tls_pool.remember_session(conn->tls_native_handle());
     if (!parser.keep_alive()) return;
     if (conn->tls()) {
       route.tls_pool.put(std::move(conn));
@@ -262,11 +264,14 @@ awaitable<Step> handshake(Call& c, Exchange& x) {
   if (problem.empty()) {
     if (rc.upstream_tls_verify)
       session.set_verify_callback(fairgate::tls::remember_rejection(x.conn->check()));
+    c.route.tls_pool.offer_session(session.native_handle());
     x.conn->plain().expires_after(rc.connect_timeout);
     auto [ec] = co_await session.async_handshake(net::ssl::stream_base::client, nothrow);
     hec = ec;
     if (!hec) {
       c.route.stats.connections_opened.fetch_add(1, std::memory_order_relaxed);
+      if (SSL_session_reused(session.native_handle()) == 1)
+        c.route.stats.connections_resumed.fetch_add(1, std::memory_order_relaxed);
       co_return Step{};
     }
     if (c.cancelled(hec)) co_return Step{Step::done, c.gone()};

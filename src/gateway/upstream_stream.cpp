@@ -5,6 +5,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/strand.hpp>
 
+#include <openssl/ssl.h>
+
 namespace fairgate::serve {
 
 net::any_io_executor connection_executor(const net::any_io_executor& session) {
@@ -46,6 +48,27 @@ void TlsUpstreamPool::put(std::unique_ptr<UpstreamStream> conn) {
 std::size_t TlsUpstreamPool::idle() const {
   std::lock_guard lock(mu_);
   return idle_.size();
+}
+
+void TlsUpstreamPool::remember_session(ssl_st* ssl) {
+  const SSL_SESSION* got = SSL_get0_session(ssl);
+  if (got == nullptr || SSL_SESSION_is_resumable(got) != 1) return;
+  // A copy: OpenSSL marks a connection's own session not resumable when the
+  // connection is freed without a TLS shutdown (as a pooled one is dropped).
+  std::shared_ptr<SSL_SESSION> session(SSL_SESSION_dup(got), SSL_SESSION_free);
+  if (!session) return;
+  std::lock_guard lock(mu_);
+  session_ = std::move(session);
+}
+
+void TlsUpstreamPool::offer_session(ssl_st* ssl) const {
+  std::shared_ptr<SSL_SESSION> session;
+  {
+    std::lock_guard lock(mu_);
+    session = session_;
+  }
+  // SSL_set_session takes its own reference; a session it cannot use is ignored.
+  if (session) SSL_set_session(ssl, session.get());
 }
 
 }  // namespace fairgate::serve

@@ -35,6 +35,8 @@ class UpstreamStream {
   executor_type get_executor() noexcept { return tcp_.get_executor(); }
   beast::tcp_stream& plain() noexcept { return tcp_; }
   bool tls() const noexcept { return tls_.has_value(); }
+  /// The TLS session's OpenSSL handle (tls() only).
+  ssl_st* tls_native_handle() noexcept { return tls_->native_handle(); }
   /// A TLS session over the connected socket (before its handshake).
   net::ssl::stream<beast::tcp_stream&>& start_tls(net::ssl::context& context) {
     return tls_.emplace(tcp_, context);
