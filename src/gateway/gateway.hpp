@@ -63,7 +63,9 @@ class TlsUpstreamPool {
   std::unique_ptr<UpstreamStream> take();
   /// Keeps `conn` (an answer fully read, keep-alive) for reuse; drops the oldest when full.
   void put(std::unique_ptr<UpstreamStream> conn);
-  std::size_t idle() const;
+  /// The idle connections that can carry a request: those too old or closed
+  /// by the upstream are dropped first (as take() would).
+  std::size_t idle();
 
   /// Keeps the TLS session of `ssl` (a connection that has read an answer, so
   /// a TLS 1.3 server's session tickets have arrived), when it can be resumed.
@@ -78,6 +80,7 @@ class TlsUpstreamPool {
     std::unique_ptr<UpstreamStream> conn;
     std::chrono::steady_clock::time_point since;
   };
+  static bool usable(const Idle& item, std::chrono::steady_clock::time_point now);
   mutable std::mutex mu_;
   std::deque<Idle> idle_;
   std::size_t capacity_;

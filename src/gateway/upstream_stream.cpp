@@ -17,6 +17,13 @@ net::any_io_executor connection_executor(const net::any_io_executor& session) {
 
 TlsUpstreamPool::TlsUpstreamPool(std::size_t capacity) : capacity_(capacity) {}
 
+// Too old, closed by the upstream, or with bytes waiting (its close_notify): dropped with the
+// TCP connection (no close_notify of ours: the upstream does not wait for one).
+bool TlsUpstreamPool::usable(const Idle& item, std::chrono::steady_clock::time_point now) {
+  return now - item.since <= UpstreamPool::kMaxIdle &&
+         fairgate::http::idle_connection_usable(item.conn->plain().socket().native_handle());
+}
+
 TlsUpstreamPool::~TlsUpstreamPool() = default;
 
 std::unique_ptr<UpstreamStream> TlsUpstreamPool::take() {
@@ -29,10 +36,7 @@ std::unique_ptr<UpstreamStream> TlsUpstreamPool::take() {
           std::move(idle_.back());  // the most recently used: the least likely to be closed by the upstream
       idle_.pop_back();
     }
-    // Too old, closed by the upstream, or with bytes waiting (its close_notify): dropped
-    // with the TCP connection (no close_notify of ours: the upstream does not wait for one).
-    if (std::chrono::steady_clock::now() - item.since > UpstreamPool::kMaxIdle) continue;
-    if (!fairgate::http::idle_connection_usable(item.conn->plain().socket().native_handle())) continue;
+    if (!usable(item, std::chrono::steady_clock::now())) continue;
     return std::move(item.conn);
   }
 }
@@ -45,8 +49,18 @@ void TlsUpstreamPool::put(std::unique_ptr<UpstreamStream> conn) {
   idle_.push_back(Idle{std::move(conn), std::chrono::steady_clock::now()});
 }
 
-std::size_t TlsUpstreamPool::idle() const {
+std::size_t TlsUpstreamPool::idle() {
+  const auto now = std::chrono::steady_clock::now();
+  std::deque<Idle> dropped;  // freed outside the lock
   std::lock_guard lock(mu_);
+  for (auto it = idle_.begin(); it != idle_.end();) {
+    if (usable(*it, now)) {
+      ++it;
+    } else {
+      dropped.push_back(std::move(*it));
+      it = idle_.erase(it);
+    }
+  }
   return idle_.size();
 }
 

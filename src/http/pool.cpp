@@ -68,8 +68,14 @@ void ConnectionPool::put(tcp::socket socket) {
   idle_.push_back(Idle{fd, local.address().is_v6(), Clock::now()});
 }
 
-std::size_t ConnectionPool::idle() const {
+std::size_t ConnectionPool::idle() {
+  const auto now = Clock::now();
   std::lock_guard lock(mu_);
+  std::erase_if(idle_, [&](const Idle& item) {
+    if (now - item.since <= kMaxIdle && idle_connection_usable(item.fd)) return false;
+    ::close(item.fd);
+    return true;
+  });
   return idle_.size();
 }
 

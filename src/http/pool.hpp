@@ -37,7 +37,9 @@ class ConnectionPool {
   std::optional<boost::asio::ip::tcp::socket> take(const boost::asio::any_io_executor& executor);
   /// Keeps `socket` for reuse (closes it when the pool is full).
   void put(boost::asio::ip::tcp::socket socket);
-  std::size_t idle() const;
+  /// The idle connections that can carry a request: those the upstream closed
+  /// meanwhile, or idle longer than kMaxIdle, are dropped first (as take() would).
+  std::size_t idle();
 
   static constexpr std::chrono::seconds kMaxIdle{30};
 

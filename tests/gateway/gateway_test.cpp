@@ -431,6 +431,13 @@ TEST(GatewayMemory, HttpsUpstreamConnectionsArePooled) {
   EXPECT_EQ(ask("/closing" + chat, false).rfind("HTTP/1.1 200", 0), 0u);
   ASSERT_EQ(closing.count("exiting with status", 1, kSanitized ? 60s : 20s), 1)
       << "socat did not close the idle connection";
+  // The gauge counts live connections: the closed one leaves it before any call finds it.
+  const std::string idle = "fairgate_gateway_upstream_connections_idle";
+  const auto until = std::chrono::steady_clock::now() + (kSanitized ? 30s : 10s);
+  while (route_metric(gateway.url(), idle, "/closing" + chat) != 0 &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(route_metric(gateway.url(), idle, "/closing" + chat), 0);
   const std::string again = ask("/closing" + chat, true);
   EXPECT_EQ(again.rfind("HTTP/1.1 200", 0), 0u) << again.substr(0, 400);
   EXPECT_TRUE(has(again, "data: [DONE]")) << again;

@@ -381,6 +381,18 @@ TEST(HttpPool, KeepsLiveConnectionsUpToItsCapacityAndDropsClosedOnes) {
   auto [c4, s4] = pair();
   none.put(std::move(c4));
   EXPECT_EQ(none.idle(), 0u);
+
+  // The count is of live connections: one the server closed is dropped (and
+  // closed) by idle() itself, before any take().
+  fh::ConnectionPool counted(4);
+  auto [c5, s5] = pair();
+  auto [c6, s6] = pair();
+  counted.put(std::move(c5));
+  counted.put(std::move(c6));
+  EXPECT_EQ(counted.idle(), 2u);
+  s5.close();
+  io.run_for(50ms);
+  EXPECT_EQ(counted.idle(), 1u);
 }
 
 TEST(HttpRouter, PatternsMatchWholeSegmentsAndCollectParams) {
