@@ -29,6 +29,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace fairgate::serve {
 
 using net::awaitable;
@@ -169,13 +171,19 @@ awaitable<bool> relay(Session& s, const Request& req, Gateway::Route& route, Adm
     const std::string admitted = admitted_event(route.config.queue_events, a.permit.waited());
     if (!co_await send_raw(s, admitted)) co_return client_gone(s, route.stats);
   }
+  // The tap reads the usage a token budget refunds from (docs/ratelimit.md, "Token budgets").
+  const bool reads_usage =
+      std::any_of(rates.configs.begin(), rates.configs.end(),
+                  [](const RateRuleConfig* r) { return r->cost_mode == RateCostMode::tokens; });
   auto relayed =
-      co_await (call_upstream(s, req, route, a.header_sent, route.config.ratelimit.empty() ? nullptr : &tap,
+      co_await (call_upstream(s, req, route, a.header_sent, reads_usage ? &tap : nullptr,
                               rates.headers.begin() == rates.headers.end() ? nullptr : &rates.headers, cs) ||
                 watch_disconnect(s, a.dropped));
   // The client left mid-call (the upstream call was cancelled, its connection
-  // closed) or could not be written to: counted once, as client gone.
-  if (relayed.index() != 0 || cs.client_gone) co_return client_gone(s, route.stats);
+  // closed) or could not be written to: counted once, as client gone. One that
+  // closed as soon as it had the whole answer did not leave early.
+  if (cs.client_gone || (relayed.index() != 0 && !cs.delivered)) co_return client_gone(s, route.stats);
+  if (relayed.index() != 0) co_return false;
   co_return std::get<0>(relayed) && !a.dropped;  // call_upstream already asks req.keep_alive()
 }
 

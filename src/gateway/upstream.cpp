@@ -83,6 +83,8 @@ http::request<http::string_body> upstream_request(const Session& s, const RouteC
 namespace {
 
 constexpr std::size_t kMaxUpstreamHeader = 64 * 1024;
+/// Informational (1xx) answers read and dropped before the final one; more is a broken upstream.
+constexpr int kMaxInformational = 16;
 constexpr std::size_t kMaxErrorBody = 64 * 1024;
 
 std::chrono::milliseconds since(Clock::time_point t) {
@@ -161,15 +163,27 @@ struct Call {
 
 /// One attempt on one upstream connection, and the answer as it is read.
 struct Exchange {
-  Exchange(std::unique_ptr<UpstreamStream> c, bool pooled) : conn(std::move(c)), reused(pooled) {
-    parser.header_limit(static_cast<std::uint32_t>(kMaxUpstreamHeader));
-    parser.body_limit(boost::none);
+  Exchange(std::unique_ptr<UpstreamStream> c, bool pooled, bool head)
+      : conn(std::move(c)), reused(pooled), head_request(head) {
+    next_answer();
   }
   std::unique_ptr<UpstreamStream> conn;  // null once given back to the TLS pool
   bool reused;
+  bool head_request;  // the answer to a HEAD has a header only, whatever its Content-Length says
   beast::flat_buffer buffer;
-  http::response_parser<http::buffer_body> parser;
+  std::optional<http::response_parser<http::buffer_body>> answer;
   std::array<char, 16 * 1024> chunk{};
+  /// The upstream's part of the last failed body read (nothing when the call was cancelled).
+  boost::system::error_code body_error;
+
+  http::response_parser<http::buffer_body>& parser() { return *answer; }
+  /// A fresh parser for the next answer on the connection (after an informational 1xx one).
+  void next_answer() {
+    answer.emplace();
+    answer->header_limit(static_cast<std::uint32_t>(kMaxUpstreamHeader));
+    answer->body_limit(boost::none);
+    if (head_request) answer->skip(true);
+  }
   bool streamed = false;  // a 2xx event stream: its first byte relayed is the time to first token
   bool first_relayed = false;
   bool given_back = false;
@@ -178,10 +192,10 @@ struct Exchange {
   /// read, before the client gets the last bytes: a client that sends its
   /// next request at once then finds it there (not after our last write).
   void give_back(Gateway::Route& route) {
-    if (given_back || !parser.is_done()) return;
+    if (given_back || !parser().is_done()) return;
     given_back = true;
     if (conn->tls() && !reused) route.tls_pool.remember_session(conn->tls_native_handle());
-    if (!parser.keep_alive()) return;
+    if (!parser().keep_alive()) return;
     if (conn->tls()) {
       route.tls_pool.put(std::move(conn));
     } else {
@@ -193,16 +207,19 @@ struct Exchange {
 /// Reads the next piece of the upstream's body into `x.chunk`; the number of
 /// bytes (possibly 0, e.g. after a chunk header), or nullopt on an error or timeout.
 awaitable<std::optional<std::size_t>> read_body_chunk(Exchange& x, std::chrono::milliseconds timeout) {
-  auto& body = x.parser.get().body();
+  auto& body = x.parser().get().body();
   body.data = x.chunk.data();
   body.size = x.chunk.size();
   x.conn->plain().expires_after(timeout);
-  auto [ec, n] = co_await http::async_read_some(*x.conn, x.buffer, x.parser, nothrow);
+  auto [ec, n] = co_await http::async_read_some(*x.conn, x.buffer, x.parser(), nothrow);
   if (ec == http::error::need_buffer) ec = {};
   // An https:// body that ends with the connection, closed without TLS close_notify (as many
   // servers do): the end of the body, as over http://. A body of known length cut short stays an error.
-  if (ec == net::ssl::error::stream_truncated && x.parser.need_eof()) x.parser.put_eof(ec);
-  if (ec) co_return std::nullopt;
+  if (ec == net::ssl::error::stream_truncated && x.parser().need_eof()) x.parser().put_eof(ec);
+  if (ec) {
+    x.body_error = ec;
+    co_return std::nullopt;
+  }
   co_return x.chunk.size() - body.size;
 }
 
@@ -213,25 +230,40 @@ void first_byte_relayed(Call& c, Exchange& x) {
   c.route.stats.time_to_first_token.observe(since(c.cs.arrived));
 }
 
-/// The upstream's body broke off: its fault unless the client left (and cancelled the read).
-bool body_failed(Call& c) {
-  if (c.cancelled({})) return c.gone();
-  upstream_failed(c.s, c.route, 0,
-                  fmt::format("the upstream {} broke off its answer", c.route.config.upstream));
-  return false;
+/// The upstream's body broke off (or paused longer than upstream_timeout_ms): its fault unless
+/// the client left (and cancelled the read). In an event stream our own 200 started (the
+/// request waited), the client is told with an error event: the end of that stream is the end
+/// of the connection, so it could not tell a cut answer from a whole one.
+awaitable<void> body_failed(Call& c, const Exchange& x) {
+  if (c.cancelled(x.body_error)) {
+    c.gone();
+    co_return;
+  }
+  const bool timeout = x.body_error == beast::error::timeout;
+  const std::string message =
+      timeout
+          ? fmt::format("the upstream {} sent nothing more for upstream_timeout_ms", c.route.config.upstream)
+          : fmt::format("the upstream {} broke off its answer", c.route.config.upstream);
+  upstream_failed(c.s, c.route, 0, message);
+  if (!c.header_sent) co_return;
+  const std::string event =
+      stream_error(openai_error(message, "upstream_error", timeout ? "upstream_timeout" : "upstream_error"));
+  co_await send_raw(c.s, event);
 }
 
 /// The next piece of a relayed body, seen by the usage tap; the upstream
-/// connection goes back to the pool once the answer is read. nullopt: the
-/// upstream failed (counted by body_failed); 0: nothing to write yet.
+/// connection goes back to the pool once the answer is read, and the tap
+/// finishes then (the usage is known, whatever the client does next).
+/// nullopt: the upstream failed (counted by body_failed); 0: nothing to write yet.
 awaitable<std::optional<std::size_t>> next_relayed_chunk(Call& c, Exchange& x) {
   const auto got = co_await read_body_chunk(x, c.route.config.upstream_timeout);
   if (!got) {
-    body_failed(c);
+    co_await body_failed(c, x);
     co_return std::nullopt;
   }
   x.give_back(c.route);
   if (*got != 0 && c.tap) c.tap->feed(x.chunk.data(), *got);
+  if (x.parser().is_done() && c.tap) c.tap->finish();
   co_return got;
 }
 
@@ -326,11 +358,30 @@ awaitable<Step> send_request(Call& c, Exchange& x) {
   x.conn->plain().expires_after(rc.upstream_timeout);
   auto [wec, wn] = co_await http::async_write(*x.conn, c.up, nothrow);
   boost::system::error_code hec = wec;
-  if (!wec) {
-    auto [ec, n] = co_await http::async_read_header(*x.conn, x.buffer, x.parser, nothrow);
+  // Informational answers (1xx: 100 Continue, 103 Early Hints) come before the final one on
+  // the same connection: each is read and dropped, and the next is read with a fresh parser.
+  for (int informational = 0; !hec; ++informational) {
+    auto [ec, n] = co_await http::async_read_header(*x.conn, x.buffer, x.parser(), nothrow);
     hec = ec;
+    if (hec) break;
+    const unsigned status = x.parser().get().result_int();
+    if (status / 100 != 1) co_return Step{};
+    if (status == 101 || informational == kMaxInformational) {
+      // We never ask to switch protocols; an upstream that does, or that sends nothing but
+      // 1xx, is answered as one that failed (the connection is not kept).
+      const UpstreamFailure f{
+          http::status::bad_gateway, "upstream_error",
+          status == 101
+              ? fmt::format("the upstream {} switched protocols (101), which the gateway does not relay",
+                            rc.upstream)
+              : fmt::format("the upstream {} sent {} informational (1xx) answers and no final one",
+                            rc.upstream, informational + 1)};
+      upstream_failed(c.s, c.route, static_cast<unsigned>(f.status), f.message);
+      const bool keep = co_await send_upstream_failure(c.s, c.req, c.header_sent, f);
+      co_return Step{Step::done, keep};
+    }
+    x.next_answer();
   }
-  if (!hec) co_return Step{};
   // A pooled connection the upstream closed just before our request: once more on a new one.
   const bool stale = x.reused && x.buffer.size() == 0 &&
                      (wec || hec == http::error::end_of_stream || hec == net::error::connection_reset ||
@@ -346,7 +397,7 @@ awaitable<Step> send_request(Call& c, Exchange& x) {
 /// A 2xx answer into the event stream our own 200 started while the request
 /// waited: its body bytes as they come. The stream ends with the connection.
 awaitable<bool> relay_stream(Call& c, Exchange& x) {
-  while (!x.parser.is_done()) {
+  while (!x.parser().is_done()) {
     const auto got = co_await next_relayed_chunk(c, x);
     if (!got) co_return false;
     if (*got == 0) continue;
@@ -357,20 +408,21 @@ awaitable<bool> relay_stream(Call& c, Exchange& x) {
     first_byte_relayed(c, x);
   }
   c.route.stats.upstream_latency.observe(since(c.started));
-  if (c.tap) c.tap->finish();
+  if (c.tap) c.tap->finish();  // once (UsageTap::finish): an answer without a body
   x.give_back(c.route);
+  c.cs.delivered = true;
   co_return false;
 }
 
 /// An upstream error after our 200: its body (bounded), sent as a stream error.
 awaitable<bool> relay_stream_error(Call& c, Exchange& x, unsigned status) {
   std::string body;
-  while (!x.parser.is_done() && body.size() < kMaxErrorBody) {
+  while (!x.parser().is_done() && body.size() < kMaxErrorBody) {
     const auto got = co_await read_body_chunk(x, c.route.config.upstream_timeout);
     if (!got) break;
     body.append(x.chunk.data(), *got);
   }
-  if (x.parser.is_done()) c.route.stats.upstream_latency.observe(since(c.started));
+  if (x.parser().is_done()) c.route.stats.upstream_latency.observe(since(c.started));
   boost::system::error_code pec;
   const json::value v = json::parse(body, pec);
   std::string error;
@@ -412,8 +464,8 @@ bool pass_through_header(http::response_parser<http::buffer_body>& parser, const
 /// Passes the answer through: the upstream's status and end-to-end headers, the body as it comes.
 awaitable<bool> relay_plain(Call& c, Exchange& x, unsigned status) {
   Session& s = c.s;
-  auto& res = x.parser.get();
-  const bool client_keep = pass_through_header(x.parser, c.req, c.extra);
+  auto& res = x.parser().get();
+  const bool client_keep = pass_through_header(x.parser(), c.req, c.extra);
   x.give_back(c.route);
   http::response_serializer<http::buffer_body> sr{res};
   s.stream.expires_after(s.shared->config.server.write_timeout);
@@ -421,7 +473,7 @@ awaitable<bool> relay_plain(Call& c, Exchange& x, unsigned status) {
   auto [hwec, hwn] = co_await http::async_write_header(s.stream, sr, nothrow);
   s.stream.expires_never();
   if (hwec) co_return c.gone();
-  while (!x.parser.is_done()) {
+  while (!x.parser().is_done()) {
     const auto got = co_await next_relayed_chunk(c, x);
     // Cut mid-answer: the client sees a truncated body and a closed connection.
     if (!got) co_return false;
@@ -437,7 +489,11 @@ awaitable<bool> relay_plain(Call& c, Exchange& x, unsigned status) {
     first_byte_relayed(c, x);
   }
   c.route.stats.upstream_latency.observe(since(c.started));
-  if (!sr.is_done()) {
+  if (c.tap) c.tap->finish();  // once (UsageTap::finish): an answer without a body
+  x.give_back(c.route);
+  // A chunked answer ends with its last chunk; one of known length has been sent whole (a
+  // client that closes at once after its last byte did not leave early).
+  if (res.chunked() && !sr.is_done()) {
     res.body().data = nullptr;
     res.body().size = 0;
     res.body().more = false;
@@ -446,14 +502,13 @@ awaitable<bool> relay_plain(Call& c, Exchange& x, unsigned status) {
     s.stream.expires_never();
     if (ec) co_return c.gone();
   }
-  if (c.tap) c.tap->finish();
-  x.give_back(c.route);
+  c.cs.delivered = true;
   co_return client_keep;
 }
 
 /// The answer's header is read: counted, shown to the tap, and relayed the way the request needs.
 awaitable<bool> relay(Call& c, Exchange& x) {
-  auto& res = x.parser.get();
+  auto& res = x.parser().get();
   const unsigned status = res.result_int();
   count_status(c.route.stats, status);
   const std::string_view type(res[http::field::content_type].data(), res[http::field::content_type].size());
@@ -473,6 +528,9 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
          header_sent, tap,          extra,
          cs,          cancel_state, upstream_request(s, route.config, req),
          Clock::now()};
+  // A token budget refunds from the usage in the answer: asked for uncompressed, so it can be
+  // read (an answer compressed anyway keeps its whole reservation).
+  if (tap) c.up.set(http::field::accept_encoding, "identity");
   const auto executor = connection_executor(s.stream.get_executor());
   for (int attempt = 0;; ++attempt) {
     std::unique_ptr<UpstreamStream> conn;
@@ -484,7 +542,7 @@ awaitable<bool> call_upstream(Session& s, const Request& req, Gateway::Route& ro
     }
     const bool reused = conn != nullptr;
     if (!conn) conn = std::make_unique<UpstreamStream>(tcp::socket(executor));
-    Exchange x(std::move(conn), reused);
+    Exchange x(std::move(conn), reused, req.method() == http::verb::head);
     Step step = co_await connect(c, x);
     if (step.kind == Step::go_on) step = co_await send_request(c, x);
     if (step.kind == Step::retry) continue;

@@ -17,6 +17,9 @@ namespace fairgate::serve {
 struct CallState {
   std::chrono::steady_clock::time_point arrived;  ///< when the client's request arrived (time to first token)
   bool client_gone = false;                       ///< the client went away (or could not be written to)
+  /// The whole answer was written to the client: one that closes at once after it did not
+  /// leave early, even if its close is seen before the call returns.
+  bool delivered = false;
 };
 
 /// The upstream's request target: the client's, or with the route's prefix

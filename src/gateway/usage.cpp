@@ -45,6 +45,7 @@ void UsageTap::finish() {
   boost::system::error_code ec;
   const json::value v = json::parse(body, ec);
   if (!ec && v.is_object()) read_usage(v.as_object());
+  body.clear();  // read once
 }
 
 void UsageTap::line(std::string_view l) {

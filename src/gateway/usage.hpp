@@ -29,7 +29,7 @@ struct UsageTap {
   void start(unsigned st, std::string_view content_type);
   /// Body bytes, as relayed.
   void feed(const char* data, std::size_t n);
-  /// The answer ended (a JSON answer's usage is read here).
+  /// The answer ended (a JSON answer's usage is read here, once).
   void finish();
 
  private:

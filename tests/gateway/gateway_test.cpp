@@ -22,6 +22,8 @@
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/write.hpp>
 
+#include <fmt/format.h>
+
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -30,7 +32,10 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <functional>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -583,6 +588,278 @@ TEST(GatewayMemory, HttpsBodyEndingWithTheConnectionIsWholeWithOrWithoutCloseNot
 // gateway still finishes the call). That request is kept and served next on
 // the same connection — before, the disconnect watch read it and dropped it,
 // and the connection was closed with the request unanswered.
+/// A plain http:// upstream on a free loopback port that answers each request
+/// it reads (header and Content-Length body) with `answer(fd, request)`, one
+/// thread per connection, keep-alive: the answer decides what the gateway
+/// sees. Closes a connection when `answer` returns false.
+class ScriptedUpstream {
+ public:
+  using Answer = std::function<bool(int fd, const std::string& request)>;
+  explicit ScriptedUpstream(Answer answer) : answer_(std::move(answer)) {
+    listen_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (listen_ < 0 || ::bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::listen(listen_, 16) != 0 || ::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      throw std::runtime_error("cannot listen on loopback");
+    port_ = ntohs(a.sin_port);
+    accept_ = std::thread([this] { run(); });
+  }
+  ~ScriptedUpstream() {
+    stop_ = true;
+    accept_.join();
+    for (auto& t : connections_) t.join();
+    ::close(listen_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  /// Every request read so far, header and body.
+  std::vector<std::string> requests() {
+    std::lock_guard lock(mu_);
+    return requests_;
+  }
+  static void write_all(int fd, std::string_view bytes) {
+    while (!bytes.empty()) {
+      const auto n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return;
+      bytes.remove_prefix(static_cast<std::size_t>(n));
+    }
+  }
+
+ private:
+  void run() {
+    while (!stop_) {
+      pollfd p{listen_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const int fd = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd >= 0) connections_.emplace_back([this, fd] { serve(fd); });
+    }
+  }
+  void serve(int fd) {
+    std::string in;
+    while (!stop_) {
+      const auto end = in.find("\r\n\r\n");
+      if (end != std::string::npos) {
+        std::string lower = in.substr(0, end);
+        std::transform(lower.begin(), lower.end(), lower.begin(),
+                       [](unsigned char ch) { return std::tolower(ch); });
+        std::size_t length = 0;
+        if (const auto at = lower.find("content-length:"); at != std::string::npos)
+          length = std::stoul(lower.substr(at + 15));
+        if (in.size() >= end + 4 + length) {
+          const std::string request = in.substr(0, end + 4 + length);
+          in.erase(0, request.size());
+          {
+            std::lock_guard lock(mu_);
+            requests_.push_back(request);
+          }
+          if (!answer_(fd, request)) break;
+          continue;
+        }
+      }
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      char buf[16384];
+      const auto n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      in.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+  }
+
+  Answer answer_;
+  int listen_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread accept_;
+  std::vector<std::thread> connections_;  // joined at the end (the accept thread alone adds)
+  std::mutex mu_;
+  std::vector<std::string> requests_;
+};
+
+/// The request line's target ("POST /a?u=x HTTP/1.1" -> "/a?u=x").
+std::string target_of(const std::string& request) {
+  const auto a = request.find(' '), b = request.find(' ', a + 1);
+  return request.substr(a + 1, b - a - 1);
+}
+
+long long limiter_in_use(const std::string& url, const std::string& name) {
+  const std::string page =
+      http_exchange(url, "GET /v1/limiters/" + name + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const auto at = page.find("\"in_use\":");
+  return at == std::string::npos ? -1 : std::stoll(page.substr(at + 9));
+}
+
+// Informational answers (103 Early Hints, 100 Continue) come before the final
+// one: they are dropped, never relayed as the answer. Before, the 103 was the
+// client's answer, its permit was released while the upstream still worked,
+// and the connection went back to the pool with the real answer still to come
+// — so the next client on it got the previous client's answer.
+TEST(GatewayMemory, InformationalAnswersAreSkippedAndNeverReachAnotherClient) {
+  ScriptedUpstream upstream([](int fd, const std::string& request) {
+    ScriptedUpstream::write_all(fd, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>\r\n\r\n");
+    std::this_thread::sleep_for(300ms);
+    ScriptedUpstream::write_all(fd, "HTTP/1.1 100 Continue\r\n\r\n");
+    const std::string body = R"({"for":")" + target_of(request) + R"("})";
+    ScriptedUpstream::write_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                                        std::to_string(body.size()) + "\r\n\r\n" + body);
+    return true;
+  });
+  Serve gateway("[limiters.chat]\nmax_concurrent = 2\n[[route]]\npath = \"/v1\"\nupstream = \"" +
+                    upstream.url() + "\"\nlimiter = \"chat\"\n",
+                {});
+  for (int round = 0; round < 2; ++round) {  // the second round on the pooled connections
+    RawHttp alice(gateway.url()), bob(gateway.url());
+    ASSERT_TRUE(alice.send(chat_request("/v1/chat?u=alice", "hi", false)));
+    std::this_thread::sleep_for(100ms);
+    ASSERT_TRUE(bob.send(chat_request("/v1/chat?u=bob", "hi", false)));
+    EXPECT_TRUE(alice.read_until("", kSanitized ? 30s : 10s));
+    EXPECT_TRUE(bob.read_until("", kSanitized ? 30s : 10s));
+    EXPECT_EQ(alice.text().rfind("HTTP/1.1 200", 0), 0u) << round << ": " << alice.text();
+    EXPECT_TRUE(has(alice.text(), R"({"for":"/v1/chat?u=alice"})")) << round << ": " << alice.text();
+    EXPECT_EQ(bob.text().rfind("HTTP/1.1 200", 0), 0u) << round << ": " << bob.text();
+    EXPECT_TRUE(has(bob.text(), R"({"for":"/v1/chat?u=bob"})")) << round << ": " << bob.text();
+    EXPECT_FALSE(has(alice.text() + bob.text(), "103")) << "an informational answer was relayed";
+  }
+  EXPECT_EQ(route_metric(gateway.url(), "fairgate_gateway_upstream_errors_total", "/v1"), 0);
+  EXPECT_EQ(limiter_in_use(gateway.url(), "chat"), 0);
+  EXPECT_EQ(gateway.terminate(), 0);
+}
+
+// The answer to a HEAD has no body, whatever its Content-Length says: the
+// permit is released at once and the client's connection carries the next
+// request. Before, the gateway waited for the body until upstream_timeout_ms,
+// holding the permit, then counted an upstream error and closed the connection.
+TEST(GatewayMemory, AHeadRequestEndsWithItsHeader) {
+  ScriptedUpstream upstream([](int fd, const std::string& request) {
+    const std::string body = R"({"data":[]})";
+    std::string answer = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                         std::to_string(body.size()) + "\r\n\r\n";
+    if (request.rfind("HEAD ", 0) != 0) answer += body;
+    ScriptedUpstream::write_all(fd, answer);
+    return true;
+  });
+  Serve gateway("[limiters.chat]\nmax_concurrent = 1\n[[route]]\npath = \"/v1\"\nupstream = \"" +
+                    upstream.url() + "\"\nlimiter = \"chat\"\nupstream_timeout_ms = 60000\n",
+                {});
+  RawHttp c(gateway.url());
+  ASSERT_TRUE(c.send("HEAD /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(c.read_until("\r\n\r\n", kSanitized ? 30s : 10s)) << c.text();
+  EXPECT_EQ(c.text().rfind("HTTP/1.1 200", 0), 0u) << c.text();
+  // The same connection, at once: answered well within the 60 s upstream timeout.
+  ASSERT_TRUE(c.send("GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  ASSERT_TRUE(c.read_until("", kSanitized ? 30s : 10s)) << c.text();
+  EXPECT_TRUE(has(c.text(), R"({"data":[]})")) << c.text();
+  const auto second = c.text().find("HTTP/1.1 200", 1);
+  EXPECT_NE(second, std::string::npos) << c.text();
+  EXPECT_EQ(c.text().find(R"({"data":[]})"), c.text().rfind(R"({"data":[]})")) << "one body only";
+  EXPECT_EQ(route_metric(gateway.url(), "fairgate_gateway_upstream_errors_total", "/v1"), 0);
+  EXPECT_EQ(limiter_in_use(gateway.url(), "chat"), 0);
+  EXPECT_EQ(gateway.terminate(), 0);
+}
+
+// A stream that waited got the gateway's own 200 (the queue feedback), so the
+// end of its connection is the end of the answer: an upstream that breaks off,
+// or pauses longer than upstream_timeout_ms, must be told with an error event.
+// Before, the stream just ended and looked whole.
+TEST(GatewayMemory, AQueuedStreamWhoseUpstreamBreaksOffGetsAnErrorEvent) {
+  ScriptedUpstream upstream([](int fd, const std::string& request) {
+    const std::string target = target_of(request);
+    if (target.find("/hold") != std::string::npos) {
+      std::this_thread::sleep_for(600ms);
+      ScriptedUpstream::write_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}");
+      return true;
+    }
+    ScriptedUpstream::write_all(
+        fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n");
+    const std::string event = "data: {\"choices\":[{\"delta\":{\"content\":\"t0 \"}}]}\n\n";
+    ScriptedUpstream::write_all(fd, fmt::format("{:x}\r\n{}\r\n", event.size(), event));
+    if (target.find("/stall") != std::string::npos) std::this_thread::sleep_for(3s);
+    return false;  // closed without the last chunk
+  });
+  Serve gateway("[limiters.chat]\nmax_concurrent = 1\n[[route]]\npath = \"/v1\"\nupstream = \"" +
+                    upstream.url() + "\"\nlimiter = \"chat\"\nupstream_timeout_ms = 1000\n",
+                {});
+  for (const std::string what : {"cut", "stall"}) {
+    RawHttp hold(gateway.url());
+    ASSERT_TRUE(hold.send(chat_request("/v1/hold", "hi", false)));
+    std::this_thread::sleep_for(150ms);
+    RawHttp stream(gateway.url());
+    ASSERT_TRUE(stream.send(chat_request("/v1/" + what, "hi", true)));
+    EXPECT_TRUE(stream.read_until("", kSanitized ? 30s : 10s)) << what;
+    EXPECT_TRUE(has(stream.text(), ": admitted")) << what << ": it did not wait: " << stream.text();
+    EXPECT_TRUE(has(stream.text(), "t0 ")) << what << ": " << stream.text();
+    const std::string code = what == "cut" ? R"("code":"upstream_error")" : R"("code":"upstream_timeout")";
+    EXPECT_TRUE(has(stream.text(), "data: {\"error\":")) << what << ": " << stream.text();
+    EXPECT_TRUE(has(stream.text(), code)) << what << ": " << stream.text();
+    EXPECT_TRUE(hold.read_until("", kSanitized ? 30s : 10s));
+  }
+  EXPECT_EQ(route_metric(gateway.url(), "fairgate_gateway_upstream_errors_total", "/v1"), 2);
+  EXPECT_EQ(limiter_in_use(gateway.url(), "chat"), 0);
+  EXPECT_EQ(gateway.terminate(), 0);
+}
+
+// A token budget refunds from the usage in the upstream's answer, so on a
+// route with one the gateway asks for an uncompressed answer (the SDKs send
+// Accept-Encoding: gzip, and a gzipped answer's usage cannot be read: before,
+// it kept its whole reservation). A route without a token budget passes the
+// client's Accept-Encoding through.
+TEST(GatewayMemory, ATokenBudgetRouteAsksForAnUncompressedAnswerAndRefundsFromIt) {
+  ScriptedUpstream upstream([](int fd, const std::string&) {
+    const std::string body = R"({"choices":[],"usage":{"total_tokens":5}})";
+    ScriptedUpstream::write_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                                        std::to_string(body.size()) + "\r\n\r\n" + body);
+    return true;
+  });
+  constexpr long long kLimit = 100000;
+  Serve gateway(
+      "[limiters.chat]\nmax_concurrent = 2\n"
+      "[ratelimit.tokens]\nalgorithm = \"token_bucket\"\nrate = " +
+          std::to_string(kLimit) +
+          "\nperiod_ms = 3600000000\nkey = \"header:X-User-Id\"\ncost = \"tokens\"\n"
+          "[[route]]\npath = \"/v1\"\nupstream = \"" +
+          upstream.url() +
+          "\"\nlimiter = \"chat\"\nratelimit = [\"tokens\"]\n"
+          "[[route]]\npath = \"/plain\"\nupstream = \"" +
+          upstream.url() + "\"\nlimiter = \"chat\"\n",
+      {});
+  const std::string body = R"({"max_tokens":100,"messages":[{"role":"user","content":"hi"}]})";
+  const auto call = [&](const std::string& path) {
+    return http_exchange(gateway.url(), "POST " + path +
+                                            " HTTP/1.1\r\nHost: x\r\nX-User-Id: u1\r\nAccept-Encoding: gzip, "
+                                            "br\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                                            "Content-Length: " +
+                                            std::to_string(body.size()) + "\r\n\r\n" + body);
+  };
+  EXPECT_EQ(call("/v1/chat/completions").rfind("HTTP/1.1 200", 0), 0u);
+  EXPECT_EQ(call("/plain/v1/chat/completions").rfind("HTTP/1.1 200", 0), 0u);
+  const auto seen = upstream.requests();
+  ASSERT_EQ(seen.size(), 2u);
+  const auto lower = [](std::string t) {
+    std::transform(t.begin(), t.end(), t.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    return t;
+  };
+  EXPECT_TRUE(has(lower(seen[0]), "\r\naccept-encoding: identity\r\n")) << seen[0];
+  EXPECT_TRUE(has(lower(seen[1]), "\r\naccept-encoding: gzip, br\r\n")) << seen[1];
+  // The budget keeps what the answer reported (5), not the reservation (over 100). Each
+  // check below takes 1 itself; the refund may land a moment after the answer.
+  long long used = -1;
+  const auto until = std::chrono::steady_clock::now() + (kSanitized ? 30s : 10s);
+  for (int checks = 1; used != 5 && std::chrono::steady_clock::now() < until; ++checks) {
+    const std::string reply =
+        http_exchange(gateway.url(),
+                      "POST /v1/ratelimit/tokens HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      "Connection: close\r\nContent-Length: 12\r\n\r\n{\"key\":\"u1\"}");
+    const auto at = reply.find("\"remaining\":");
+    ASSERT_NE(at, std::string::npos) << reply;
+    used = kLimit - std::stoll(reply.substr(at + 12)) - checks;
+    if (used != 5) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(used, 5);
+  EXPECT_EQ(gateway.terminate(), 0);
+}
+
 TEST(GatewayMemory, ARequestSentWhileTheLastIsRelayedIsServedNext) {
   Listening mock({FAIRGATE_BIN, "mock-llm", "--listen", "127.0.0.1:0", "--tokens-per-second", "20",
                   "--tokens", "10", "--max-concurrent", "3"},
