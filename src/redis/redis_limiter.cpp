@@ -676,10 +676,31 @@ void RedisLimiter::update_positions_locked(const BeatSent& sent, const Reply* an
     }
     return;
   }
-  // Our waiters' distance from the head (an upper bound: waiters that left
-  // ahead of us leave gaps).
+  // One FIFO: the queue has not moved since the last beat (same head, same length), so
+  // neither have the places told.
+  const bool moved = version.empty() || version != queue_version_;
+  queue_version_ = version;
+  if (!moved) return;
+  // Waiters left from the middle (gaps in the order scores): Redis counted the ranks of those
+  // asked. The others' distance from the head is an upper bound then: told only when it is
+  // smaller than what they were told (never back on a bound).
+  std::map<std::uint64_t, std::size_t> ranks;
+  if (answered != nullptr) {
+    const auto& p = answered->elements;
+    for (std::size_t i = 0; i < sent.asked.size() && i < p.size(); ++i) {
+      if (const auto rank = count_of(p[i]); rank > 0) ranks[sent.asked[i]] = rank;
+    }
+  }
+  const bool gaps = !ranks.empty();
   for (auto& [n, request] : requests_) {
-    if (waits(n, *request)) tell_position_locked(request, now, out);
+    if (!waits(n, *request)) continue;
+    if (const auto it = ranks.find(n); it != ranks.end()) {
+      request->counted_at = version;
+      request->counted_beat = sent.beat;
+      tell_position_locked(request, now, out, it->second);
+    } else if (!gaps || position_locked(request->order) < request->told_position) {
+      tell_position_locked(request, now, out);  // no gaps: the distance from the head is the rank
+    }
   }
 }
 
@@ -786,12 +807,12 @@ void RedisLimiter::ask_fair_positions_locked(std::vector<std::uint64_t>& asked,
   // rotation), a bounded number per beat. Those not counted at the queue's version as last
   // heard come first: the oldest (they move first), then the others least recently counted
   // first (beat by beat every waiter is reached). Then the oldest of those counted: Redis
-  // counts them again only if the queue moved since, which it tells in its reply.
+  // counts them again only if the queue moved since, which it tells in its reply. Without
+  // fairness the order tells the place unless waiters left from the middle of the queue:
+  // Redis then counts the ranks of those asked, when the head or the length changed.
   std::vector<const Request*> waiting;
-  if (settings_.tenant_fairness) {
-    for (const auto& [n, r] : requests_) {
-      if (r->phase == Phase::queued && r->order > 0 && r->on_queued) waiting.push_back(r.get());
-    }
+  for (const auto& [n, r] : requests_) {
+    if (r->phase == Phase::queued && r->order > 0 && r->on_queued) waiting.push_back(r.get());
   }
   std::sort(waiting.begin(), waiting.end(),
             [](const Request* a, const Request* b) { return a->order < b->order; });

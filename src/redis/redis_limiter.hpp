@@ -80,9 +80,10 @@ class RedisLimiter final : public detail::LimiterImpl {
  public:
   /// Key expiry is refreshed at least every this many heartbeats (and at the first).
   static constexpr std::uint64_t kExpiryEvery = 10;
-  /// Under tenant fairness a heartbeat asks Redis the positions of at most this many of this
-  /// instance's waiters (one ZCOUNT each: heartbeat.lua), those not counted since the queue
-  /// last moved first (ask_fair_positions_locked).
+  /// A heartbeat asks Redis the positions of at most this many of this instance's waiters
+  /// (one ZCOUNT each: heartbeat.lua), those not counted since the queue last moved first
+  /// (ask_fair_positions_locked): under tenant fairness, and without it only while waiters
+  /// left from the middle of the queue.
   static constexpr std::size_t kFairPositionsPerBeat = 100;
   /// Heartbeats between two refreshes of the keys' expiry (and the housekeeping that
   /// rides with it, heartbeat.lua): a quarter of key_expiry (of 1 h when keys never

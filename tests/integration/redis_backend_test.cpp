@@ -937,6 +937,50 @@ TEST(RedisBackendTest, PositionsMoveAsTheQueueMovesOnAnotherInstance) {
   }
 }
 
+// A waiter that leaves from the middle of the queue moves those behind it up
+// one place, though the head did not move: the order scores then have a gap,
+// and Redis counts the ranks (heartbeat.lua). Before, the places stayed where
+// the order scores put them (one too far back, for good).
+TEST(RedisBackendTest, AWaiterLeavingFromTheMiddleMovesThoseBehindItUp) {
+  const std::string name = test_name();
+  auto o = fast_options();
+  Instance a(o);
+  Instance b(o);
+  Limiter la = a.open(name, cap(1));
+  Limiter lb = b.open(name, cap(1));
+  auto holder = acquire(la);
+  ASSERT_TRUE(wait_until([&] { return holder->done(); }));
+  std::vector<Statuses> st(4);
+  std::vector<std::shared_ptr<Probe>> queued;
+  for (std::size_t i = 0; i < st.size(); ++i) {
+    std::this_thread::sleep_for(5ms);
+    // The second (on b) gives up after 1.5 s: it leaves from the middle.
+    queued.push_back(acquire_watched(i % 2 == 0 ? la : lb, st[i], i == 1 ? 1500ms : 30000ms));
+    ASSERT_TRUE(wait_until([&] { return st[i].first().has_value(); }, 5s));
+  }
+  for (std::size_t i = 0; i < st.size(); ++i) EXPECT_EQ(st[i].first()->position, i + 1);
+  const auto last = [&](std::size_t i) {
+    std::lock_guard lock(st[i].mu);
+    return st[i].seen.back().position;
+  };
+  // The second waiter leaves: the third (a) and the fourth (b) move up.
+  ASSERT_TRUE(wait_until([&] { return queued[1]->done(); }, 10s));
+  EXPECT_EQ(queued[1]->outcome(), fairgate::Outcome::timed_out);
+  ASSERT_TRUE(wait_until([&] { return last(2) == 2 && last(3) == 3; }, 10s))
+      << "positions " << last(2) << " " << last(3) << " (2 3 expected)";
+  EXPECT_EQ(last(0), 1u);
+  // Then the head moves: every place one up again, from the ranks.
+  holder->release();
+  ASSERT_TRUE(wait_until([&] { return queued[0]->done(); }));
+  ASSERT_TRUE(wait_until([&] { return last(2) == 1 && last(3) == 2; }, 10s))
+      << "positions " << last(2) << " " << last(3) << " (1 2 expected)";
+  queued[0]->release();
+  for (std::size_t i : {2u, 3u}) {
+    ASSERT_TRUE(wait_until([&] { return queued[i]->done(); }));
+    queued[i]->release();
+  }
+}
+
 // A restore sent while an acquire is on its way (prepared on the caller's
 // thread, not yet handed to the connection) can reach Redis first: sent from
 // the io thread, or run inline on the connection's strand ahead of the queued

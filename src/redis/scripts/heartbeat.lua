@@ -7,8 +7,8 @@
 -- ARGV[6] permits this instance holds, ARGV[7] waiters it has queued in Redis,
 -- ARGV[8] the queue's version (below) when the instance last heard it ('' none), ARGV[9] s,
 -- ARGV[10] m, then m (tenant, order score) pairs: waiters of this instance whose positions under
---           tenant fairness it asks for (positions below; m = 0 otherwise), the first s of them
---           not counted at ARGV[8]'s version,
+--           tenant fairness it asks for (positions below), the first s of them not counted at
+--           ARGV[8]'s version; without fairness, those it asks the rank of (s unused),
 -- ARGV[11 + 2m ..] the instance's current settings as field, value pairs: a field missing from
 --           cfg is filled from them (one by one, never "only if cfg is empty")
 -- Creates the state when it is gone (see lib.lua: new epoch, arrival counter moved past every
@@ -42,12 +42,18 @@
 --               (rotation() up to COUNTED_TENANTS, else bounded_places: lib.lua), only while this
 --               instance has waiters under fairness, and only for the first s of them when
 --               the version is still ARGV[8]'s: an idle queue costs its heartbeat one GET.
+--               Without fairness, the rank of each waiter asked about (one ZCOUNT each), only
+--               when waiters left from the middle of the queue (the order scores from the head
+--               to the tail have gaps) and the version changed: else the order scores tell the
+--               places (empty).
 --   version     under tenant fairness, while this instance asks about waiters: "seq:queued",
 --               the arrival counter and the queue's length. Every arrival moves the first,
 --               every departure without one (grant, timeout, cancel) the second, so the places
 --               counted at one version still hold while it stays (a rotation changed alone — a
 --               capped tenant parked or unparked, a tenant key rebuilt — is seen at the next
---               arrival or departure). '' otherwise.
+--               arrival or departure). Without fairness "h<head_order>:queued" (no command of
+--               its own): ranks change only when the head moves or somebody leaves.
+--               '' otherwise.
 local inst, ttl, expiry, fence_ms = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local has_state = tonumber(ARGV[6]) > 0 or tonumber(ARGV[7]) > 0
 local stale, asked = tonumber(ARGV[9]), tonumber(ARGV[10])
@@ -149,6 +155,19 @@ if asked > 0 and lost == 0 and queued > 0 and cfg.tmode and cfg.fair then
   for i = 11, 10 + 2 * answer, 2 do
     local t = ARGV[i]
     positions[#positions + 1] = place(t, redis.call('ZCOUNT', tq(t), '-inf', '(' .. ARGV[i + 1]) + 1)
+  end
+elseif asked > 0 and lost == 0 and queued > 0 then
+  -- One FIFO: a waiter's place is its rank, which its order score gives (head_order) unless
+  -- waiters left from the middle (cancels, timeouts, a reaped instance's): then the ranks are
+  -- counted, once per change of the head or of the length (free: both read above).
+  version = 'h' .. int(head_order) .. ':' .. queued
+  if version ~= ARGV[8] then
+    local tail = tonumber(redis.call('ZRANGE', K_QUEUE, -1, -1, 'WITHSCORES')[2])
+    if older > 0 or tail - head_order + 1 ~= queued then
+      for i = 11, 10 + 2 * asked, 2 do
+        positions[#positions + 1] = redis.call('ZCOUNT', K_QUEUE, '-inf', '(' .. ARGV[i + 1]) + 1
+      end
+    end
   end
 end
 local ids = {}
