@@ -887,6 +887,8 @@ void RedisLimiter::heartbeat(bool force) {
     // A state re-created by this heartbeat gets the settings in force now (the
     // cluster-wide ones as last seen), never merely the start-up ones.
     for (auto& f : core::wire_fields(settings_)) args.push_back(std::move(f));
+    args.push_back("fence_seen");
+    args.push_back(std::to_string(fence_seen_ms_));
   }
   if (hook) hook("heartbeat");
   call(scripts::kHeartbeat, std::move(args),
@@ -996,7 +998,20 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const BeatSent& sent, 
         holders_lost = parse_number<std::int64_t>(value).value_or(0);
       } else if (field == "tenants_lost") {
         tenants_lost = parse_number<std::int64_t>(value).value_or(0);
+      } else if (field == "fence_ms") {
+        fence_seen_ms_ = parse_number<std::int64_t>(value).value_or(0);
       }
+    }
+    // Another instance has a longer fence (liveness TTL + heartbeat interval): recovery waits for
+    // the longest, but a Redis-wide stall can still be taken for a crash of the faster instances.
+    if (const auto own = context_->options.fence().count();
+        fence_seen_ms_ > own && !fence_disagreement_logged_) {
+      fence_disagreement_logged_ = true;
+      logs.push_back(fmt::format(
+          "another instance has a longer recovery fence ({} ms, this instance {} ms): its liveness TTL or "
+          "heartbeat interval differs. Recovery after a loss now waits for the longest, but give every "
+          "instance the same [redis] liveness_ttl_ms and heartbeat_ms (docs/faults.md)",
+          fence_seen_ms_, own));
     }
     // A script found the holders key deleted (src/redis/scripts/lib.lua, holders_lost).
     const bool created = integer_of(e[8]) != 0;
@@ -1162,7 +1177,8 @@ void RedisLimiter::send_restore(bool even_if_stopped) {
     if (restore_in_flight_ || (heartbeats_stopped_ && !even_if_stopped)) return;
     restore_in_flight_ = true;
     const auto now = Clock::now();
-    args = {instance_, std::to_string(o.liveness_ttl.count()), std::to_string(o.fence().count()),
+    args = {instance_, std::to_string(o.liveness_ttl.count()),
+            std::to_string(std::max<std::int64_t>(o.fence().count(), fence_seen_ms_)),
             std::to_string(next_n_), std::to_string(holders_.size())};
     for (const auto& [n, holder] : holders_) {
       args.push_back(std::to_string(n));

@@ -292,11 +292,15 @@ class RedisLimiter final : public detail::LimiterImpl {
   std::size_t in_use_ = 0;  // cluster-wide, from the last heartbeat
   std::size_t queued_ = 0;  // cluster-wide, from the last heartbeat
   std::int64_t head_order_ = 0, epoch_ = 0;
-  std::size_t older_ = 0;               // waiters below the epoch (restored from an older state)
-  std::string queue_version_;           // under tenant fairness, as the last heartbeat heard it
-  std::string source_;                  // cfg source as last seen: the Redis the state's grants were made on
-  bool told_unchecked_ = false;         // logged that Redis denies INFO (source empty: rule 14 off)
-  std::int64_t holders_lost_ = -1;      // cfg holders_lost as last seen (-1: not yet seen)
+  std::size_t older_ = 0;           // waiters below the epoch (restored from an older state)
+  std::string queue_version_;       // under tenant fairness, as the last heartbeat heard it
+  std::string source_;              // cfg source as last seen: the Redis the state's grants were made on
+  bool told_unchecked_ = false;     // logged that Redis denies INFO (source empty: rule 14 off)
+  std::int64_t holders_lost_ = -1;  // cfg holders_lost as last seen (-1: not yet seen)
+  /// cfg fence_ms as last seen: the longest fence of the instances (heartbeat.lua). A state this
+  /// instance re-creates, or fences for lost permits, is fenced at least that long.
+  std::int64_t fence_seen_ms_ = 0;
+  bool fence_disagreement_logged_ = false;
   std::int64_t tenants_lost_ = -1;      // cfg tenants_lost as last seen (-1: not yet seen)
   std::vector<std::string> instances_;  // registered instances at the last heartbeat
   // The cluster-wide pace (release.lua measures it in Redis time), as of the

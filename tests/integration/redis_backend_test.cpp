@@ -28,6 +28,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <map>
@@ -979,6 +980,62 @@ TEST(RedisBackendTest, AWaiterLeavingFromTheMiddleMovesThoseBehindItUp) {
     ASSERT_TRUE(wait_until([&] { return queued[i]->done(); }));
     queued[i]->release();
   }
+}
+
+// Instances with different heartbeat intervals and TTLs: the fence of a state
+// re-created after a loss must last until the slowest has re-registered and
+// restored what it runs. Before, it lasted the fence of whichever instance
+// re-created it: after FLUSHALL the fast instance granted its waiter while the
+// slow one still ran its permit (found by a fault run: 6 held with cap 3).
+TEST(RedisBackendTest, AStateReCreatedAfterALossWaitsForTheSlowestInstance) {
+  const std::string name = test_name();
+  auto fast = fast_options();
+  fast.heartbeat_interval = 100ms;
+  fast.liveness_ttl = 600ms;  // fence 0.7 s
+  fast.command_timeout = 300ms;
+  auto slow = fast_options();
+  slow.heartbeat_interval = 1500ms;
+  slow.liveness_ttl = 3000ms;  // fence 4.5 s
+  std::vector<std::string> lines;
+  std::mutex mu;
+  fast.log = [&](std::string_view line) {
+    std::lock_guard lock(mu);
+    lines.emplace_back(line);
+  };
+  Instance a(fast);
+  Instance b(slow);
+  Limiter la = a.open(name, cap(1));
+  Limiter lb = b.open(name, cap(1));
+  auto holder = acquire(lb);
+  ASSERT_TRUE(wait_until([&] { return holder->done(); }));
+  ASSERT_EQ(holder->outcome(), fairgate::Outcome::granted);
+  // a learns b's longer fence from cfg (and says so).
+  ASSERT_TRUE(wait_until(
+      [&] {
+        std::lock_guard lock(mu);
+        return std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+          return l.find("longer recovery fence (4500 ms") != l.npos;
+        });
+      },
+      10s));
+  auto waiter = acquire_queued(la, 30s);
+  // Just after one of b's heartbeats, so that its next comes 1.5 s after the loss.
+  std::atomic<int> beats = 0;
+  b.impl(name)->set_send_hook_for_test([&](std::string_view what) {
+    if (what == "heartbeat") ++beats;
+  });
+  const int before = beats.load();
+  ASSERT_TRUE(wait_until([&] { return beats.load() > before; }, 10s));
+  std::this_thread::sleep_for(150ms);
+  ASSERT_EQ(server().command({"FLUSHALL"}), "OK");
+  // a re-creates the state at once; b beats only every 1.5 s. Nothing may be granted to a
+  // while b's permit runs: the fence holds until b restored it (then the cap is full).
+  std::this_thread::sleep_for(3s);
+  EXPECT_FALSE(waiter->done()) << "granted while the slow instance still held its permit";
+  holder->release();
+  ASSERT_TRUE(wait_until([&] { return waiter->done(); }, 15s));
+  EXPECT_EQ(waiter->outcome(), fairgate::Outcome::granted);
+  waiter->release();
 }
 
 // A restore sent while an acquire is on its way (prepared on the caller's

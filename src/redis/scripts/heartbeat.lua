@@ -10,10 +10,12 @@
 --           tenant fairness it asks for (positions below), the first s of them not counted at
 --           ARGV[8]'s version; without fairness, those it asks the rank of (s unused),
 -- ARGV[11 + 2m ..] the instance's current settings as field, value pairs: a field missing from
---           cfg is filled from them (one by one, never "only if cfg is empty")
+--           cfg is filled from them (one by one, never "only if cfg is empty"); and 'fence_seen',
+--           the cfg fence_ms this instance last saw (a re-created state is fenced for the longer
+--           of it and ARGV[5]), never stored
 -- Creates the state when it is gone (see lib.lua: new epoch, arrival counter moved past every
--- older order score, fenced for ARGV[5] ms). Extends this instance's liveness — even if it had
--- run out, as long as nobody reaped it: an instance never reaps itself. If no liveness ran
+-- older order score, fenced for ARGV[5] ms or the longer fence_seen). Extends this instance's
+-- liveness — even if it had run out, as long as nobody reaped it: an instance never reaps itself. If no liveness ran
 -- past now, Redis was away (nobody could reach it for a TTL): every liveness is extended
 -- instead of reaping. Then reaps dead instances and dispatches (so a crashed holder's permits
 -- move on without waiting for a new arrival).
@@ -64,20 +66,30 @@ local h = hash_of(flat)
 local created, changed = 0, false
 if not h.epoch then
   local epoch = now * 1000
-  redis.call('HSET', K_CFG, 'epoch', int(epoch), 'fence_until', int(fence_ms > 0 and now + fence_ms or 0),
+  -- Fenced as long as the longest fence this instance last saw in cfg (another instance's, with a
+  -- longer TTL or heartbeat: it must re-register before anything is granted), or its own.
+  local create_fence = fence_ms
+  for i = settings_from, #ARGV - 1, 2 do
+    if ARGV[i] == 'fence_seen' then create_fence = math.max(create_fence, tonumber(ARGV[i + 1]) or 0) end
+  end
+  redis.call('HSET', K_CFG, 'epoch', int(epoch), 'fence_until', int(create_fence > 0 and now + create_fence or 0),
              'fence_credit', 0, 'source', replication_id() or '', 'holders_mark', '1')
   redis.call('ZADD', K_HOLDERS, 0, HOLDERS_MARK)
   local seq = tonumber(redis.call('GET', K_SEQ) or '0')
   if seq < epoch then redis.call('SET', K_SEQ, int(epoch)) end
   created, changed = 1, true
 end
--- How long a switch of Redis fences the state ("Which Redis" in lib.lua): this instance's fence.
-if h.fence_ms ~= ARGV[5] then
-  redis.call('HSET', K_CFG, 'fence_ms', ARGV[5])
+-- How long a loss or a switch of Redis fences the state ("Which Redis" in lib.lua): the longest
+-- of the instances' fences (their liveness TTL + heartbeat interval), so that the slowest has
+-- re-registered and restored before anything more is granted. Raised by any instance; only the
+-- instance that set it lowers it (its settings changed).
+local cfg_fence = tonumber(h.fence_ms or '')
+if cfg_fence == nil or cfg_fence < fence_ms or (h.fence_by == inst and cfg_fence ~= fence_ms) then
+  redis.call('HSET', K_CFG, 'fence_ms', ARGV[5], 'fence_by', inst)
   changed = true
 end
 for i = settings_from, #ARGV - 1, 2 do
-  if h[ARGV[i]] == nil then
+  if h[ARGV[i]] == nil and ARGV[i] ~= 'fence_seen' then
     redis.call('HSET', K_CFG, ARGV[i], ARGV[i + 1])
     changed = true
   end
