@@ -465,7 +465,12 @@ bool pass_through_header(http::response_parser<http::buffer_body>& parser, const
 awaitable<bool> relay_plain(Call& c, Exchange& x, unsigned status) {
   Session& s = c.s;
   auto& res = x.parser().get();
-  const bool client_keep = pass_through_header(x.parser(), c.req, c.extra);
+  bool client_keep = pass_through_header(x.parser(), c.req, c.extra);
+  if (s.shared->stopping.load()) {
+    // Draining (docs/serve.md, "Shutdown"): the connection closes after this answer, and says so.
+    res.keep_alive(false);
+    client_keep = false;
+  }
   x.give_back(c.route);
   http::response_serializer<http::buffer_body> sr{res};
   s.stream.expires_after(s.shared->config.server.write_timeout);

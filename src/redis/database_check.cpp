@@ -151,8 +151,8 @@ struct Refusal {
 };
 constexpr std::array<Refusal, 5> kRefusals{{
     {"OOM ",
-     " is out of memory (OOM: used memory above maxmemory, policy noeviction): it refuses every command "
-     "that would add data, so arrivals cannot queue and heartbeats fail",
+     " is out of memory (OOM: used memory above maxmemory, and nothing it may evict frees enough): it "
+     "refuses every command that would add data, so arrivals cannot queue and heartbeats fail",
      "Free memory or raise maxmemory"},
     {"MISCONF ",
      " refuses writes (MISCONF: its last RDB snapshot failed and stop-writes-on-bgsave-error is on): "

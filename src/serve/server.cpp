@@ -756,7 +756,16 @@ void finish_request(Session& s, beast::string_view method, beast::string_view ta
     const std::string_view path = target_path(std::string_view(target.data(), target.size()));
     AccessEntry e;
     e.method = method.empty() ? std::string_view("-") : std::string_view(method.data(), method.size());
-    e.path = path.substr(0, 256);
+    // A permit's token is a secret (it releases the permit): only its first characters are shown.
+    std::string shown(path.substr(0, 256));
+    constexpr std::string_view kPermits = "/v1/permits/";
+    if (shown.starts_with(kPermits)) {
+      constexpr std::size_t kShown = 6;
+      const auto end = std::min(shown.find('/', kPermits.size()), shown.size());
+      if (end - kPermits.size() > kShown)
+        shown.replace(kPermits.size() + kShown, end - kPermits.size() - kShown, "\u2026");
+    }
+    e.path = shown;
     e.status = s.record.status;
     e.duration_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
@@ -840,7 +849,8 @@ awaitable<void> serve_connection(std::shared_ptr<Session> self) {
     if (s.buffer.size() == 0) s.buffer.shrink_to_fit();
     const bool keep = co_await handle(self, req);
     finish_request(s, req.method_string(), req.target(), started);
-    if (!keep || !req.keep_alive()) co_return;
+    // Draining: every answer since it began said Connection: close (send, relay_plain).
+    if (!keep || !req.keep_alive() || sh.stopping.load()) co_return;
   }
 }
 

@@ -45,6 +45,9 @@ void add_cors_headers(const Session& s, Fields& fields) {
 
 awaitable<bool> send(Session& s, Response res) {
   add_cors_headers(s, res);
+  // Draining (docs/serve.md, "Shutdown"): the connection closes after this answer (the
+  // session loop stops), and says so.
+  if (s.shared->stopping.load()) res.keep_alive(false);
   s.record.status = res.result_int();
   s.stream.expires_after(s.shared->config.server.write_timeout);
   auto [ec, n] = co_await http::async_write(s.stream, res, nothrow);

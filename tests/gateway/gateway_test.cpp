@@ -897,9 +897,18 @@ TEST(GatewayMemory, SigtermLetsAStreamInFlightFinishThenExitsZero) {
                 {});
   RawHttp c(gateway.url());
   ASSERT_TRUE(c.send(chat_request("/v1/chat/completions", "hello", true)));
+  // And a keep-alive client whose whole answer comes after the signal: it must say
+  // Connection: close, since the drain closes the connection after it.
+  RawHttp kept(gateway.url());
+  std::string keep_alive = chat_request("/v1/chat/completions", "hello", false);
+  keep_alive.erase(keep_alive.find("Connection: close\r\n"), std::string("Connection: close\r\n").size());
+  ASSERT_TRUE(kept.send(keep_alive));
   ASSERT_TRUE(c.read_until("t1 ", kSanitized ? 60s : 20s)) << c.text();
   const auto signalled = Clock::now();
   ASSERT_EQ(::kill(gateway.pid(), SIGTERM), 0);
+  EXPECT_TRUE(kept.read_until("", grace)) << kept.text();
+  EXPECT_EQ(kept.text().rfind("HTTP/1.1 200", 0), 0u) << kept.text().substr(0, 400);
+  EXPECT_TRUE(has(kept.text(), "Connection: close\r\n")) << kept.text().substr(0, 400);
   EXPECT_TRUE(c.read_until("", grace)) << "the stream did not end within the grace";
   const auto streamed = Clock::now();
   const std::string& text = c.text();

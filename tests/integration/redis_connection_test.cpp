@@ -509,8 +509,9 @@ TEST(RedisRefusal, EachKindIsNamedWithItsFix) {
   const std::string doc = " (docs/faults.md, \"Redis refuses writes\")";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"OOM command not allowed when used memory > 'maxmemory'. script: 0f, on @user_script:495.",
-       "Redis at 10.0.0.7:6380 is out of memory (OOM: used memory above maxmemory, policy noeviction): it "
-       "refuses every command that would add data, so arrivals cannot queue and heartbeats fail" +
+       "Redis at 10.0.0.7:6380 is out of memory (OOM: used memory above maxmemory, and nothing it may evict "
+       "frees enough): it refuses every command that would add data, so arrivals cannot queue and heartbeats "
+       "fail" +
            tail + "Free memory or raise maxmemory" + doc},
       {"MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk.",
        "Redis at 10.0.0.7:6380 refuses writes (MISCONF: its last RDB snapshot failed and "

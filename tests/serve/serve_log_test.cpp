@@ -215,6 +215,23 @@ TEST(ServeLog, TextLinesCarryTimeAndLevelAndEveryRequestGetsAnAccessLine) {
 
   EXPECT_EQ(get(serve.url(), "/v1/limiters/nope").rfind("HTTP/1.1 404", 0), 0u);
   ASSERT_TRUE(serve.wait_for_text("access: GET /v1/limiters/nope 404", 5s)) << serve.all();
+
+  // A permit's token is a secret (whoever has it can release the permit): the access log
+  // shows its first characters only, on renew and release alike (lines in order).
+  const auto at = granted.find("\"permit\":\"");
+  ASSERT_NE(at, std::string::npos) << granted;
+  const std::string token = granted.substr(at + 10, granted.find('"', at + 10) - at - 10);
+  ASSERT_GT(token.size(), 12u) << token;
+  EXPECT_EQ(
+      http_exchange(serve.url(), request("POST", "/v1/permits/" + token + "/renew")).rfind("HTTP/1.1 200", 0),
+      0u);
+  EXPECT_EQ(http_exchange(serve.url(), request("DELETE", "/v1/permits/" + token)).rfind("HTTP/1.1 204", 0),
+            0u);
+  ASSERT_TRUE(serve.wait_for_text("access: POST /v1/permits/" + token.substr(0, 6) + "\u2026/renew 200", 5s))
+      << serve.all();
+  ASSERT_TRUE(serve.wait_for_text("access: DELETE /v1/permits/" + token.substr(0, 6) + "\u2026 204", 5s))
+      << serve.all();
+  EXPECT_EQ(serve.all().find(token), std::string::npos) << "the token was logged:\n" << serve.all();
   EXPECT_EQ(serve.terminate(), 0);
   EXPECT_NE(serve.all().find(" info fairgate serve: stopped (SIGTERM)"), std::string::npos) << serve.all();
 }
