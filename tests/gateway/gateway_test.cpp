@@ -464,6 +464,17 @@ TEST(GatewayMemory, HttpsUpstreamConnectionsArePooled) {
   EXPECT_EQ(mock.terminate(), 0);
 }
 
+/// Accepts connections on `listen` and hands each to `on_accept`, until `stop`.
+template <class OnAccept>
+void accept_until(int listen, const std::atomic<bool>& stop, OnAccept on_accept) {
+  while (!stop) {
+    pollfd p{listen, POLLIN, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    const int fd = ::accept4(listen, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0) on_accept(fd);
+  }
+}
+
 /// An https:// server on a free loopback port whose answers end with the
 /// connection (no Content-Length, not chunked): it closes after TLS close_notify,
 /// or without it (as many servers do), or — `cut_short` — declares 100 bytes,
@@ -476,15 +487,7 @@ class ClosingTlsServer {
   ClosingTlsServer(const TestPki& pki, End end) : end_(end), context_(boost::asio::ssl::context::tls_server) {
     context_.use_certificate_chain_file(pki.file("server.crt"));
     context_.use_private_key_file(pki.file("server.key"), boost::asio::ssl::context::pem);
-    listen_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (listen_ < 0 || ::bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-        ::listen(listen_, 8) != 0 || ::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-      throw std::runtime_error("cannot listen on loopback");
-    port_ = ntohs(a.sin_port);
+    listen_ = listen_loopback(port_, 8);
     thread_ = std::thread([this] { run(); });
   }
   ~ClosingTlsServer() {
@@ -496,12 +499,7 @@ class ClosingTlsServer {
 
  private:
   void run() {
-    while (!stop_) {
-      pollfd p{listen_, POLLIN, 0};
-      if (::poll(&p, 1, 50) <= 0) continue;
-      const int fd = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd >= 0) answer(fd);
-    }
+    accept_until(listen_, stop_, [this](int fd) { answer(fd); });
   }
   void answer(int fd) {
     namespace net = boost::asio;
@@ -535,7 +533,7 @@ class ClosingTlsServer {
   End end_;
   boost::asio::ssl::context context_;
   int listen_ = -1;
-  int port_ = 0;
+  std::uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -596,15 +594,7 @@ class ScriptedUpstream {
  public:
   using Answer = std::function<bool(int fd, const std::string& request)>;
   explicit ScriptedUpstream(Answer answer) : answer_(std::move(answer)) {
-    listen_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (listen_ < 0 || ::bind(listen_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-        ::listen(listen_, 16) != 0 || ::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-      throw std::runtime_error("cannot listen on loopback");
-    port_ = ntohs(a.sin_port);
+    listen_ = listen_loopback(port_);
     accept_ = std::thread([this] { run(); });
   }
   ~ScriptedUpstream() {
@@ -629,12 +619,7 @@ class ScriptedUpstream {
 
  private:
   void run() {
-    while (!stop_) {
-      pollfd p{listen_, POLLIN, 0};
-      if (::poll(&p, 1, 50) <= 0) continue;
-      const int fd = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd >= 0) connections_.emplace_back([this, fd] { serve(fd); });
-    }
+    accept_until(listen_, stop_, [this](int fd) { connections_.emplace_back([this, fd] { serve(fd); }); });
   }
   void serve(int fd) {
     std::string in;
