@@ -246,9 +246,9 @@ awaitable<void> body_failed(Call& c, const Exchange& x) {
           : fmt::format("the upstream {} broke off its answer", c.route.config.upstream);
   upstream_failed(c.s, c.route, 0, message);
   if (!c.header_sent) co_return;
-  const std::string event =
-      stream_error(openai_error(message, "upstream_error", timeout ? "upstream_timeout" : "upstream_error"));
-  co_await send_raw(c.s, event);
+  const UpstreamFailure f{timeout ? http::status::gateway_timeout : http::status::bad_gateway,
+                          timeout ? "upstream_timeout" : "upstream_error", message};
+  co_await send_upstream_failure(c.s, c.req, true, f);  // an error event
 }
 
 /// The next piece of a relayed body, seen by the usage tap; the upstream

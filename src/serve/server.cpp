@@ -756,16 +756,19 @@ void finish_request(Session& s, beast::string_view method, beast::string_view ta
     const std::string_view path = target_path(std::string_view(target.data(), target.size()));
     AccessEntry e;
     e.method = method.empty() ? std::string_view("-") : std::string_view(method.data(), method.size());
+    e.path = path.substr(0, 256);
     // A permit's token is a secret (it releases the permit): only its first characters are shown.
-    std::string shown(path.substr(0, 256));
+    std::string shown;
     constexpr std::string_view kPermits = "/v1/permits/";
-    if (shown.starts_with(kPermits)) {
-      constexpr std::size_t kShown = 6;
-      const auto end = std::min(shown.find('/', kPermits.size()), shown.size());
-      if (end - kPermits.size() > kShown)
-        shown.replace(kPermits.size() + kShown, end - kPermits.size() - kShown, "\u2026");
+    constexpr std::size_t kShown = 6;
+    if (e.path.starts_with(kPermits)) {
+      const auto end = std::min(e.path.find('/', kPermits.size()), e.path.size());
+      if (end - kPermits.size() > kShown) {
+        shown = std::string(e.path.substr(0, kPermits.size() + kShown)) + "\u2026" +
+                std::string(e.path.substr(end));
+        e.path = shown;
+      }
     }
-    e.path = shown;
     e.status = s.record.status;
     e.duration_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
