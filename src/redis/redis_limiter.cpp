@@ -889,6 +889,8 @@ void RedisLimiter::heartbeat(bool force) {
     for (auto& f : core::wire_fields(settings_)) args.push_back(std::move(f));
     args.push_back("fence_seen");
     args.push_back(std::to_string(fence_seen_ms_));
+    args.push_back("queue_seen");
+    args.push_back(queue_seen_);
   }
   if (hook) hook("heartbeat");
   call(scripts::kHeartbeat, std::move(args),
@@ -1103,6 +1105,10 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const BeatSent& sent, 
         clean_extras_ = true;  // one that should have left
     }
     if (mismatch || clean_extras_) restore_needed_ = true;
+    // Until a restore put back what was missing, every heartbeat counts the queue again.
+    queue_seen_ = lost || restore_needed_ || restore_in_flight_
+                      ? std::string()
+                      : fmt::format("h{}:{}", integer_of(e[2]), integer_of(e[3]));
     if (!lost && !settings_.enabled && settings_.when_disabled == DisabledMode::reject)
       end_all_disabled_locked();
 

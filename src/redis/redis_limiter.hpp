@@ -294,6 +294,9 @@ class RedisLimiter final : public detail::LimiterImpl {
   std::int64_t head_order_ = 0, epoch_ = 0;
   std::size_t older_ = 0;           // waiters below the epoch (restored from an older state)
   std::string queue_version_;       // under tenant fairness, as the last heartbeat heard it
+  /// The queue ("h<head_order>:<queued>") as the last heartbeat found it whole, or '' (not known,
+  /// or a loss to restore): heartbeat.lua counts it against its index only when it changed.
+  std::string queue_seen_;
   std::string source_;              // cfg source as last seen: the Redis the state's grants were made on
   bool told_unchecked_ = false;     // logged that Redis denies INFO (source empty: rule 14 off)
   std::int64_t holders_lost_ = -1;  // cfg holders_lost as last seen (-1: not yet seen)

@@ -1110,6 +1110,41 @@ CommandCount command_count() {
   return c;
 }
 
+// An instance with waiters checks that the queue still holds them (I5: as many queued as
+// indexed) only when the queue changed since its last heartbeat found it whole: an idle queue
+// costs the heartbeat nothing more (the W4 figure, docs/bench.md), a deleted one is still found.
+TEST_F(RedisScriptsTest, TheQueueIsCheckedAgainstItsIndexOnlyWhenItChanged) {
+  heartbeat("a", 1, 60000);
+  heartbeat("b", 1, 60000);
+  ASSERT_EQ(acquire("a", 1).elements.at(0).str, "granted");
+  const auto o2 = acquire("a", 2).elements.at(1).integer;
+  const auto o3 = acquire("a", 3).elements.at(1).integer;
+  const auto beat = [&](const std::string& queue_seen) {
+    const auto before = command_count().all;
+    Reply r = heartbeat("a", 1, 60000, "", 1, 0, {"queue_seen", queue_seen});
+    return std::make_pair(command_count().all - before - 1, std::move(r));
+  };
+  const auto [unknown, first] = beat("");
+  EXPECT_EQ(first.elements.at(11).integer, 2);
+  const std::string seen =
+      "h" + std::to_string(first.elements.at(2).integer) + ":" + std::to_string(first.elements.at(3).integer);
+  EXPECT_EQ(seen, "h" + std::to_string(o2) + ":2");
+  const auto [same, unchanged] = beat(seen);
+  EXPECT_EQ(unchanged.elements.at(11).integer, 2);
+  EXPECT_EQ(same, unknown - 1) << "the queue as last seen: not counted against its index";
+  EXPECT_EQ(beat("h" + std::to_string(o2) + ":3").first, unknown) << "another length: counted";
+
+  // Deleted, then refilled to the same length by later arrivals: the head moved.
+  ASSERT_EQ(server().command({"DEL", keys_[2]}), "1");
+  ASSERT_EQ(acquire("b", 1).elements.at(0).str, "queued");
+  ASSERT_EQ(acquire("b", 2).elements.at(0).str, "queued");
+  const auto [cost, found] = beat(seen);
+  EXPECT_EQ(found.elements.at(3).integer, 2);
+  EXPECT_EQ(found.elements.at(11).integer, 0) << "neither a|2 nor a|3 is queued any more";
+  restore_of("a", 0, {1}, {{2, o2}, {3, o3}});
+  EXPECT_EQ(beat("").second.elements.at(11).integer, 2) << "whole again";
+}
+
 // The cost of a grant inside Redis must not grow with the number of waiters
 // (docs/design.md F6): counted from INFO commandstats, not timed.
 TEST_F(RedisScriptsTest, CommandsPerGrantStayFlatFrom10To1000Waiters) {

@@ -10,9 +10,11 @@
 --           tenant fairness it asks for (positions below), the first s of them not counted at
 --           ARGV[8]'s version; without fairness, those it asks the rank of (s unused),
 -- ARGV[11 + 2m ..] the instance's current settings as field, value pairs: a field missing from
---           cfg is filled from them (one by one, never "only if cfg is empty"); and 'fence_seen',
---           the cfg fence_ms this instance last saw (a re-created state is fenced for the longer
---           of it and ARGV[5]), never stored
+--           cfg is filled from them (one by one, never "only if cfg is empty"); and, never stored:
+--           'fence_seen', the cfg fence_ms this instance last saw (a re-created state is fenced
+--           for the longer of it and ARGV[5]); 'queue_seen', the queue as this instance's last
+--           heartbeat found it whole, "h<head_order>:<queued>" ('' or absent: not known), so that
+--           a queue that did not change is not counted against its index again (below)
 -- Creates the state when it is gone (see lib.lua: new epoch, arrival counter moved past every
 -- older order score, fenced for ARGV[5] ms or the longer fence_seen). Extends this instance's
 -- liveness — even if it had run out, as long as nobody reaped it: an instance never reaps itself. If no liveness ran
@@ -61,6 +63,10 @@ local has_state = tonumber(ARGV[6]) > 0 or tonumber(ARGV[7]) > 0
 local stale, asked = tonumber(ARGV[9]), tonumber(ARGV[10])
 local settings_from = 11 + 2 * asked
 local now = now_ms()
+local seen = {}  -- the fields of ARGV[11 + 2m ..] that are not settings
+for i = settings_from, #ARGV - 1, 2 do
+  if ARGV[i] == 'fence_seen' or ARGV[i] == 'queue_seen' then seen[ARGV[i]] = ARGV[i + 1] end
+end
 local flat = redis.call('HGETALL', K_CFG)
 local h = hash_of(flat)
 local created, changed = 0, false
@@ -68,10 +74,7 @@ if not h.epoch then
   local epoch = now * 1000
   -- Fenced as long as the longest fence this instance last saw in cfg (another instance's, with a
   -- longer TTL or heartbeat: it must re-register before anything is granted), or its own.
-  local create_fence = fence_ms
-  for i = settings_from, #ARGV - 1, 2 do
-    if ARGV[i] == 'fence_seen' then create_fence = math.max(create_fence, tonumber(ARGV[i + 1]) or 0) end
-  end
+  local create_fence = math.max(fence_ms, tonumber(seen.fence_seen or '') or 0)
   redis.call('HSET', K_CFG, 'epoch', int(epoch), 'fence_until', int(create_fence > 0 and now + create_fence or 0),
              'fence_credit', 0, 'source', replication_id() or '', 'holders_mark', '1')
   redis.call('ZADD', K_HOLDERS, 0, HOLDERS_MARK)
@@ -89,7 +92,7 @@ if cfg_fence == nil or cfg_fence < fence_ms or (h.fence_by == inst and cfg_fence
   changed = true
 end
 for i = settings_from, #ARGV - 1, 2 do
-  if h[ARGV[i]] == nil and ARGV[i] ~= 'fence_seen' then
+  if h[ARGV[i]] == nil and seen[ARGV[i]] == nil then
     redis.call('HSET', K_CFG, ARGV[i], ARGV[i + 1])
     changed = true
   end
@@ -136,10 +139,16 @@ end
 local head = redis.call('ZRANGE', K_QUEUE, 0, 0, 'WITHSCORES')
 local head_order = head[2] and tonumber(head[2]) or 0
 local queued = head[2] and redis.call('ZCARD', K_QUEUE) or 0
-if my_waiters > 0 and queued < redis.call('ZCARD', K_BYINST) then
+local queue_now = 'h' .. int(head_order) .. ':' .. queued
+if my_waiters > 0 and queue_now ~= seen.queue_seen and queued < redis.call('ZCARD', K_BYINST) then
   -- Fewer queued than indexed (I5 says as many): the queue key was deleted (evicted, DEL).
   -- Only this instance's waiters still in the queue count, so it restores the others (restore.lua
-  -- puts them back at their place).
+  -- puts them back at their place). Not counted while the queue's head and length are as this
+  -- instance's last heartbeat found them whole (an idle queue costs nothing more): a deleted
+  -- queue changes them, since what arrives after has order scores above every lost waiter's
+  -- (next_order). Only a queue and its seq key deleted together, then refilled within a beat to
+  -- the same length from the same first score, would look unchanged: the check waits for the
+  -- queue's next arrival or departure then.
   local lo, hi = range_of(inst)
   my_waiters = 0
   for _, member in ipairs(redis.call('ZRANGEBYLEX', K_BYINST, lo, hi)) do
@@ -172,7 +181,7 @@ elseif asked > 0 and lost == 0 and queued > 0 then
   -- One FIFO: a waiter's place is its rank, which its order score gives (head_order) unless
   -- waiters left from the middle (cancels, timeouts, a reaped instance's): then the ranks are
   -- counted, once per change of the head or of the length (free: both read above).
-  version = 'h' .. int(head_order) .. ':' .. queued
+  version = queue_now
   if version ~= ARGV[8] then
     local tail = tonumber(redis.call('ZRANGE', K_QUEUE, -1, -1, 'WITHSCORES')[2])
     if older > 0 or tail - head_order + 1 ~= queued then
