@@ -168,6 +168,10 @@ struct EngineStatus {
   /// limiter deleted (tenant fairness, max_per_tenant) and rebuilt them all
   /// from the queue and the permits (docs/design.md, recovery rule 15).
   std::uint64_t tenant_keys_rebuilt = 0;
+  /// Heartbeats that found this instance's liveness in Redis set by another
+  /// process, again and again: two processes run with one instance id, which
+  /// breaks the cap (docs/faults.md). Logged as an error.
+  std::uint64_t instance_id_shared = 0;
   std::chrono::milliseconds fenced_time{0};  ///< time seen fenced in all
   /// Permits this instance put back although the cap was already reached (its
   /// work kept running while Redis had reaped it: a pause or a partition

@@ -226,12 +226,12 @@ class Worker : public std::enable_shared_from_this<Worker> {
         R"({{"ev":"status","t":{},"degraded":{},"local_cap":{},"fence_left_ms":{},"restores":{},"recreations":{},"redis_switches":{},)"
         R"("degraded_entries":{},"overshoot_restored":{},"settings_source":"{}","in_use":{},"queued":{},)"
         R"("holders":{},"waiters":{},"max_concurrent":{},"lost_wakes_recovered":{},"orphans_released":{},)"
-        R"("error_replies":{},"command_timeouts":{},"disconnects":{},"held":{},"waiting":{}}})",
+        R"("error_replies":{},"command_timeouts":{},"disconnects":{},"instance_id_shared":{},"held":{},"waiting":{}}})",
         now_ns(), e.degraded ? "true" : "false", e.local_cap, e.fence_left.count(), e.restores,
         e.state_recreations, e.redis_switches, e.degraded_entries, e.overshoot_restored, e.settings_source,
         snap.in_use, snap.queued, snap.holders.size(), snap.waiters.size(), snap.settings.max_concurrent,
         impl_ ? impl_->lost_wakes_recovered() : 0, impl_ ? impl_->orphans_released() : 0,
-        health.error_replies, health.timeouts, health.disconnects, held, waiting));
+        health.error_replies, health.timeouts, health.disconnects, e.instance_id_shared, held, waiting));
   }
 
   /// With `announce`, the release is on the wire before Redis can hand the

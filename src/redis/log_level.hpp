@@ -1,6 +1,7 @@
 // redis/log_level.hpp — the level of a Redis backend message for the
-// library's log sink (fairgate/log.hpp): problems (failures, degraded mode,
-// fences, lost connections) are warnings, other state changes information.
+// library's log sink (fairgate/log.hpp): a setup that breaks the cap is an
+// error, problems (failures, degraded mode, fences, lost connections) are
+// warnings, other state changes information.
 #pragma once
 
 #include <fairgate/log.hpp>
@@ -11,6 +12,7 @@
 namespace fairgate::redis {
 
 inline LogLevel level_of(std::string_view line) noexcept {
+  if (line.find("the cap does not hold") != std::string_view::npos) return LogLevel::error;
   static constexpr std::array<std::string_view, 20> kProblems = {"fail",
                                                                  "degraded",
                                                                  "unexpected",

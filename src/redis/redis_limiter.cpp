@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
@@ -871,6 +872,7 @@ void RedisLimiter::heartbeat(bool force) {
     }
     sent.acquires = acquires_decided_;
     sent.cancels = cancels_decided_;
+    sent.restores = restores_sent_;
     hook = send_hook_;
     // Every expiry_every()-th beat: the keys' expiry (-1: none), with the housekeeping
     // that rides with it (heartbeat.lua).
@@ -902,6 +904,8 @@ void RedisLimiter::heartbeat(bool force) {
          {
            std::lock_guard lock(me.mu_);
            me.heartbeat_in_flight_ = false;
+           // A heartbeat that failed may still have run (a timeout): its deadline is not known.
+           if (ec || !has_shape(reply, kHeartbeat)) me.liveness_set_ = 0;
          }
          if (ec || !has_shape(reply, kHeartbeat)) {
            me.context_->count_failure(ec);
@@ -1105,6 +1109,30 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const BeatSent& sent, 
         clean_extras_ = true;  // one that should have left
     }
     if (mismatch || clean_extras_) restore_needed_ = true;
+    // Another process heartbeating with this instance id sets its deadline between two of
+    // ours, beat after beat: 3 of the last 10 are not a one-off. Not judged: a deadline not
+    // known (after a heartbeat that failed but may have run, or a restore, which sets one of its
+    // own) or none (a new state). Another instance's script extending every liveness after an
+    // outage moves it once. Nothing in Redis tells the two apart, so the cap cannot hold: said
+    // loudly.
+    if (e.size() > 18) {
+      const bool away = integer_of(e[9]) != 0;
+      const std::int64_t found = integer_of(e[18]);
+      const bool moved = !lost && !away && liveness_set_ > 0 && found > 0 && found != liveness_set_;
+      liveness_moved_ = static_cast<std::uint16_t>(((liveness_moved_ << 1) | (moved ? 1 : 0)) & 0x3ff);
+      const bool restored = restore_in_flight_ || restores_sent_ != sent.restores;
+      liveness_set_ = lost || restored ? 0 : integer_of(e[15]) + context_->options.liveness_ttl.count();
+      if (moved && std::popcount(liveness_moved_) >= 3) {
+        if (engine_.instance_id_shared++ % 60 == 0) {
+          logs.push_back(fmt::format(
+              "another process heartbeats as instance '{}' (its liveness in Redis was set by someone "
+              "else in {} of the last 10 heartbeats): two processes share one instance id, so each "
+              "takes the other's permits for its own and the cap does not hold. Give every process "
+              "its own id (--instance, FAIRGATE_INSTANCE), or leave it unset for a generated one",
+              instance_, std::popcount(liveness_moved_)));
+        }
+      }
+    }
     // Until a restore put back what was missing, every heartbeat counts the queue again.
     queue_seen_ = lost || restore_needed_ || restore_in_flight_
                       ? std::string()
@@ -1182,6 +1210,7 @@ void RedisLimiter::send_restore(bool even_if_stopped) {
     std::lock_guard lock(mu_);
     if (restore_in_flight_ || (heartbeats_stopped_ && !even_if_stopped)) return;
     restore_in_flight_ = true;
+    ++restores_sent_;  // it registers this instance with a deadline of its own
     const auto now = Clock::now();
     args = {instance_, std::to_string(o.liveness_ttl.count()),
             std::to_string(std::max<std::int64_t>(o.fence().count(), fence_seen_ms_)),

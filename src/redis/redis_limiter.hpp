@@ -226,6 +226,7 @@ class RedisLimiter final : public detail::LimiterImpl {
     std::uint64_t cancels = 0;         // cancels_decided_ then
     std::vector<std::uint64_t> asked;  // waiters whose positions under fairness it asks for
     std::uint64_t beat = 0;            // its number
+    std::uint64_t restores = 0;        // restores_sent_ then
   };
   void on_heartbeat_reply(const Reply& reply, const BeatSent& sent, std::uint64_t generation);
   void send_restore(bool even_if_stopped = false);
@@ -292,11 +293,18 @@ class RedisLimiter final : public detail::LimiterImpl {
   std::size_t in_use_ = 0;  // cluster-wide, from the last heartbeat
   std::size_t queued_ = 0;  // cluster-wide, from the last heartbeat
   std::int64_t head_order_ = 0, epoch_ = 0;
-  std::size_t older_ = 0;           // waiters below the epoch (restored from an older state)
-  std::string queue_version_;       // under tenant fairness, as the last heartbeat heard it
+  std::size_t older_ = 0;      // waiters below the epoch (restored from an older state)
+  std::string queue_version_;  // under tenant fairness, as the last heartbeat heard it
   /// The queue ("h<head_order>:<queued>") as the last heartbeat found it whole, or '' (not known,
   /// or a loss to restore): heartbeat.lua counts it against its index only when it changed.
   std::string queue_seen_;
+  /// Who else moves this instance's liveness deadline (docs/faults.md, "Two processes with the
+  /// same instance id"): the deadline the last heartbeat set (Redis ms; 0: not known, as after a
+  /// failed heartbeat or a restore, which may have set another), and whether each of the last 10
+  /// heartbeats found another value (bit 0 the latest).
+  std::int64_t liveness_set_ = 0;
+  std::uint16_t liveness_moved_ = 0;
+  std::uint64_t restores_sent_ = 0;
   std::string source_;              // cfg source as last seen: the Redis the state's grants were made on
   bool told_unchecked_ = false;     // logged that Redis denies INFO (source empty: rule 14 off)
   std::int64_t holders_lost_ = -1;  // cfg holders_lost as last seen (-1: not yet seen)

@@ -52,8 +52,9 @@ inline constexpr std::string_view kConfigured = "s[ss]";  // {'ok', the cfg hash
 /// lost, held, head_order, queued, in_use, the cfg hash, reaped, granted,
 /// created, away, fence_left, my_waiters, epoch, older, instances, Redis' now,
 /// positions (under tenant fairness, of the waiters asked about), the queue's
-/// version (under tenant fairness, while waiters are asked about; else '').
-inline constexpr std::string_view kHeartbeat = "i[s]iii[ss]iiiiiiii[s]|i[i]s";
+/// version (under tenant fairness, while waiters are asked about; else ''), this
+/// instance's liveness deadline as the call found it.
+inline constexpr std::string_view kHeartbeat = "i[s]iii[ss]iiiiiiii[s]|i[i]si";
 /// 'ok', permits, waiters, granted, orders (n, order), held, in_use,
 /// fence_left, was_registered, fenced, released (the orphans released).
 inline constexpr std::string_view kRestored = "sii[i][ii][s]iiii[s]";

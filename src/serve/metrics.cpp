@@ -70,6 +70,10 @@ void render_limiter_state(std::string& out, const std::vector<Snapshot>& snaps) 
           "Times this instance saw a tenant key of the limiter found deleted in Redis (evicted, or a DEL): "
           "the tenant keys rebuilt from the queue and the permits.",
           [](const Snapshot& s) { return s.engine.tenant_keys_rebuilt; });
+  counter("fairgate_instance_id_shared_total",
+          "Heartbeats that found this instance's liveness in Redis set by another process with the same "
+          "instance id (the cap does not hold: give each process its own id).",
+          [](const Snapshot& s) { return s.engine.instance_id_shared; });
   counter("fairgate_overshoot_restored_total",
           "Permits this instance restored above the cap (its work outlived its liveness in Redis).",
           [](const Snapshot& s) { return s.engine.overshoot_restored; });

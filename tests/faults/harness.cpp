@@ -409,6 +409,15 @@ Report Cluster::finish(milliseconds timeout, bool expect_unavailable, bool overs
         std::chrono::duration_cast<std::chrono::nanoseconds>(options_.ttl + 3 * options_.heartbeat).count();
     while (bench::now_ns() < reaped_by) std::this_thread::sleep_for(milliseconds(20));
   }
+  // No fault may look like a second process with an instance's id (RedisLimiter's check).
+  for (auto* w : live()) {
+    const auto st = w->status(milliseconds(2000));
+    if (st && st->at("instance_id_shared").to_number<std::int64_t>() != 0)
+      r.problems.push_back(
+          fmt::format("{}: took the fault for another process with its instance id ({} "
+                      "heartbeats)",
+                      w->id(), st->at("instance_id_shared").to_number<std::int64_t>()));
+  }
   for (auto* w : live()) {
     if (!w->exit(std::chrono::seconds(20))) r.problems.push_back(w->id() + ": did not exit cleanly");
   }

@@ -16,7 +16,9 @@
 //    (the workloads' max wait is far longer than any fault: a waiter that
 //    waits past it while permits are free, or a hiccup turned into a
 //    rejection, shows here) — unless the run expects it (policy closed);
-//  * Redis holds 0 permits and 0 waiters once every instance has left.
+//  * Redis holds 0 permits and 0 waiters once every instance has left;
+//  * no instance took the fault for another process with its instance id
+//    (EngineStatus::instance_id_shared 0).
 #pragma once
 
 #include "bench/fleet.hpp"

@@ -987,6 +987,48 @@ TEST(RedisBackendTest, AWaiterLeavingFromTheMiddleMovesThoseBehindItUp) {
 // restored what it runs. Before, it lasted the fence of whichever instance
 // re-created it: after FLUSHALL the fast instance granted its waiter while the
 // slow one still ran its permit (found by a fault run: 6 held with cap 3).
+// Two processes with one instance id look like one instance to Redis, and the cap does not
+// hold (docs/faults.md). Each heartbeat finds the liveness set by the other one: that is
+// counted and logged as an error. Instances with ids of their own, beating as often, never are.
+TEST(RedisBackendTest, TwoProcessesWithOneInstanceIdAreToldLoudly) {
+  const std::string name = test_name();
+  auto o = fast_options();
+  o.heartbeat_interval = 100ms;
+  o.liveness_ttl = 600ms;
+  std::vector<std::string> lines;
+  std::mutex mu;
+  o.log = [&](std::string_view line) {
+    std::lock_guard lock(mu);
+    lines.emplace_back(line);
+  };
+  auto twin = o;
+  twin.instance_id = "twin";
+  Instance a(twin), b(twin);
+  auto own = o;
+  own.log = {};
+  own.instance_id = "own-c";
+  Instance c(own);
+  own.instance_id = "own-d";
+  Instance d(own);
+  Limiter la = a.open(name, cap(1)), lb = b.open(name, cap(1));
+  Limiter lc = c.open(name + "-own", cap(1)), ld = d.open(name + "-own", cap(1));
+  const auto shared = [&] {
+    return la.snapshot().engine.instance_id_shared + lb.snapshot().engine.instance_id_shared;
+  };
+  ASSERT_TRUE(wait_until([&] { return shared() >= 3; }, 15s)) << "never noticed the other process";
+  std::this_thread::sleep_for(1s);  // 10 more heartbeats of c and d
+  {
+    std::lock_guard lock(mu);
+    const auto it = std::find_if(lines.begin(), lines.end(), [](const std::string& l) {
+      return l.find("another process heartbeats as instance 'twin'") != l.npos;
+    });
+    ASSERT_NE(it, lines.end());
+    EXPECT_EQ(fairgate::redis::level_of(*it), fairgate::LogLevel::error) << *it;
+  }
+  EXPECT_EQ(lc.snapshot().engine.instance_id_shared, 0u);
+  EXPECT_EQ(ld.snapshot().engine.instance_id_shared, 0u);
+}
+
 TEST(RedisBackendTest, AStateReCreatedAfterALossWaitsForTheSlowestInstance) {
   const std::string name = test_name();
   auto fast = fast_options();

@@ -1308,7 +1308,7 @@ TEST_F(RedisScriptsTest, UnderFairnessTheStatusAndTheHeartbeatCountTheOrderOfSer
     args.push_back(std::to_string(tq.second));
   }
   const auto hb = call(scripts::kHeartbeat, args);
-  ASSERT_EQ(hb.elements.size(), 18u);
+  ASSERT_EQ(hb.elements.size(), 19u);  // ... version, liveness
   const auto& told = hb.elements.at(16).elements;
   ASSERT_EQ(told.size(), ids.size());
   for (std::size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(told[i].integer, expected.at(ids[i])) << ids[i];

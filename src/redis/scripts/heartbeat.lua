@@ -25,7 +25,7 @@
 -- only when it has nothing to restore (ARGV[6] = ARGV[7] = 0); otherwise 'lost' says:
 -- restore first (restore.lua registers it together with what it holds, atomically).
 -- Returns {lost, held, head_order, queued, in_use, cfg, reaped, granted, created, away,
---          fence_left_ms, my_waiters, epoch, older, instances, now, positions, version}:
+--          fence_left_ms, my_waiters, epoch, older, instances, now, positions, version, liveness}:
 --   lost        1: this instance is not registered: restore.lua before anything else
 --   held        this instance's permits as Redis knows them (a waiter of ours that appears
 --               here was granted, even if the wake message was lost)
@@ -58,6 +58,9 @@
 --               arrival or departure). Without fairness "h<head_order>:queued" (no command of
 --               its own): ranks change only when the head moves or somebody leaves.
 --               '' otherwise.
+--   liveness    this instance's liveness deadline as the call found it (0: none; -1: being
+--               reaped): the instance's last heartbeat set it to that call's now + TTL, so another
+--               value, beat after beat, means another process heartbeats with the same instance id
 local inst, ttl, expiry, fence_ms = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local has_state = tonumber(ARGV[6]) > 0 or tonumber(ARGV[7]) > 0
 local stale, asked = tonumber(ARGV[9]), tonumber(ARGV[10])
@@ -198,4 +201,5 @@ for i = 1, #list, 2 do
 end
 if lost == 0 then ids[#ids + 1] = inst end
 return {lost, held, head_order, queued, in_use, flat, reaped, granted, created, away,
-        math.max(0, cfg.fence - now), my_waiters, cfg.epoch, older, ids, now, positions, version}
+        math.max(0, cfg.fence - now), my_waiters, cfg.epoch, older, ids, now, positions, version,
+        mine or 0}
