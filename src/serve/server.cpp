@@ -783,7 +783,8 @@ void finish_request(Session& s, beast::string_view method, beast::string_view ta
 
 /// Answers a request that could not be read (431, 413, 408, 400; nothing when
 /// the client left). A gateway route answers in OpenAI's error shape, as for
-/// every other error there.
+/// every other error there — when its header was read (a header too large or
+/// not parsed names no route).
 awaitable<void> answer_read_error(Session& s, const fairgate::http::ReadResult& r,
                                   const fairgate::http::ReadLimits& limits) {
   using fairgate::http::ReadError;
@@ -793,16 +794,19 @@ awaitable<void> answer_read_error(Session& s, const fairgate::http::ReadResult& 
   dummy.keep_alive(false);
   const auto status = static_cast<http::status>(fairgate::http::error_status(r.error));
   const std::string message = fairgate::http::error_message(r, limits);
-  if (r.error == ReadError::timeout) {
-    s.shared->metrics.connections_timed_out.fetch_add(1);
+  if (r.error == ReadError::timeout) s.shared->metrics.connections_timed_out.fetch_add(1);
+  if (s.shared->gateway && !r.request.target().empty() &&
+      s.shared->gateway->match(
+          target_path(std::string_view(r.request.target().data(), r.request.target().size())))) {
+    // Built before the co_await: g++ 12 destroys a conditional's temporary twice inside one.
+    std::string text = message;
+    if (r.error == ReadError::body_too_large) text += " (this route's max_body_bytes)";
+    Response res = make_response(
+        status, dummy, openai_error(text, "invalid_request_error", fairgate::http::error_reason(r.error)),
+        "application/json");
+    co_await send(s, std::move(res));
+  } else if (r.error == ReadError::timeout) {
     co_await send(s, error_response(status, dummy, fairgate::http::error_reason(r.error), message));
-  } else if (r.error == ReadError::body_too_large && s.shared->gateway &&
-             s.shared->gateway->match(
-                 target_path(std::string_view(r.request.target().data(), r.request.target().size())))) {
-    co_await send(s, make_response(status, dummy,
-                                   openai_error(message + " (this route's max_body_bytes)",
-                                                "invalid_request_error", "body_too_large"),
-                                   "application/json"));
   } else {
     co_await send_error(s, dummy, status, fairgate::http::error_reason(r.error), message);
   }

@@ -258,6 +258,17 @@ TEST(GatewayMemory, OneMebibyteChatRequestPassesAndOversizedBodyGetsOpenAiShaped
     expect_openai_413(c.text(), "1000");
   }
   {
+    // A body that cannot be read (a broken chunk) on a gateway route: 400, OpenAI's shape too.
+    RawHttp c(gateway.url());
+    ASSERT_TRUE(
+        c.send("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n"));
+    EXPECT_TRUE(c.read_until("", kSanitized ? 60s : 20s));
+    EXPECT_EQ(c.text().rfind("HTTP/1.1 400", 0), 0u) << c.text().substr(0, 400);
+    EXPECT_TRUE(has(c.text(), R"("type":"invalid_request_error")")) << c.text();
+    EXPECT_TRUE(has(c.text(), R"("code":"bad_request")")) << c.text();
+  }
+  {
     // The admission API keeps its own (smaller) server.max_body_bytes and error shape.
     RawHttp c(gateway.url());
     ASSERT_TRUE(
