@@ -79,6 +79,10 @@ struct RedisBackendOptions {
 /// std::nullopt if the options are acceptable, else the first problem found.
 std::optional<SettingsError> validate(const RedisBackendOptions& options);
 
+/// The id an instance gets when RedisBackendOptions::instance_id is empty:
+/// "<hostname>-<pid>-<8 random hex digits>", new at every call.
+std::string default_instance_id();
+
 /// The Redis backend. Timers, Redis I/O and on_queued callbacks run on
 /// `executor`. Throws std::invalid_argument ("field: problem") when
 /// validate(options) fails. Connecting is asynchronous and retried in the

@@ -27,18 +27,6 @@ bool valid_id_char(char c) {
          c == '-';
 }
 
-std::string default_instance_id() {
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  std::string id;
-  for (const char* p = host; *p && id.size() < 64; ++p) id += valid_id_char(*p) ? *p : '_';
-  if (id.empty()) id = "host";
-  std::random_device rd;
-  char suffix[9];
-  std::snprintf(suffix, sizeof suffix, "%08x", static_cast<unsigned>(rd()));
-  return id + "-" + std::to_string(::getpid()) + "-" + suffix;
-}
-
 class RedisBackend final : public Backend, public std::enable_shared_from_this<RedisBackend> {
  public:
   explicit RedisBackend(std::shared_ptr<redis::BackendContext> context) : context_(std::move(context)) {}
@@ -167,6 +155,18 @@ std::variant<redis::Target, SettingsError> resolve_target(const RedisBackendOpti
 }
 
 }  // namespace
+
+std::string default_instance_id() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  std::string id;
+  for (const char* p = host; *p && id.size() < 64; ++p) id += valid_id_char(*p) ? *p : '_';
+  if (id.empty()) id = "host";
+  std::random_device rd;
+  char suffix[9];
+  std::snprintf(suffix, sizeof suffix, "%08x", static_cast<unsigned>(rd()));
+  return id + "-" + std::to_string(::getpid()) + "-" + suffix;
+}
 
 std::optional<SettingsError> validate(const RedisBackendOptions& o) {
   const auto target = resolve_target(o);

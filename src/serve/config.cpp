@@ -134,6 +134,11 @@ LimiterConfig read_limiter(const std::string& name, const toml::table& t) {
       }
     }
   }
+  // Required, as MAX is in --limiter: an empty table or a commented-out line must not serve
+  // every request one at a time (the library's default cap of 1). After the keys: a misspelt
+  // one is named as such.
+  if (!t.contains("max_concurrent"))
+    fail(prefix + ".max_concurrent", "missing (the cap: permits held at once, e.g. max_concurrent = 3)");
   check_limiter(l, prefix);
   return l;
 }
@@ -353,6 +358,36 @@ void read_server(const toml::table& t, ServerLimits& s) {
     }
   }
   if (s.lease > s.max_lease) fail("server.lease_ms", "greater than server.max_lease_ms");
+}
+
+/// The [redis] key (or the flag) that sets RedisBackendOptions' `option`, for an error.
+std::string redis_key_of(std::string_view option) {
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 8> kKeys{{
+      {"url", "redis.url (--redis, FAIRGATE_REDIS)"},
+      {"instance_id", "instance (--instance, FAIRGATE_INSTANCE)"},
+      {"command_timeout", "redis.timeout_ms"},
+      {"heartbeat_interval", "redis.heartbeat_ms"},
+      {"liveness_ttl", "redis.liveness_ttl_ms"},
+      {"recovery_fence", "redis.recovery_fence_ms"},
+      {"degrade_after", "redis.degrade_after_ms"},
+      {"recover_after", "redis.recover_after_ms"},
+  }};
+  for (const auto& [name, key] : kKeys)
+    if (name == option) return std::string(key);
+  return "redis." + std::string(option);
+}
+
+/// A problem of validate(RedisBackendOptions) in the config's words (its keys, their defaults).
+std::string redis_problem_of(const SettingsError& e) {
+  std::string text = e.problem;
+  for (const auto& [name, key] :
+       {std::pair<std::string_view, std::string_view>{"liveness_ttl", "liveness_ttl_ms"},
+        {"heartbeat_interval", "heartbeat_ms"}}) {
+    if (const auto at = text.find(name); at != std::string::npos) text.replace(at, name.size(), key);
+  }
+  if (e.field == "command_timeout" || e.field == "liveness_ttl")
+    text += " (defaults: timeout_ms 200, heartbeat_ms 1000, liveness_ttl_ms 3000)";
+  return text;
 }
 
 void read_redis(const toml::table& t, RedisBackendOptions& r) {
@@ -815,8 +850,9 @@ ServeConfig load_config(const ServeFlags& flags, const EnvLookup& env) {
 
   check_routes(cfg);
   if (cfg.redis) {
-    cfg.redis->instance_id = cfg.instance;
-    if (auto e = validate(*cfg.redis)) fail("redis." + e->field, e->problem);
+    // Generated here, so that the start-up line names it (docs/serve.md).
+    cfg.redis->instance_id = cfg.instance.empty() ? default_instance_id() : cfg.instance;
+    if (auto e = validate(*cfg.redis)) fail(redis_key_of(e->field), redis_problem_of(*e));
   }
   return cfg;
 }

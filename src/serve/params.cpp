@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <boost/json.hpp>
 
+#include <cctype>
 #include <limits>
 #include <span>
 #include <variant>
@@ -511,7 +512,12 @@ std::optional<RateRule> parse_rate_rule_update(std::string_view body, RateRule c
 bool bearer_matches(std::string_view header, std::string_view token) noexcept {
   constexpr std::string_view kScheme = "Bearer ";
   if (token.empty() || header.size() != kScheme.size() + token.size()) return false;
-  if (header.substr(0, kScheme.size()) != kScheme) return false;
+  // The scheme is case-insensitive (RFC 9110, 11.1); the token is compared in constant time.
+  for (std::size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(header[i])) !=
+        std::tolower(static_cast<unsigned char>(kScheme[i])))
+      return false;
+  }
   unsigned diff = 0;
   for (std::size_t i = 0; i < token.size(); ++i)
     diff |= static_cast<unsigned char>(header[kScheme.size() + i]) ^ static_cast<unsigned char>(token[i]);

@@ -1141,8 +1141,8 @@ int run_server(const ServeConfig& config, std::FILE* out) {
                                 : fmt::format(", route {} -> {} via {}", r.path, r.upstream, r.limiter);
   logger->write(
       LogLevel::info,
-      fmt::format("fairgate serve: listening on {} (backend {}, instance {}, limiters {}{}, {} threads)",
-                  server.url(), backend_text, config.instance.empty() ? "auto" : config.instance,
+      fmt::format("fairgate serve: listening on {} (backend {}{}, limiters {}{}, {} threads)", server.url(),
+                  backend_text, config.redis ? ", instance " + config.redis->instance_id : std::string(),
                   describe_limiters(config), routes, config.server.threads));
   const LogConfig& lc = config.server.log;
   logger->write(LogLevel::info,

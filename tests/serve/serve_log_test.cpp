@@ -187,6 +187,8 @@ TEST(ServeLog, TextLinesCarryTimeAndLevelAndEveryRequestGetsAnAccessLine) {
   EXPECT_NE(serve.lines().back().find(" info fairgate serve: listening on http://127.0.0.1:"),
             std::string::npos)
       << serve.lines().back();
+  EXPECT_NE(serve.lines().back().find("(backend memory, limiters chat=1,"), std::string::npos)
+      << "no instance id without Redis: " << serve.lines().back();
 
   EXPECT_EQ(get(serve.url(), "/healthz").rfind("HTTP/1.1 200", 0), 0u);
   std::string line;
@@ -333,6 +335,12 @@ TEST(ServeLog, LibraryMessagesGoThroughTheServersLog) {
   LoggedServe serve({"--limiter", "chat=1", "--log-format", "json", "--redis",
                      "redis://127.0.0.1:" + std::to_string(free_port())});
   std::string line;
+  // The start-up line names the generated instance id (hostname-pid-random): the one Redis knows.
+  ASSERT_TRUE(serve.wait_for_text("listening on", 10s, &line)) << serve.all();
+  EXPECT_TRUE(std::regex_search(str(parse_object(line), "msg"),
+                                std::regex(", instance [A-Za-z0-9._-]+-" + std::to_string(serve.pid()) +
+                                           "-[0-9a-f]{8}, limiters chat=1")))
+      << line;
   ASSERT_TRUE(serve.wait_for_text("fairgate: limiter chat: degraded", 10s, &line)) << serve.all();
   const json::object o = parse_object(line);
   EXPECT_EQ(str(o, "level"), "warn") << line;

@@ -190,11 +190,16 @@ TEST(ServeParams, SettingsUpdateTenantFairness) {
   EXPECT_NE(bad.message.find("tenant_fairness"), std::string::npos);
 }
 
+// The token matches exactly; the scheme's case does not matter (RFC 9110, 11.1).
 TEST(ServeParams, BearerTokenMustMatchExactly) {
   EXPECT_TRUE(bearer_matches("Bearer s3cret", "s3cret"));
   EXPECT_FALSE(bearer_matches("Bearer s3cre", "s3cret"));
   EXPECT_FALSE(bearer_matches("Bearer s3cretX", "s3cret"));
-  EXPECT_FALSE(bearer_matches("bearer s3cret", "s3cret"));
+  EXPECT_FALSE(bearer_matches("Bearer S3cret", "s3cret"));
+  EXPECT_TRUE(bearer_matches("bearer s3cret", "s3cret"));
+  EXPECT_TRUE(bearer_matches("BEARER s3cret", "s3cret"));
+  EXPECT_FALSE(bearer_matches("Basic_ s3cret", "s3cret"));
+  EXPECT_FALSE(bearer_matches("Bearer-s3cret", "s3cret"));
   EXPECT_FALSE(bearer_matches("", ""));
   EXPECT_FALSE(bearer_matches("Bearer ", ""));  // no token configured: admin is off
 }
