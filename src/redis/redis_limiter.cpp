@@ -976,9 +976,9 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const BeatSent& sent, 
     }
     if (integer_of(e[9]) != 0) {
       logs.push_back(
-          "no instance had reached Redis for longer than the liveness TTL: Redis was away, so every "
-          "instance's "
-          "liveness was extended instead of reaping them");
+          "no instance had reached Redis for longer than the liveness TTL (Redis was away, or every "
+          "instance had stopped): every instance's liveness was extended instead of reaping them; "
+          "those that do not heartbeat again are reaped one TTL later");
     }
     // One pass over the engine fields of cfg: the pace (F7) and which Redis the
     // state's grants are made on (docs/design.md, recovery rule 14).

@@ -524,4 +524,44 @@ bool bearer_matches(std::string_view header, std::string_view token) noexcept {
   return diff == 0;
 }
 
+namespace {
+
+std::string_view trimmed(std::string_view v) noexcept {
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  return v;
+}
+
+bool same_ignoring_case(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  return true;
+}
+
+}  // namespace
+
+bool accepts_event_stream(std::string_view accept) noexcept {
+  while (!accept.empty()) {
+    const auto comma = accept.find(',');
+    std::string_view range = accept.substr(0, comma);
+    accept = comma == std::string_view::npos ? std::string_view() : accept.substr(comma + 1);
+    const auto semi = range.find(';');
+    if (!same_ignoring_case(trimmed(range.substr(0, semi)), "text/event-stream")) continue;
+    bool refused = false;  // q=0, q=0.0, ...: "not acceptable"
+    for (auto params = semi == std::string_view::npos ? std::string_view() : range.substr(semi + 1);
+         !params.empty();) {
+      const auto next = params.find(';');
+      const std::string_view p = trimmed(params.substr(0, next));
+      params = next == std::string_view::npos ? std::string_view() : params.substr(next + 1);
+      if (p.size() < 2 || (p[0] != 'q' && p[0] != 'Q') || p[1] != '=') continue;
+      const std::string_view q = trimmed(p.substr(2));
+      refused = !q.empty() && q.find_first_not_of("0.") == std::string_view::npos;
+    }
+    if (!refused) return true;
+  }
+  return false;
+}
+
 }  // namespace fairgate::serve

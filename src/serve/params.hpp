@@ -95,4 +95,8 @@ std::optional<RateRule> parse_rate_rule_update(std::string_view body, RateRule c
 /// Constant-time comparison of an "Authorization" header with "Bearer <token>".
 bool bearer_matches(std::string_view header, std::string_view token) noexcept;
 
+/// Whether an Accept header asks for text/event-stream: a media range of that type (any
+/// case, RFC 9110 12.5.1) whose q is not 0. "*/*" and "text/*" do not: JSON is the default.
+bool accepts_event_stream(std::string_view accept) noexcept;
+
 }  // namespace fairgate::serve

@@ -254,7 +254,7 @@ awaitable<bool> acquire_json(std::shared_ptr<Session> self, Limiter limiter, Acq
 
 bool wants_event_stream(const Request& req) {
   const auto accept = req[http::field::accept];
-  return accept.find("text/event-stream") != beast::string_view::npos;
+  return accepts_event_stream(std::string_view(accept.data(), accept.size()));
 }
 
 awaitable<bool> route_acquire(std::shared_ptr<Session> self, const Request& req, const std::string& name,
@@ -277,11 +277,14 @@ awaitable<bool> route_acquire(std::shared_ptr<Session> self, const Request& req,
   auto params = parse_acquire_params(target, req.body(), sh.config.server.max_lease, bad);
   if (!params)
     co_return co_await send_error(*self, req, http::status::bad_request, "bad_request", bad.message);
-  if (get && params->lease)
+  const bool stream = get || wants_event_stream(req);
+  if (stream && params->lease)
     co_return co_await send_error(
         *self, req, http::status::bad_request, "bad_request",
-        "lease_ms: a GET acquire is an event stream (the permit is held while it is "
-        "open); ask for a leased JSON permit with POST");
+        get ? "lease_ms: a GET acquire is an event stream (the permit is held while it is "
+              "open); ask for a leased JSON permit with POST"
+            : "lease_ms: an acquire with Accept: text/event-stream is an event stream (the permit is "
+              "held while it is open); ask for a leased JSON permit without it");
   if (sh.stopping.load()) {
     co_return co_await send_error(*self, req, http::status::service_unavailable, "unavailable",
                                   "the server is shutting down");
@@ -296,7 +299,7 @@ awaitable<bool> route_acquire(std::shared_ptr<Session> self, const Request& req,
     sh.metrics.http_bad_requests.fetch_add(1, std::memory_order_relaxed);
     co_return co_await send(*self, std::move(res)) && req.keep_alive();
   }
-  if (get || wants_event_stream(req))
+  if (stream)
     co_return co_await acquire_sse(self, std::move(*limiter), std::move(*params), req, std::move(slot));
   co_return co_await acquire_json(self, std::move(*limiter), std::move(*params), req, std::move(slot));
 }

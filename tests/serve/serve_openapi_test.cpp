@@ -313,6 +313,12 @@ TEST(ServeBrowserAccess, GetAcquireIsAnEventStreamHeldUntilClosed) {
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(r.reason(), "bad_request");
   EXPECT_NE(r.body.find("lease_ms: a GET acquire is an event stream"), std::string::npos) << r.body;
+  // So is a POST that asks for an event stream (the media type in any case), not a leased permit.
+  r = call(s->url(), "POST", "/v1/limiters/chat/acquire?lease_ms=5000", "Accept: Text/Event-Stream\r\n");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("lease_ms: an acquire with Accept: text/event-stream is an event stream"),
+            std::string::npos)
+      << r.body;
   r = call(s->url(), "GET", "/v1/limiters/chat/acquire", "", "{\"max_wait_ms\":5}");
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("query string"), std::string::npos) << r.body;

@@ -204,6 +204,22 @@ TEST(ServeParams, BearerTokenMustMatchExactly) {
   EXPECT_FALSE(bearer_matches("Bearer ", ""));  // no token configured: admin is off
 }
 
+// Whether an acquire is an event stream: the media type in any case, not with q=0.
+TEST(ServeParams, AcceptAsksForAnEventStreamInAnyCaseUnlessRefused) {
+  EXPECT_TRUE(accepts_event_stream("text/event-stream"));
+  EXPECT_TRUE(accepts_event_stream("Text/Event-Stream"));
+  EXPECT_TRUE(accepts_event_stream("application/json, text/event-stream;q=0.5"));
+  EXPECT_TRUE(accepts_event_stream(" text/event-stream ; charset=utf-8"));
+  EXPECT_TRUE(accepts_event_stream("text/event-stream;q=0.001"));
+  EXPECT_FALSE(accepts_event_stream("application/json, text/event-stream;q=0"));
+  EXPECT_FALSE(accepts_event_stream("text/event-stream; Q=0.000"));
+  EXPECT_FALSE(accepts_event_stream("*/*"));
+  EXPECT_FALSE(accepts_event_stream("text/*"));
+  EXPECT_FALSE(accepts_event_stream("text/event-streams"));
+  EXPECT_FALSE(accepts_event_stream("application/json"));
+  EXPECT_FALSE(accepts_event_stream(""));
+}
+
 TEST(ServeConfig, PrecedenceFlagsOverEnvironmentOverDefaults) {
   std::map<std::string, std::string> env{{"FAIRGATE_LISTEN", "0.0.0.0:9000"},
                                          {"FAIRGATE_ADMIN_TOKEN", "from-env"},
