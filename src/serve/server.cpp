@@ -910,10 +910,41 @@ awaitable<void> lease_sweeper(std::shared_ptr<Shared> sh) {
 /// Redis: pulls the rules stored by PUT /v1/ratelimit/{rule} (on any
 /// instance) at start and then every second, so a change reaches every
 /// instance within about a second (docs/ratelimit.md, "In fairgate serve").
+/// One line for a rate rule in force, as the start-up lines say it.
+std::string describe_rate_rule(const RateRule& r) {
+  return fmt::format("{} {} per {} ms, limit {}, on_redis_down={}", to_string(r.algorithm), r.rate,
+                     r.period_ms, r.capacity(), to_string(r.on_redis_down));
+}
+
+/// Says which rules a sync took from Redis (stored there by a PUT, they win over the config
+/// file), and warns when a fixed cost of the config can no longer pass the capacity in force.
+void log_adopted_rules(Shared& sh, const std::vector<NamedRateRule>& before) {
+  for (const auto& now : sh.rates.rules()) {
+    const auto was =
+        std::find_if(before.begin(), before.end(), [&](const auto& b) { return b.name == now.name; });
+    if (was == before.end() || was->rule == now.rule) continue;
+    sh.log->write(LogLevel::info,
+                  fmt::format("fairgate serve: rate limit {}: {} — stored in Redis by a PUT, in "
+                              "force cluster-wide (was {})",
+                              now.name, describe_rate_rule(now.rule), describe_rate_rule(was->rule)));
+    for (const auto& c : sh.config.rate_rules) {
+      if (c.name == now.name && c.cost_mode == RateCostMode::fixed && c.cost > now.rule.capacity())
+        sh.log->write(
+            LogLevel::warn,
+            fmt::format("fairgate serve: rate limit {}: the cost {} of the config exceeds the capacity {} "
+                        "in force: no request on its routes can pass (change the rule with PUT "
+                        "/v1/ratelimit/{}, or the cost)",
+                        now.name, c.cost, now.rule.capacity(), now.name));
+    }
+  }
+}
+
 awaitable<void> rate_rule_sync(std::shared_ptr<Shared> sh) {
   net::steady_timer timer(co_await net::this_coro::executor);
   while (!sh->stopping.load()) {
-    co_await rate_sync(sh->rates);
+    const auto before = sh->rates.rules();
+    const RuleUpdateResult r = co_await rate_sync(sh->rates);
+    if (!r.error && r.changed > 0) log_adopted_rules(*sh, before);
     timer.expires_after(1s);
     co_await timer.async_wait(nothrow);
   }
@@ -1153,10 +1184,8 @@ int run_server(const ServeConfig& config, std::FILE* out) {
                             to_string(lc.format), lc.access_log ? "on" : "off"));
   for (const auto& r : config.rate_rules) {
     logger->write(LogLevel::info,
-                  fmt::format("fairgate serve: rate limit {}: {} {} per {} ms, limit {}, on_redis_down={}{}",
-                              r.name, to_string(r.rule.algorithm), r.rule.rate, r.rule.period_ms,
-                              r.rule.capacity(), to_string(r.rule.on_redis_down),
-                              config.redis ? " (a rule stored in Redis by PUT wins)" : ""));
+                  fmt::format("fairgate serve: rate limit {}: {}{}", r.name, describe_rate_rule(r.rule),
+                              config.redis ? " (a rule stored in Redis by PUT wins: said below)" : ""));
   }
   if (config.redis) net::co_spawn(io, report_effective_settings(sh), net::detached);
 

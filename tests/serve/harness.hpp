@@ -168,6 +168,21 @@ class Listening {
 
   const std::string& url() const { return url_; }
   pid_t pid() const { return child_->pid(); }
+  /// Reads the output past the "listening on" line up to one containing `text` (its line in
+  /// `*line`); false when none came within `limit`.
+  bool wait_for_line(const std::string& text, std::chrono::milliseconds limit, std::string* line = nullptr) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    std::string l;
+    for (;;) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || !child_->read_line(l, left)) return false;
+      if (l.find(text) != std::string::npos) {
+        if (line) *line = l;
+        return true;
+      }
+    }
+  }
   /// SIGTERM; the exit code (0 = clean shutdown).
   int terminate() { return child_->stop(SIGTERM, kSanitized ? 60s : 20s); }
   /// Waits (without a signal) up to `limit` for the exit; the exit code, -1 when it did not end.

@@ -351,6 +351,31 @@ TEST(ServeRateLimitRedis, TwoInstancesShareRulesStateAndChanges) {
   EXPECT_EQ(b.terminate(), 0);
 }
 
+// A rule stored in Redis by a PUT wins over the config file of an instance started later. That
+// instance says so (the start-up line shows the file's rule), and warns when a fixed cost of its
+// config can no longer pass the capacity in force.
+TEST(ServeRateLimitRedis, ARuleStoredByAPutIsSaidToWinAndACostItBlocksIsWarned) {
+  auto& redis = RedisServer::shared();
+  const std::string prefix = "rlwins-" + std::to_string(::getpid());
+  const std::string common = std::string("admin_token = \"") + kToken + "\"\n[redis]\nurl = \"" +
+                             redis.url() + "\"\nkey_prefix = \"" + prefix +
+                             "\"\n[ratelimit.q]\nrate = 10\nperiod_ms = 60000\n";
+  Serve a(common, {"--instance", "rlwins-a"});
+  const Reply put = http(a.url(), "PUT", "/v1/ratelimit/q", R"({"rate":2})",
+                         {std::string("Authorization: Bearer ") + kToken});
+  ASSERT_EQ(put.status, 200) << put.body;
+  Serve b(common + "key = \"ip\"\ncost = 5\n", {"--instance", "rlwins-b"});
+  std::string line;
+  ASSERT_TRUE(b.wait_for_line("rate limit q: token_bucket 2 per 60000 ms", kSanitized ? 30s : 10s, &line));
+  EXPECT_NE(line.find("stored in Redis by a PUT, in force cluster-wide (was token_bucket 10 per 60000 ms"),
+            std::string::npos)
+      << line;
+  ASSERT_TRUE(b.wait_for_line("the cost 5 of the config exceeds the capacity 2 in force", 5s, &line));
+  EXPECT_NE(line.find(" warn "), std::string::npos) << line;
+  EXPECT_EQ(a.terminate(), 0);
+  EXPECT_EQ(b.terminate(), 0);
+}
+
 TEST(ServeRateLimitRedis, RedisDownClosedRuleAnswers503AndHealthSaysDegraded) {
   // A closed port: every decision fails at once; "window" is closed, "five" local.
   Serve server(config("[redis]\nurl = \"redis://127.0.0.1:1\"\ntimeout_ms = 100\n"), {});
