@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -66,6 +67,7 @@ serve::LimiterConfig parse_limiter_spec(const std::string& spec) {
   const auto max = parse_count(parts[0], 1, kMaxConcurrentLimit);
   if (!max) return fail(fmt::format("MAX: {}", max.error));
   l.settings.max_concurrent = static_cast<std::uint32_t>(*max.value);
+  std::vector<const core::SettingSpec*> given;
   for (std::size_t i = 1; i < parts.size(); ++i) {
     const auto& p = parts[i];
     const auto peq = p.find('=');
@@ -77,6 +79,10 @@ serve::LimiterConfig parse_limiter_spec(const std::string& spec) {
       return fail(fmt::format(
           "unknown option \"{}\" (use {})", key,
           core::join_settings([](const core::SettingSpec& x) { return x.flag_option(); }, false)));
+    // Given twice (or under two names): an error, not "the last one wins".
+    if (std::find(given.begin(), given.end(), setting) != given.end())
+      return fail(fmt::format("{} is given twice", key));
+    given.push_back(setting);
     switch (setting->kind) {
       case core::SettingKind::count:
       case core::SettingKind::optional_count: {

@@ -80,13 +80,12 @@ std::optional<SettingsError> validate_cost(std::int64_t cost) {
 std::optional<SettingsError> validate_cost(double cost) {
   if (std::isnan(cost)) return SettingsError{"cost", "NaN is not a whole number"};
   if (std::isinf(cost)) return SettingsError{"cost", "infinity is not a whole number"};
-  if (cost != std::floor(cost)) return SettingsError{"cost", std::to_string(cost) + " is not a whole number"};
-  if (cost < 1 || cost > static_cast<double>(kMaxCost)) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.17g", cost);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", cost);  // 1.5, not std::to_string's 1.500000
+  if (cost != std::floor(cost)) return SettingsError{"cost", std::string(buf) + " is not a whole number"};
+  if (cost < 1 || cost > static_cast<double>(kMaxCost))
     return SettingsError{"cost",
                          std::string(buf) + " is not a whole number in 1.." + std::to_string(kMaxCost)};
-  }
   return std::nullopt;
 }
 

@@ -88,6 +88,9 @@ const toml::table& get_table(const toml::node& node, const std::string& field) {
 }
 
 void check_token(const std::string& token, std::string_view field) {
+  // An empty token would turn the admin routes off without a word (an unset shell variable in
+  // --admin-token "$TOKEN"): say so instead. An empty FAIRGATE_ADMIN_TOKEN counts as unset.
+  if (token.empty()) fail(field, "empty (leave it out to keep the admin routes off)");
   if (token.size() > 256) fail(field, "longer than 256 characters");
   for (const char c : token) {
     if (c <= ' ' || c > '~') fail(field, "only printable ASCII without spaces is allowed");
@@ -113,11 +116,17 @@ LimiterConfig read_limiter(const std::string& name, const toml::table& t) {
   LimiterConfig l;
   l.name = name;
   if (auto e = validate_limiter_name(name)) fail(prefix, e->problem);
+  std::vector<std::pair<const core::SettingSpec*, std::string>> given;
   for (auto&& [key, node] : t) {
     const std::string k(key.str());
     const std::string field = prefix + "." + k;
     const core::SettingSpec* spec = core::setting_by_key(k);
     if (spec == nullptr) fail(field, "unknown key");
+    // A key and its older alias (early_reject, reject_early) together: which one was meant?
+    for (const auto& [other, other_key] : given)
+      if (other == spec)
+        fail(field, fmt::format("sets what {}.{} sets: keep one of them", prefix, other_key));
+    given.emplace_back(spec, k);
     switch (spec->kind) {
       case core::SettingKind::count:
       case core::SettingKind::optional_count:
@@ -357,7 +366,10 @@ void read_server(const toml::table& t, ServerLimits& s) {
       fail(field, "unknown key");
     }
   }
-  if (s.lease > s.max_lease) fail("server.lease_ms", "greater than server.max_lease_ms");
+  if (s.lease > s.max_lease)
+    fail("server.lease_ms",
+         fmt::format("{} ms{} is greater than server.max_lease_ms ({} ms): lower lease_ms too",
+                     s.lease.count(), t.contains("lease_ms") ? "" : " (its default)", s.max_lease.count()));
 }
 
 /// The [redis] key (or the flag) that sets RedisBackendOptions' `option`, for an error.
@@ -688,6 +700,10 @@ void parse_upstream(std::string_view url, std::string_view field, RouteConfig& r
   if (base.find_first_of("?#") != std::string::npos) fail(field, "must not have a query or fragment");
   for (const char c : base) {
     if (c <= ' ' || c > '~') fail(field, "the path must be printable ASCII without spaces");
+    // RFC 3986 path characters only: these would make the request line Beast sends invalid.
+    if (c == '"' || c == '\\' || c == '{' || c == '}' || c == '<' || c == '>' || c == '^' || c == '`' ||
+        c == '|')
+      fail(field, fmt::format("'{}' is not allowed in the path (percent-encode it)", c));
   }
   if (authority.find('@') != std::string_view::npos) fail(field, "user:password@ is not supported");
   std::string host;
