@@ -452,7 +452,11 @@ awaitable<bool> route_rate_refund(std::shared_ptr<Session> self, const Request& 
   o["key"] = params->key;
   o["refunded"] = r.refunded;
   if (r.refunded < params->amount)
-    o["note"] = "too late: the decision's window has passed (nothing or less came back)";
+    o["note"] =
+        "less came back than asked: too late (the decision's window or period has passed), or the algorithm "
+        "gives back no more than it can hold (a full token bucket, a GCRA already at now, a key with no "
+        "state "
+        "left); docs/ratelimit.md, Refunds";
   Response res = json_response(http::status::ok, req, o);
   co_return co_await send(s, std::move(res)) && req.keep_alive();
 }
