@@ -11,9 +11,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <utility>
 
 namespace fairgate::redis {
@@ -118,6 +120,17 @@ class RedisLimiter::LocalSink final : public core::DispatchSink {
   Clock::time_point now_;
 };
 
+namespace {
+
+/// A limiter's liveness tag, 1..255: those of one process differ (255 limiters in a row), those of
+/// two processes are equal 1 time in 255.
+int next_liveness_tag() {
+  static std::atomic<unsigned> next{std::random_device{}()};
+  return static_cast<int>(next.fetch_add(1, std::memory_order_relaxed) % 255) + 1;
+}
+
+}  // namespace
+
 RedisLimiter::RedisLimiter(std::shared_ptr<BackendContext> context, std::string name, Settings defaults)
     : context_(std::move(context)),
       name_(std::move(name)),
@@ -126,6 +139,7 @@ RedisLimiter::RedisLimiter(std::shared_ptr<BackendContext> context, std::string 
       settings_(std::move(defaults)),
       heartbeat_timer_(std::in_place, context_->executor),
       seats_timer_(std::in_place, context_->executor) {
+  liveness_tag_ = next_liveness_tag();
   const std::string base = context_->options.key_prefix + ":{" + name_ + "}:";
   keys_ = limiter_keys(base);
   wake_prefix_ = base + "wake:";
@@ -872,7 +886,6 @@ void RedisLimiter::heartbeat(bool force) {
     }
     sent.acquires = acquires_decided_;
     sent.cancels = cancels_decided_;
-    sent.restores = restores_sent_;
     hook = send_hook_;
     // Every expiry_every()-th beat: the keys' expiry (-1: none), with the housekeeping
     // that rides with it (heartbeat.lua).
@@ -893,6 +906,8 @@ void RedisLimiter::heartbeat(bool force) {
     args.push_back(std::to_string(fence_seen_ms_));
     args.push_back("queue_seen");
     args.push_back(queue_seen_);
+    args.push_back("liveness_tag");
+    args.push_back(std::to_string(liveness_tag_));
   }
   if (hook) hook("heartbeat");
   call(scripts::kHeartbeat, std::move(args),
@@ -904,8 +919,6 @@ void RedisLimiter::heartbeat(bool force) {
          {
            std::lock_guard lock(me.mu_);
            me.heartbeat_in_flight_ = false;
-           // A heartbeat that failed may still have run (a timeout): its deadline is not known.
-           if (ec || !has_shape(reply, kHeartbeat)) me.liveness_set_ = 0;
          }
          if (ec || !has_shape(reply, kHeartbeat)) {
            me.context_->count_failure(ec);
@@ -1109,19 +1122,15 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const BeatSent& sent, 
         clean_extras_ = true;  // one that should have left
     }
     if (mismatch || clean_extras_) restore_needed_ = true;
-    // Another process heartbeating with this instance id sets its deadline between two of
-    // ours, beat after beat: 3 of the last 10 are not a one-off. Not judged: a deadline not
-    // known (after a heartbeat that failed but may have run, or a restore, which sets one of its
-    // own) or none (a new state). Another instance's script extending every liveness after an
-    // outage moves it once. Nothing in Redis tells the two apart, so the cap cannot hold: said
-    // loudly.
+    // Another process heartbeating with this instance id sets the deadline between two of
+    // ours, with its own tag, beat after beat: 3 of the last 10 are not a one-off. This
+    // process's own late heartbeats (one that timed out but ran) carry its tag; a restore and the
+    // extension after an outage carry none (0): neither is taken for another process. Nothing in
+    // Redis tells the two processes apart otherwise, so the cap cannot hold: said loudly.
     if (e.size() > 18) {
-      const bool away = integer_of(e[9]) != 0;
       const std::int64_t found = integer_of(e[18]);
-      const bool moved = !lost && !away && liveness_set_ > 0 && found > 0 && found != liveness_set_;
+      const bool moved = !lost && found > 0 && found <= 255 && found != liveness_tag_;
       liveness_moved_ = static_cast<std::uint16_t>(((liveness_moved_ << 1) | (moved ? 1 : 0)) & 0x3ff);
-      const bool restored = restore_in_flight_ || restores_sent_ != sent.restores;
-      liveness_set_ = lost || restored ? 0 : integer_of(e[15]) + context_->options.liveness_ttl.count();
       if (moved && std::popcount(liveness_moved_) >= 3) {
         if (engine_.instance_id_shared++ % 60 == 0) {
           logs.push_back(fmt::format(
@@ -1210,7 +1219,6 @@ void RedisLimiter::send_restore(bool even_if_stopped) {
     std::lock_guard lock(mu_);
     if (restore_in_flight_ || (heartbeats_stopped_ && !even_if_stopped)) return;
     restore_in_flight_ = true;
-    ++restores_sent_;  // it registers this instance with a deadline of its own
     const auto now = Clock::now();
     args = {instance_, std::to_string(o.liveness_ttl.count()),
             std::to_string(std::max<std::int64_t>(o.fence().count(), fence_seen_ms_)),

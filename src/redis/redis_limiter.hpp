@@ -226,7 +226,6 @@ class RedisLimiter final : public detail::LimiterImpl {
     std::uint64_t cancels = 0;         // cancels_decided_ then
     std::vector<std::uint64_t> asked;  // waiters whose positions under fairness it asks for
     std::uint64_t beat = 0;            // its number
-    std::uint64_t restores = 0;        // restores_sent_ then
   };
   void on_heartbeat_reply(const Reply& reply, const BeatSent& sent, std::uint64_t generation);
   void send_restore(bool even_if_stopped = false);
@@ -298,13 +297,12 @@ class RedisLimiter final : public detail::LimiterImpl {
   /// The queue ("h<head_order>:<queued>") as the last heartbeat found it whole, or '' (not known,
   /// or a loss to restore): heartbeat.lua counts it against its index only when it changed.
   std::string queue_seen_;
-  /// Who else moves this instance's liveness deadline (docs/faults.md, "Two processes with the
-  /// same instance id"): the deadline the last heartbeat set (Redis ms; 0: not known, as after a
-  /// failed heartbeat or a restore, which may have set another), and whether each of the last 10
-  /// heartbeats found another value (bit 0 the latest).
-  std::int64_t liveness_set_ = 0;
+  /// Who else sets this instance's liveness deadline (docs/faults.md, "Two processes with the
+  /// same instance id"): this limiter's tag (1..255), which its heartbeats put in the deadline's
+  /// fraction, and whether each of the last 10 heartbeats found another tag (bit 0 the latest).
+  /// Tags of one process differ (a counter from a random start); of two, 1 in 255 are equal.
+  int liveness_tag_ = 0;  // set once, in the constructor
   std::uint16_t liveness_moved_ = 0;
-  std::uint64_t restores_sent_ = 0;
   std::string source_;              // cfg source as last seen: the Redis the state's grants were made on
   bool told_unchecked_ = false;     // logged that Redis denies INFO (source empty: rule 14 off)
   std::int64_t holders_lost_ = -1;  // cfg holders_lost as last seen (-1: not yet seen)

@@ -14,7 +14,8 @@
 --           'fence_seen', the cfg fence_ms this instance last saw (a re-created state is fenced
 --           for the longer of it and ARGV[5]); 'queue_seen', the queue as this instance's last
 --           heartbeat found it whole, "h<head_order>:<queued>" ('' or absent: not known), so that
---           a queue that did not change is not counted against its index again (below)
+--           a queue that did not change is not counted against its index again (below);
+--           'liveness_tag', 1..255: this process's tag, put in its liveness deadline (below)
 -- Creates the state when it is gone (see lib.lua: new epoch, arrival counter moved past every
 -- older order score, fenced for ARGV[5] ms or the longer fence_seen). Extends this instance's
 -- liveness — even if it had run out, as long as nobody reaped it: an instance never reaps itself. If no liveness ran
@@ -58,9 +59,10 @@
 --               arrival or departure). Without fairness "h<head_order>:queued" (no command of
 --               its own): ranks change only when the head moves or somebody leaves.
 --               '' otherwise.
---   liveness    this instance's liveness deadline as the call found it (0: none; -1: being
---               reaped): the instance's last heartbeat set it to that call's now + TTL, so another
---               value, beat after beat, means another process heartbeats with the same instance id
+--   liveness    the tag in this instance's liveness deadline as the call found it (0: none, or a
+--               deadline without one: set by a restore, or by the extension after an outage):
+--               another tag than this process's own, beat after beat, means another process
+--               heartbeats with the same instance id
 local inst, ttl, expiry, fence_ms = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local has_state = tonumber(ARGV[6]) > 0 or tonumber(ARGV[7]) > 0
 local stale, asked = tonumber(ARGV[9]), tonumber(ARGV[10])
@@ -68,7 +70,9 @@ local settings_from = 11 + 2 * asked
 local now = now_ms()
 local seen = {}  -- the fields of ARGV[11 + 2m ..] that are not settings
 for i = settings_from, #ARGV - 1, 2 do
-  if ARGV[i] == 'fence_seen' or ARGV[i] == 'queue_seen' then seen[ARGV[i]] = ARGV[i + 1] end
+  if ARGV[i] == 'fence_seen' or ARGV[i] == 'queue_seen' or ARGV[i] == 'liveness_tag' then
+    seen[ARGV[i]] = ARGV[i + 1]
+  end
 end
 local flat = redis.call('HGETALL', K_CFG)
 local h = hash_of(flat)
@@ -118,8 +122,12 @@ if top ~= nil and top <= now then
   end
 end
 local lost = 0
+-- This process's tag rides in the deadline's fraction (1..255 / 256 of a ms: exact in a double):
+-- a deadline found with another tag was set by another process with the same instance id.
+local tag = math.floor(tonumber(seen.liveness_tag or '') or 0)
+if tag < 0 or tag > 255 then tag = 0 end
 if (mine ~= nil and mine >= 0) or (mine == nil and not has_state) then
-  redis.call('ZADD', K_INSTANCES, now + ttl, inst)
+  redis.call('ZADD', K_INSTANCES, now + ttl + tag / 256, inst)
 else
   lost = 1
 end
@@ -202,4 +210,4 @@ end
 if lost == 0 then ids[#ids + 1] = inst end
 return {lost, held, head_order, queued, in_use, flat, reaped, granted, created, away,
         math.max(0, cfg.fence - now), my_waiters, cfg.epoch, older, ids, now, positions, version,
-        mine or 0}
+        (mine and mine > 0) and math.floor((mine % 1) * 256 + 0.5) or 0}
