@@ -7,9 +7,9 @@
 #include "core/text.hpp"
 
 #include <fmt/format.h>
+#include <boost/beast/core/string.hpp>
 #include <boost/json.hpp>
 
-#include <cctype>
 #include <limits>
 #include <span>
 #include <variant>
@@ -513,11 +513,7 @@ bool bearer_matches(std::string_view header, std::string_view token) noexcept {
   constexpr std::string_view kScheme = "Bearer ";
   if (token.empty() || header.size() != kScheme.size() + token.size()) return false;
   // The scheme is case-insensitive (RFC 9110, 11.1); the token is compared in constant time.
-  for (std::size_t i = 0; i < kScheme.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(header[i])) !=
-        std::tolower(static_cast<unsigned char>(kScheme[i])))
-      return false;
-  }
+  if (!boost::beast::iequals(header.substr(0, kScheme.size()), kScheme)) return false;
   unsigned diff = 0;
   for (std::size_t i = 0; i < token.size(); ++i)
     diff |= static_cast<unsigned char>(header[kScheme.size() + i]) ^ static_cast<unsigned char>(token[i]);
@@ -532,14 +528,6 @@ std::string_view trimmed(std::string_view v) noexcept {
   return v;
 }
 
-bool same_ignoring_case(std::string_view a, std::string_view b) noexcept {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i])))
-      return false;
-  return true;
-}
-
 }  // namespace
 
 bool accepts_event_stream(std::string_view accept) noexcept {
@@ -548,7 +536,7 @@ bool accepts_event_stream(std::string_view accept) noexcept {
     std::string_view range = accept.substr(0, comma);
     accept = comma == std::string_view::npos ? std::string_view() : accept.substr(comma + 1);
     const auto semi = range.find(';');
-    if (!same_ignoring_case(trimmed(range.substr(0, semi)), "text/event-stream")) continue;
+    if (!boost::beast::iequals(trimmed(range.substr(0, semi)), "text/event-stream")) continue;
     bool refused = false;  // q=0, q=0.0, ...: "not acceptable"
     for (auto params = semi == std::string_view::npos ? std::string_view() : range.substr(semi + 1);
          !params.empty();) {

@@ -412,11 +412,10 @@ Report Cluster::finish(milliseconds timeout, bool expect_unavailable, bool overs
   // No fault may look like a second process with an instance's id (RedisLimiter's check).
   for (auto* w : live()) {
     const auto st = w->status(milliseconds(2000));
-    if (st && st->at("instance_id_shared").to_number<std::int64_t>() != 0)
-      r.problems.push_back(
-          fmt::format("{}: took the fault for another process with its instance id ({} "
-                      "heartbeats)",
-                      w->id(), st->at("instance_id_shared").to_number<std::int64_t>()));
+    const auto shared = st ? st->at("instance_id_shared").to_number<std::int64_t>() : 0;
+    if (shared != 0)
+      r.problems.push_back(fmt::format(
+          "{}: took the fault for another process with its instance id ({} heartbeats)", w->id(), shared));
   }
   for (auto* w : live()) {
     if (!w->exit(std::chrono::seconds(20))) r.problems.push_back(w->id() + ": did not exit cleanly");
