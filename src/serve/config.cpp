@@ -630,7 +630,15 @@ void read_file(const std::string& path, ServeConfig& cfg) {
     root = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
     const auto& where = e.source().begin;
-    fail(field, fmt::format("line {}, column {}: {}", where.line, where.column, e.description()));
+    std::string what(e.description());
+    // toml++ 3.3 garbles the table's name in this one message ('limiters."chchat"' for a
+    // [limiters."chat"] after [limiters.chat]): say what is wrong without repeating it.
+    if (what.find("cannot redefine existing table") != std::string::npos) {
+      what =
+          "this table is already defined above (a table may appear once; quoted and bare keys are "
+          "the same name: [limiters.\"chat\"] is [limiters.chat])";
+    }
+    fail(field, fmt::format("line {}, column {}: {}", where.line, where.column, what));
   } catch (const std::exception& e) {
     fail(field, e.what());
   }
