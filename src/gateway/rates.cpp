@@ -2,6 +2,7 @@
 #include "gateway/rates.hpp"
 
 #include "gateway/openai.hpp"
+#include "http/message.hpp"
 #include "serve/ratelimit.hpp"
 
 #include <fmt/format.h>
@@ -13,9 +14,8 @@ using net::awaitable;
 bool rate_requests(const Shared& sh, const Session& s, const Request& req, const RouteConfig& rc,
                    std::string_view tenant, RouteRates& rates, std::vector<RateRequest>& out,
                    std::string& problem) {
-  const auto xff = req["X-Forwarded-For"];
-  const std::string ip =
-      client_ip(s.client, std::string_view(xff.data(), xff.size()), sh.config.server.trusted_proxies);
+  const std::string ip = client_ip(s.client, fairgate::http::field_list(req, "X-Forwarded-For"),
+                                   sh.config.server.trusted_proxies);
   const KeyInputs in{static_cast<const http::fields*>(&req), tenant, ip, rc.path};
   for (const auto& name : rc.ratelimit) {
     const auto it = sh.rate_configs.find(name);

@@ -13,6 +13,7 @@
 
 #include "gateway/openai.hpp"
 #include "gateway/upstream_stream.hpp"
+#include "http/message.hpp"
 #include "tls/client.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
@@ -51,17 +52,15 @@ http::request<http::string_body> upstream_request(const Session& s, const RouteC
                                                   const Request& req) {
   http::request<http::string_body> up{req.method(), upstream_target(rc, req), 11};
   const std::string connection(req[http::field::connection]);
-  std::string forwarded_for;
+  // Every X-Forwarded-For line, as one list, then the client (a proxy may add a line of its own).
+  std::string forwarded_for = fairgate::http::field_list(req, "X-Forwarded-For");
   for (const auto& field : req) {
     const std::string_view name(field.name_string().data(), field.name_string().size());
     // Expect: the body is read already (and sent in one go).
     if (is_hop_by_hop(name, connection) || field.name() == http::field::host ||
         field.name() == http::field::content_length || field.name() == http::field::expect)
       continue;
-    if (beast::iequals(name, "x-forwarded-for")) {
-      forwarded_for.assign(field.value().data(), field.value().size());
-      continue;
-    }
+    if (beast::iequals(name, "x-forwarded-for")) continue;
     up.insert(field.name_string(), field.value());
   }
   if (!forwarded_for.empty()) forwarded_for += ", ";

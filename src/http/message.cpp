@@ -21,6 +21,16 @@ Response json_response(status s, const Request& req, const boost::json::value& v
   return make_response(s, req, boost::json::serialize(v) + "\n", "application/json", server);
 }
 
+std::string field_list(const Request& req, std::string_view name) {
+  std::string out;
+  const auto [first, last] = req.equal_range(name);
+  for (auto it = first; it != last; ++it) {
+    if (!out.empty()) out += ", ";
+    out.append(it->value().data(), it->value().size());
+  }
+  return out;
+}
+
 bool method_listed(std::string_view methods, std::string_view method) noexcept {
   std::string_view rest = methods;
   while (!rest.empty()) {

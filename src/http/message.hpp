@@ -32,6 +32,11 @@ Response make_response(status s, const Request& req, std::string body, std::stri
 /// make_response with `v` serialized as JSON (one line, then a newline).
 Response json_response(status s, const Request& req, const boost::json::value& v, std::string_view server);
 
+/// Every value of the field `name` in `req`, in order, joined by ", " (RFC 9110 5.3: a field
+/// given on several lines is one list). Empty when it is absent. Beast's `req[name]` reads only
+/// the first line, which for X-Forwarded-For is the one a client can write.
+std::string field_list(const Request& req, std::string_view name);
+
 /// Whether `method` ("GET") is one of the comma-separated `methods` ("GET, PUT").
 bool method_listed(std::string_view methods, std::string_view method) noexcept;
 

@@ -480,6 +480,10 @@ void exercise_gateway(const std::string& url) {
   EXPECT_EQ(chat(url, ip, "", kChat, {"X-Forwarded-For: 203.0.113.7"}).status, 200);
   expect_openai_429(chat(url, ip, "", kChat, {"X-Forwarded-For: 203.0.113.7"}), "by-ip");
   EXPECT_EQ(chat(url, ip, "", kChat, {"X-Forwarded-For: 203.0.113.8, 127.0.0.1"}).status, 200);
+  // A proxy that adds a line of its own: the lines are one list (RFC 9110 5.3), so the client's
+  // own first line cannot choose the key (read alone, it made 198.51.100.9 a fresh bucket).
+  expect_openai_429(
+      chat(url, ip, "", kChat, {"X-Forwarded-For: 198.51.100.9", "X-Forwarded-For: 203.0.113.7"}), "by-ip");
 
   // Token budgets: burst 1000, nothing refills. A request reserves 500 (default_max_tokens)
   // + 1 + ceil(17 / 4) = 506 for its prompt; the mock answers 40 tokens.

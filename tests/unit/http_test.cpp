@@ -426,6 +426,15 @@ TEST(HttpRouter, PatternsMatchWholeSegmentsAndCollectParams) {
   EXPECT_FALSE(fh::method_listed("GET, PUT", "GE"));
 }
 
+TEST(HttpMessage, AFieldOnSeveralLinesIsOneList) {
+  fh::Request req{fh::verb::get, "/", 11};
+  EXPECT_EQ(fh::field_list(req, "X-Forwarded-For"), "");
+  req.insert("X-Forwarded-For", "198.51.100.9");
+  req.insert("Accept", "*/*");
+  req.insert("x-forwarded-for", "203.0.113.7, 10.0.0.1");
+  EXPECT_EQ(fh::field_list(req, "X-Forwarded-For"), "198.51.100.9, 203.0.113.7, 10.0.0.1");
+}
+
 TEST(HttpMessage, AnswersKeepTheRequestsVersionAndKeepAlive) {
   fh::Request req{fh::verb::get, "/", 10};
   req.keep_alive(false);
