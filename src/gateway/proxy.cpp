@@ -44,6 +44,11 @@ std::optional<std::string> tenant_of(const Request& req, const RouteConfig& rc, 
   if (rc.tenant_header.empty()) return std::string();
   const auto it = req.find(rc.tenant_header);
   if (it == req.end()) return std::string();
+  if (req.count(rc.tenant_header) > 1) {
+    // Which line would count is a guess (a client's own, or its proxy's): none does.
+    problem = fmt::format("header {} is given more than once: a request has one tenant", rc.tenant_header);
+    return std::nullopt;
+  }
   const std::string_view v(it->value().data(), it->value().size());
   if (v.empty()) return std::string();  // an empty header: no tenant, as without it
   if (!fairgate::valid_tenant(v)) {

@@ -146,6 +146,14 @@ std::optional<std::string> derive_rate_key(const RateRuleConfig& rule, const Key
                                 rule.name, part.header);
           return std::nullopt;
         }
+        if (in.headers->count(part.header) > 1) {
+          // A second line could choose the bucket while the upstream reads the other one.
+          problem = fmt::format(
+              "rate limit \"{}\" is keyed by the {} header, which this request gives more "
+              "than once",
+              rule.name, part.header);
+          return std::nullopt;
+        }
         key.append(v.data(), v.size());
         break;
       }

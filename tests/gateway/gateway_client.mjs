@@ -354,6 +354,11 @@ async function proxy() {
   const spaced = await request(gateway, 'POST', '/v1/chat/completions', { body: chatBody(), headers: { ...json, 'x-user-id': 'a b' } });
   check(spaced.status === 400 && spaced.json?.error?.code === 'invalid_tenant', `tenant with a space: ${spaced.status}`);
   check(/printable ASCII characters without spaces/.test(spaced.json?.error?.message ?? ''), `tenant message: ${spaced.json?.error?.message}`);
+  // Given twice (Node sends an array as two lines), the header names no tenant: a client's own
+  // line could otherwise choose one ahead of its proxy's.
+  const twice = await request(gateway, 'POST', '/v1/chat/completions', { body: chatBody(), headers: { ...json, 'x-user-id': ['mallory', 'alice'] } });
+  check(twice.status === 400 && twice.json?.error?.code === 'invalid_tenant', `tenant given twice: ${twice.status}`);
+  check(/more than once/.test(twice.json?.error?.message ?? ''), `tenant twice message: ${twice.json?.error?.message}`);
 
   // 11. Expect: 100-continue (curl sends it for big bodies): the gateway says "continue" at once.
   const expectRun = await new Promise((resolve) => {

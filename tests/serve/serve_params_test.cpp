@@ -633,6 +633,13 @@ TEST(RateKeys, DerivedKeysAndTokenEstimates) {
   boost::beast::http::fields none;
   EXPECT_FALSE(derive_rate_key(rule, {&none, "", "1.2.3.4", "/v1/chat"}, problem));
   EXPECT_NE(problem.find("X-User-Id"), std::string::npos) << problem;
+  // Given twice, the header names no bucket (a client's line could choose one).
+  boost::beast::http::fields twice;
+  twice.insert("X-User-Id", "mallory-1");
+  twice.insert("x-user-id", "alice");
+  problem.clear();
+  EXPECT_FALSE(derive_rate_key(rule, {&twice, "", "1.2.3.4", "/v1/chat"}, problem));
+  EXPECT_NE(problem.find("more than once"), std::string::npos) << problem;
   rule.key = {{RateKeyPart::tenant, ""}, {RateKeyPart::ip, ""}, {RateKeyPart::global, ""}};
   EXPECT_EQ(derive_rate_key(rule, {&h, "acme", "1.2.3.4", "/"}, problem), "acme|1.2.3.4|global");
   EXPECT_FALSE(derive_rate_key(rule, {&h, "", "1.2.3.4", "/"}, problem));
