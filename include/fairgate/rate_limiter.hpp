@@ -62,6 +62,11 @@ struct RateDecision {
   /// The same in microseconds: orders the decisions of every instance as
   /// Redis made them (one script at a time).
   std::int64_t at_us = 0;
+  /// The check took this decision's cost from its rule: the check was allowed
+  /// (a shadow rule: its own part was). Only such a decision can be refunded;
+  /// `allowed` alone is not enough, since in a refused check the other rules'
+  /// decisions say they would allow, and took nothing.
+  bool taken = false;
 };
 
 /// The answer to one check: allowed only if every rule allowed; when one
@@ -80,7 +85,8 @@ struct RateResult {
   std::optional<RejectReason> reason;
   std::vector<RateDecision> decisions;  ///< one per request, in order
 
-  /// The longest retry_after of the refusing rules (0 when allowed).
+  /// The longest retry_after of the refusing rules (0 when allowed); -1 ms
+  /// (never) when one of them can never allow its cost, over its capacity.
   std::chrono::milliseconds retry_after() const;
   explicit operator bool() const noexcept { return !error && allowed; }
 };
@@ -192,7 +198,8 @@ class RateLimiter {
         },
         token, std::move(requests));
   }
-  /// Gives back `amount` (1..decision.cost) units of an allowed decision.
+  /// Gives back `amount` (1..decision.cost) units of a decision that took
+  /// them (`taken`; otherwise invalid_argument, nothing changes).
   /// Signature void(RefundResult). See docs/ratelimit.md for what each
   /// algorithm does with a refund, and when it is too late.
   template <typename Token>

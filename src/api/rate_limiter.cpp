@@ -32,8 +32,11 @@ std::string_view to_string(RateSource source) noexcept {
 
 std::chrono::milliseconds RateResult::retry_after() const {
   std::chrono::milliseconds out{0};
-  for (const auto& d : decisions)
-    if (!d.allowed && !d.shadow) out = std::max(out, d.retry_after);
+  for (const auto& d : decisions) {
+    if (d.allowed || d.shadow) continue;
+    if (d.retry_after.count() < 0) return d.retry_after;  // never: no wait helps
+    out = std::max(out, d.retry_after);
+  }
   return out;
 }
 
@@ -289,30 +292,25 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
   void check(std::vector<RateRequest> requests, std::unique_ptr<RateCompletion> completion,
              bool split = true) {
     std::shared_ptr<RateCompletion> done(std::move(completion));
-    auto finish = [done](RateResult r) { done->complete(std::move(r)); };
+    auto finish = [done](RateResult r) {
+      // One store decision: every rule's cost was taken, or none (a part of check_with_shadows
+      // is one such decision; merge_shadows keeps each part's flags).
+      for (auto& d : r.decisions) d.taken = !r.error && r.allowed;
+      done->complete(std::move(r));
+    };
     RateResult result;
     if (shut_) return fail(finish, Errc::shut_down, "the rate limiter has been shut down");
     if (requests.empty())
       return fail(finish, RejectReason::invalid_argument, "rules: at least one rule to check");
     if (requests.size() > 32)
       return fail(finish, RejectReason::invalid_argument, "rules: at most 32 per check");
-    if (split) {
-      std::vector<bool> shadow(requests.size(), false);
-      bool any = false;
-      {
-        std::lock_guard lock(mutex_);
-        for (std::size_t i = 0; i < requests.size(); ++i) {
-          auto it = rules_.find(requests[i].rule);
-          shadow[i] = it != rules_.end() && it->second.rule.mode == LimiterMode::shadow;
-          any = any || shadow[i];
-        }
-      }
-      if (any) return check_with_shadows(std::move(requests), std::move(shadow), std::move(done));
-    }
     std::vector<RateStoreItem> items;
     {
-      std::lock_guard lock(mutex_);
+      std::unique_lock lock(mutex_);
+      // Every request is checked before any part is sent, shadowed or not: a check that fails
+      // takes nothing from any rule.
       std::set<std::pair<std::string_view, std::string_view>> seen;
+      bool any_shadow = false;
       for (const auto& rq : requests) {
         auto it = rules_.find(rq.rule);
         if (it == rules_.end()) return fail(finish, Errc::unknown_rule, "rule \"" + rq.rule + "\": unknown");
@@ -324,6 +322,13 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
           return fail(finish, RejectReason::invalid_argument,
                       "rules: rule \"" + rq.rule + "\" with key \"" + rq.key + "\" appears twice");
         items.push_back({rq.rule, it->second.rule, rq.key, rq.cost});
+        any_shadow = any_shadow || it->second.rule.mode == LimiterMode::shadow;
+      }
+      if (split && any_shadow) {
+        std::vector<bool> shadow(items.size(), false);
+        for (std::size_t i = 0; i < items.size(); ++i) shadow[i] = items[i].rule.mode == LimiterMode::shadow;
+        lock.unlock();  // the parts come back here (split = false)
+        return check_with_shadows(std::move(requests), std::move(shadow), std::move(done));
       }
       // A cost above a rule's capacity can never be allowed: refused here.
       for (const auto& item : items) {
@@ -436,8 +441,10 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
         return fail_refund(Errc::unknown_rule, "rule \"" + decision.rule + "\": unknown");
       if (auto e = validate_rate_key(decision.key))
         return fail_refund(RejectReason::invalid_argument, e->message());
-      if (!decision.allowed)
-        return fail_refund(RejectReason::invalid_argument, "amount: the decision took nothing");
+      if (!decision.taken)
+        return fail_refund(RejectReason::invalid_argument,
+                           decision.allowed ? "decision: it took nothing (another rule refused its check)"
+                                            : "decision: it took nothing (refused)");
       if (amount < 1 || amount > decision.cost)
         return fail_refund(RejectReason::invalid_argument,
                            "amount: " + std::to_string(amount) + " is not in 1.." +

@@ -38,7 +38,7 @@ void refund_token_budgets(Shared& sh, const RouteRates& rates, const UsageTap& t
   for (std::size_t i = 0; i < rates.configs.size() && i < rates.result.decisions.size(); ++i) {
     if (rates.configs[i]->cost_mode != RateCostMode::tokens) continue;
     const RateDecision& d = rates.result.decisions[i];
-    if (!d.allowed) continue;  // a shadow rule that would have refused took nothing
+    if (!d.taken) continue;  // a shadow rule that would have refused took nothing
     std::int64_t used = 0;
     if (!tap.reached || tap.status / 100 != 2) {
       used = 0;  // nothing was generated

@@ -75,7 +75,7 @@ json::object rate_decision_json(const RateResult& result, const RateDecision& d)
   }
   if (result.allowed) {
     // A shadow rule that would have refused took nothing: nothing to refund.
-    if (d.allowed) o["decision"] = fmt::format("{}.{}.{}", d.at_ms, d.at_us, d.cost);
+    if (d.taken) o["decision"] = fmt::format("{}.{}.{}", d.at_ms, d.at_us, d.cost);
   } else {
     o["reason"] = result.reason               ? "unavailable"
                   : d.retry_after.count() < 0 ? "cost_exceeds_capacity"

@@ -436,6 +436,7 @@ awaitable<bool> route_rate_refund(std::shared_ptr<Session> self, const Request& 
   d.key = params->key;
   d.cost = params->cost;
   d.allowed = true;
+  d.taken = true;  // a decision token is handed out only for a decision that took its cost
   d.at_ms = params->at_ms;
   d.at_us = params->at_us;
   RefundResult r = co_await rate_refund(sh.rates, d, params->amount);

@@ -122,6 +122,15 @@ TEST(MemoryRateLimiterApi, MultiRuleRefundsAndBadInput) {
   EXPECT_EQ(third.decisions[0].remaining, 3) << "nothing taken from a";
   EXPECT_TRUE(third.decisions[0].allowed);
   EXPECT_FALSE(third.decisions[1].allowed);
+  EXPECT_TRUE(second.decisions[0].taken && second.decisions[1].taken);
+  EXPECT_FALSE(third.decisions[0].taken) << "a would-allow in a refused check took nothing";
+  // ...so it cannot be refunded: that would give back a unit never taken (a's rate exceeded).
+  const auto phantom = l.async_refund(third.decisions[0], 1, asio::use_future).get();
+  EXPECT_EQ(phantom.error, fairgate::make_error_code(fairgate::RejectReason::invalid_argument));
+  EXPECT_EQ(phantom.refunded, 0);
+  EXPECT_NE(phantom.message.find("took nothing"), std::string::npos) << phantom.message;
+  EXPECT_EQ(third.retry_after(), third.decisions[1].retry_after);
+  EXPECT_GT(third.retry_after(), 0ms);
   // Refund b's unit of the second decision: the pair fits again.
   auto refund = l.async_refund(second.decisions[1], 1, asio::use_future).get();
   EXPECT_FALSE(refund.error) << refund.message;
@@ -137,6 +146,8 @@ TEST(MemoryRateLimiterApi, MultiRuleRefundsAndBadInput) {
   EXPECT_FALSE(big.error);
   EXPECT_FALSE(big.allowed);
   EXPECT_EQ(big.decisions[0].retry_after, -1ms);
+  EXPECT_EQ(big.retry_after(), -1ms) << "never, not 'now'";
+  EXPECT_EQ(check({{"b", "u", 1}, {"a", "u", 6}}).retry_after(), -1ms) << "never wins over a wait";
   EXPECT_EQ(l.rules().size(), 2u);
   EXPECT_FALSE(l.set_rule("bad name", make_rule(RateAlgorithm::gcra, 1, 1000)));
   EXPECT_EQ(l.set_rule("c", make_rule(RateAlgorithm::gcra, 0, 1000)).error().message(),
@@ -186,8 +197,18 @@ TEST(MemoryRateLimiterApi, ShadowRuleNeverRefusesAndCountsWhatItWouldHave) {
       EXPECT_EQ(r.stats.refused, 4u) << "what it would have refused";
     }
   }
-  // Bad input is still an error.
+  // Bad input is still an error, and an error takes nothing, from the shadow rule either.
   EXPECT_EQ(check({{"sh", "", 1}}).message, "key: must not be empty");
+  RateRule spare = make_rule(RateAlgorithm::fixed_window, 1, 600'000);
+  spare.mode = fairgate::LimiterMode::shadow;
+  ASSERT_TRUE(l.set_rule("sh2", spare));
+  EXPECT_EQ(check({{"nope", "k", 1}, {"sh2", "k", 1}}).error,
+            fairgate::make_error_code(fairgate::Errc::unknown_rule));
+  EXPECT_EQ(check({{"enf", "", 1}, {"sh2", "k", 1}}).message, "key: must not be empty");
+  const RateResult fresh = check({{"sh2", "k", 1}});
+  ASSERT_TRUE(fresh.allowed);
+  EXPECT_TRUE(fresh.decisions[0].allowed) << "the failed checks took sh2's one unit";
+  EXPECT_TRUE(fresh.decisions[0].taken);
   work.reset();
   t.join();
 }
