@@ -110,6 +110,7 @@ void MemoryLimiter::release(const std::string& id) noexcept {
   if (!state_.release(rid, op_now_, *this)) return;
   ++stats_.releases;
   if (state_.queued() != queued_before) schedule_positions_locked(false);
+  disarm_deadline_timer_if_idle_locked();
 }
 
 MemoryLimiter::RequestPtr MemoryLimiter::take_waiting(core::RequestId id) {
@@ -156,6 +157,13 @@ void MemoryLimiter::cancel(const RequestPtr& request) {
   take_waiting(request->id);
   deliver_ended(*request, RejectReason::cancelled, now());
   schedule_positions_locked(false);
+  disarm_deadline_timer_if_idle_locked();
+}
+
+void MemoryLimiter::disarm_deadline_timer_if_idle_locked() {
+  if (!deadline_timer_ || !deadline_armed_for_ || state_.queued() > 0) return;
+  deadline_armed_for_.reset();
+  deadline_timer_->cancel();
 }
 
 void MemoryLimiter::arm_deadline_timer_locked() {
@@ -271,6 +279,7 @@ boost::system::result<Settings, SettingsError> MemoryLimiter::configure(const Se
   op_now_ = now();
   state_.configure(next, op_now_, *this);
   if (state_.queued() != queued_before) schedule_positions_locked(false);
+  disarm_deadline_timer_if_idle_locked();
   return next;
 }
 

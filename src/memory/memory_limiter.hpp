@@ -77,6 +77,9 @@ class MemoryLimiter final : public detail::LimiterImpl, private core::DispatchSi
   void deliver_ended(Request& request, RejectReason reason, core::Time now, std::string message = {});
   void cancel(const RequestPtr& request);
   void arm_deadline_timer_locked();
+  /// Once nobody waits, a timer armed for a deadline that no longer exists is
+  /// cancelled: it would keep io_context::run() from returning until then.
+  void disarm_deadline_timer_if_idle_locked();
   void on_deadline_timer();
   void schedule_positions_locked(bool urgent);
   void run_positions();

@@ -293,6 +293,45 @@ TEST_F(MemoryBackendTest, InvalidAcquireOptionsAreRejected) {
 
 // --- cancellation (F4) ---------------------------------------------------------------
 
+// io_context::run() returns once nobody waits: no timer stays armed for the deadline of a waiter
+// already granted or cancelled (it kept run() busy until then: 20 s by default, here 1 h).
+TEST_F(MemoryBackendTest, RunReturnsOnceNobodyWaitsNotAtTheLastDeadline) {
+  auto lim = open("run-ends", cap(1));
+  AcquireOptions o;
+  o.max_wait = 1h;
+  const auto runs_out = [&] {
+    io.restart();
+    io.run_for(10s);  // returns at once when there is no work left; 10 s only if there is
+    return io.stopped();
+  };
+  // A waiter granted on a release (each result drops its permit at once).
+  int granted = 0;
+  for (int i = 0; i < 2; ++i) lim.async_acquire(o, [&](AcquireResult r) { granted += r.granted(); });
+  EXPECT_TRUE(runs_out()) << "after a grant";
+  EXPECT_EQ(granted, 2);
+  // A waiter cancelled.
+  Permit held = hold(lim);
+  asio::cancellation_signal sig;
+  Outcome1 cancelled;
+  lim.async_acquire(o, asio::bind_cancellation_slot(sig.slot(), cancelled.handler()));
+  ASSERT_EQ(lim.snapshot().queued, 1u);
+  sig.emit(asio::cancellation_type::terminal);
+  held.release();
+  EXPECT_TRUE(runs_out()) << "after a cancel";
+  EXPECT_TRUE(cancelled.done());
+  // A waiter admitted by a raised cap.
+  held = hold(lim);
+  Outcome1 admitted;
+  lim.async_acquire(o, admitted.handler());
+  ASSERT_EQ(lim.snapshot().queued, 1u);
+  SettingsUpdate u;
+  u.max_concurrent = 2;
+  ASSERT_TRUE(lim.configure(u).has_value());
+  EXPECT_TRUE(runs_out()) << "after a raised cap";
+  EXPECT_TRUE(admitted.granted());
+  held.release();
+}
+
 TEST_F(MemoryBackendTest, CancelWhileQueuedRemovesTheWaiter) {
   for (auto type : {asio::cancellation_type::terminal, asio::cancellation_type::partial,
                     asio::cancellation_type::total}) {
