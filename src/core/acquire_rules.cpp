@@ -12,6 +12,18 @@ std::optional<std::chrono::milliseconds> effective_max_wait(
   return max_wait;
 }
 
+std::string acquire_options_problem(const std::optional<std::chrono::milliseconds>& requested,
+                                    const Settings& settings, std::string_view tenant, std::uint32_t weight) {
+  const std::chrono::milliseconds max_wait = requested.value_or(settings.max_wait);
+  if (max_wait.count() < 0 || max_wait > kMaxWaitLimit)
+    return "max_wait: " + std::to_string(max_wait.count()) + " ms is not in 0.." +
+           std::to_string(kMaxWaitLimit.count()) + " ms";
+  if (!tenant.empty() && !valid_tenant(tenant)) return "tenant: must be " + std::string(kTenantRule);
+  if (weight < 1 || weight > kMaxTenantWeight)
+    return "weight: " + std::to_string(weight) + " is not in 1.." + std::to_string(kMaxTenantWeight);
+  return {};
+}
+
 std::string ended_message(RejectReason reason, std::chrono::milliseconds waited,
                           std::chrono::milliseconds max_wait, const Settings& settings) {
   switch (reason) {

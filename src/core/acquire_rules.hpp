@@ -21,6 +21,12 @@ std::optional<std::chrono::milliseconds> effective_max_wait(
     const std::optional<std::chrono::milliseconds>& requested, const Settings& settings,
     std::string_view tenant, std::uint32_t weight = 1);
 
+/// What is wrong with an acquire's options, one line naming the field
+/// ("weight: 0 is not in 1..1000"), or empty when effective_max_wait accepts them.
+std::string acquire_options_problem(const std::optional<std::chrono::milliseconds>& requested,
+                                    const Settings& settings, std::string_view tenant,
+                                    std::uint32_t weight = 1);
+
 /// The one-line message of a request that ended without a permit after
 /// `waited`; a timeout names `max_wait`, the one it was given (the time
 /// measured runs a little over).

@@ -30,7 +30,7 @@ class RejectCategory final : public boost::system::error_category {
       case RejectReason::queue_full: return "the queue is full";
       case RejectReason::disabled: return "the limiter is disabled";
       case RejectReason::unavailable: return "the limiter is unavailable";
-      case RejectReason::invalid_argument: return "invalid acquire options";
+      case RejectReason::invalid_argument: return "an argument is invalid (the result's message names it)";
       case RejectReason::shutdown: return "the limiter is shutting down";
       case RejectReason::would_time_out: return "the estimated wait exceeds the maximum wait";
     }

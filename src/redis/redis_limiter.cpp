@@ -224,7 +224,9 @@ void RedisLimiter::start_acquire(AcquireOptions options, std::unique_ptr<detail:
         core::effective_max_wait(options.max_wait, settings_, request->tenant, request->weight);
     if (!checked) {
       request->ticket.resume(core::TicketEvent::reject);
-      deliver_ended(*request, RejectReason::invalid_argument, t);
+      deliver_ended(
+          *request, RejectReason::invalid_argument, t,
+          core::acquire_options_problem(options.max_wait, settings_, request->tenant, request->weight));
       return;
     }
     const milliseconds max_wait = *checked;

@@ -280,14 +280,23 @@ TEST_F(MemoryBackendTest, InvalidAcquireOptionsAreRejected) {
   AcquireOptions o3;
   o3.tenant = std::string(10'000, 't');
   lim.async_acquire(o3, tenant.handler());
-  ASSERT_TRUE(run_until([&] { return neg.done() && huge.done() && tenant.done(); }));
-  for (auto* o : {&neg, &huge, &tenant}) {
+  Outcome1 weight;
+  AcquireOptions o4;
+  o4.weight = 0;
+  lim.async_acquire(o4, weight.handler());
+  ASSERT_TRUE(run_until([&] { return neg.done() && huge.done() && tenant.done() && weight.done(); }));
+  for (auto* o : {&neg, &huge, &tenant, &weight}) {
     EXPECT_EQ(o->result->outcome(), Outcome::rejected);
     EXPECT_EQ(o->result->reason(), RejectReason::invalid_argument);
   }
+  // Each message names the option that is wrong.
+  EXPECT_EQ(neg.result->message(), "max_wait: -1 ms is not in 0..86400000 ms");
+  EXPECT_EQ(huge.result->message(), "max_wait: 86400001 ms is not in 0..86400000 ms");
+  EXPECT_EQ(tenant.result->message().rfind("tenant: must be ", 0), 0u) << tenant.result->message();
+  EXPECT_EQ(weight.result->message(), "weight: 0 is not in 1..1000");
   const auto s = lim.snapshot();
   EXPECT_EQ(s.in_use, 0u) << "an invalid request takes no permit";
-  EXPECT_EQ(by_reason(s, RejectReason::invalid_argument), 3u);
+  EXPECT_EQ(by_reason(s, RejectReason::invalid_argument), 4u);
   expect_balanced(s.stats);
 }
 
