@@ -1068,7 +1068,12 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const BeatSent& sent, 
             "grants is not seen before the next grant, so their seats can be granted again until their "
             "holders restore them (docs/design.md, recovery rule 14); allow +info for this user");
       }
-      if (!source_.empty() && *source != source_ && integer_of(e[8]) == 0) {
+      const bool switched = !source_.empty() && *source != source_ && integer_of(e[8]) == 0;
+      // Not fenced, under a fence in force: an older copy of the state (a restart from a
+      // snapshot), which names the id it was saved on, not this Redis's. The grant that finds
+      // this Redis fences it, and the heartbeat after tells that, against the id known before.
+      const bool stale_copy = switched && fence_left.count() == 0 && context_->options.fence().count() > 0;
+      if (switched && !stale_copy) {
         ++engine_.redis_switches;
         logs.push_back(fmt::format(
             "the limiter's state is on another Redis than before (replication id {} was {}: a failover or "
@@ -1076,7 +1081,7 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const BeatSent& sent, 
             "released permits until every instance has restored what it runs)",
             source->substr(0, 8), source_.substr(0, 8), seconds(fence_left)));
       }
-      source_ = *source;
+      if (!stale_copy) source_ = *source;
     }
     if (e.size() > 15) {
       // The pace, in Redis time: as of now_ms, seen here now.

@@ -399,6 +399,56 @@ TEST(RedisBackendTest, ARestartThatLostAGrantFencesTheStateBeforeGrantingAgain) 
       [&] { return redis.command(fairgate::test::count_command(key(name, "holders"))) == "0"; }, 5s));
 }
 
+// A restart from an older snapshot also takes the arrival counter back, below the order scores
+// of waiters that their instance still has and restores. Those waiters keep their place: an
+// arrival after the restart queues behind them (it got a lower score and went ahead of them:
+// 7.6 s waiters overtaken, timeouts, in a helper's run of `fairgate serve`). Grant order judged
+// from the clients.
+TEST(RedisBackendTest, RestoredWaitersStayAheadAfterAnOlderSnapshot) {
+  const std::string name = test_name();
+  RedisServer redis;  // its own: restarted from a snapshot
+  auto o = fast_options();
+  o.url = redis.url();
+  o.recovery_fence = 1000ms;
+  Instance holder_instance(o);
+  Instance other(o);
+  Limiter lh = holder_instance.open(name, cap(1));
+  Limiter lo = other.open(name, cap(1));
+  ASSERT_TRUE(wait_until(
+      [&] { return ready_past_fence(holder_instance, name, lh) && ready_past_fence(other, name, lo); }, 10s));
+  ASSERT_EQ(redis.command({"SAVE"}), "OK");  // the counter as it stands, nobody waiting
+  auto held = acquire(lh);
+  ASSERT_TRUE(wait_until([&] { return held->done(); }));
+  ASSERT_EQ(held->outcome(), Outcome::granted);
+  auto w1 = acquire_queued(lo, 60s);
+  auto w2 = acquire_queued(lo, 60s);
+
+  redis.restart();  // from the snapshot: the permit, both waiters and two arrivals are gone
+  ASSERT_EQ(redis.command(fairgate::test::count_command(key(name, "queue"))), "0");
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return redis.command(fairgate::test::count_command(key(name, "holders"))) == "1" &&
+               redis.command(fairgate::test::count_command(key(name, "queue"))) == "2";
+      },
+      10s))
+      << "both instances restored what they run and wait for";
+  auto w3 = acquire_queued(lo, 60s);  // after the restart
+  ASSERT_EQ(redis.command(fairgate::test::count_command(key(name, "queue"))), "3");
+
+  held->release();
+  ASSERT_TRUE(wait_until([&] { return w1->done() || w2->done() || w3->done(); }, 10s));
+  EXPECT_TRUE(w1->done()) << "the oldest waiter first";
+  EXPECT_FALSE(w3->done()) << "the arrival after the restart went ahead of the restored waiters";
+  w1->release();
+  ASSERT_TRUE(wait_until([&] { return w2->done() || w3->done(); }, 10s));
+  EXPECT_TRUE(w2->done());
+  EXPECT_FALSE(w3->done());
+  w2->release();
+  ASSERT_TRUE(wait_until([&] { return w3->done(); }, 10s));
+  EXPECT_EQ(w3->outcome(), Outcome::granted) << w3->message();
+  w3->release();
+}
+
 /// fast_options() as `user` (password "pw") on the shared server, logging to `log`.
 /// fast_options() on a server of the test's own, logging to `log`.
 RedisBackendOptions options_on(const RedisServer& own, const fairgate::test::LogLines& log) {
@@ -406,6 +456,50 @@ RedisBackendOptions options_on(const RedisServer& own, const fairgate::test::Log
   o.url = own.url();
   o.log = log.sink();
   return o;
+}
+
+// A Redis back from an older snapshot serves an older copy of the state, which names the Redis
+// it was saved on, not this one. That copy is not a switch of its own: the grant that finds this
+// Redis fences the state, and the log tells that once, against the Redis known before, with the
+// fence in force (it said "fenced for 0.0 s" with the snapshot's id, then the real switch).
+TEST(RedisBackendTest, AnOlderCopyOfTheStateIsToldAsOneSwitchWithItsFence) {
+  const std::string name = test_name();
+  RedisServer redis;
+  fairgate::test::LogLines logged;
+  auto o = options_on(redis, logged);
+  o.recovery_fence = 1000ms;
+  Instance a(o);
+  Limiter l = a.open(name, cap(1));
+  ASSERT_TRUE(wait_until([&] { return ready_past_fence(a, name, l); }, 10s));
+  ASSERT_EQ(redis.command({"SAVE"}), "OK");  // the state names this Redis (X)
+  const auto replid = [&] {
+    const std::string info = redis.command({"INFO", "replication"});
+    const auto at = info.find("master_replid:");
+    return info.substr(at + 14, 8);
+  };
+  const auto grant_once = [&] {
+    auto p = acquire(l);
+    EXPECT_TRUE(wait_until([&] { return p->done(); }, 10s));
+    EXPECT_EQ(p->outcome(), Outcome::granted) << p->message();
+    p->release();
+  };
+  const auto switch_lines = [&] { return logged.with("on another Redis than before"); };
+  redis.restart();  // Y: the first grant fences the state and names Y
+  const std::string y = replid();
+  grant_once();
+  ASSERT_TRUE(wait_until([&] { return l.snapshot().engine.redis_switches == 1; }, 5s));
+  ASSERT_EQ(switch_lines().size(), 1u);
+  redis.restart();  // Z, from the same snapshot: the state names X again, unfenced
+  const std::string z = replid();
+  const auto beats = a.impl(name)->heartbeats();
+  ASSERT_TRUE(wait_until([&] { return a.impl(name)->heartbeats() >= beats + 3; }, 10s));
+  EXPECT_EQ(switch_lines().size(), 1u) << "the older copy is not a switch: " << switch_lines().back();
+  grant_once();
+  ASSERT_TRUE(wait_until([&] { return switch_lines().size() == 2; }, 5s));
+  const std::string line = switch_lines().back();
+  EXPECT_NE(line.find("replication id " + z + " was " + y), std::string::npos) << line;
+  EXPECT_EQ(line.find("fenced for 0.0 s"), std::string::npos) << line;
+  EXPECT_EQ(l.snapshot().engine.redis_switches, 2u);
 }
 
 RedisBackendOptions options_as(const std::string& user, const fairgate::test::LogLines& log) {

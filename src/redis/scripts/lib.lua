@@ -433,10 +433,16 @@ end
 -- Fences the state from `now` for `ms` (only hand-offs, fence_credit, meanwhile) on this
 -- Redis (replication id `id`, nil: ask): the fence covers a switch to it as well, so the next
 -- grant's check does not fence it a second time.
+--
+-- Such a Redis may also have lost increments of the arrival counter: it can stand below the order
+-- scores of waiters the instances still have and are about to restore, and an arrival would then
+-- queue ahead of them. It is moved past every order score given before `now` (orders start at an
+-- epoch of Redis ms x 1000 and grow by one an arrival), so restored waiters keep their place.
 local function fence_state(cfg, now, ms, id)
   cfg.fence, cfg.credit = math.max(cfg.fence, now + ms), 0
   cfg.source = id or replication_id() or cfg.source
   redis.call('HSET', K_CFG, 'fence_until', int(cfg.fence), 'fence_credit', 0, 'source', cfg.source or '')
+  if tonumber(redis.call('GET', K_SEQ) or '0') < now * 1000 then redis.call('SET', K_SEQ, int(now * 1000)) end
 end
 
 -- Before a grant: fences the state if this is not the Redis its grants were made on (see

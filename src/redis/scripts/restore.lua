@@ -67,13 +67,14 @@ end
 -- deleted (holder_add).
 local fenced = cfg.fence > fence_before and 1 or 0
 
-local waiters = 0
+local waiters, top_order = 0, 0
 for i = first_waiter, #ARGV - 5, 6 do
   local n, order, remaining = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local waited = math.max(0, tonumber(ARGV[i + 3]) or 0)
   local id = inst .. '|' .. n
   listed[n] = true
   local indexed = find_waiter(id)
+  if order ~= '' then top_order = math.max(top_order, tonumber(order) or 0) end
   if indexed then
     -- Indexed but not queued: the queue key was deleted (evicted, DEL) under it. Back in the
     -- queue at its place (a tenant's queue, a key of its own, still has it).
@@ -88,6 +89,11 @@ for i = first_waiter, #ARGV - 5, 6 do
     if cfg.tmode then t_enqueue(cfg, ARGV[i + 5], member, score) end
     waiters = waiters + 1
   end
+end
+-- A counter below a waiter's order score went back (Redis lost writes: a snapshot, a failover):
+-- later arrivals would queue ahead of that waiter. It goes on above it.
+if top_order > 0 and tonumber(redis.call('GET', K_SEQ) or '0') < top_order then
+  redis.call('SET', K_SEQ, int(top_order))
 end
 local lo, hi = range_of(inst)
 -- One request, one place: a second member of one id (a first acquire that ran after a restore
