@@ -185,6 +185,7 @@ struct Exchange {
   }
   bool streamed = false;  // a 2xx event stream: its first byte relayed is the time to first token
   bool first_relayed = false;
+  bool relayed_any = false;  // body bytes went into the client's event stream (relay_stream)
   bool given_back = false;
 
   /// The upstream connection goes back to the pool as soon as its answer is
@@ -245,6 +246,13 @@ awaitable<void> body_failed(Call& c, const Exchange& x) {
           : fmt::format("the upstream {} broke off its answer", c.route.config.upstream);
   upstream_failed(c.s, c.route, 0, message);
   if (!c.header_sent) co_return;
+  if (x.relayed_any) {
+    // The answer may have stopped inside an event: end it first, or the error event's lines
+    // would join it ("{\"delta\":{\"condata: {\"error\"..."). The cut event reaches the client
+    // as it is, then the error; after a whole event these blank lines dispatch nothing.
+    const std::string end = "\n\n";
+    co_await send_raw(c.s, end);
+  }
   const UpstreamFailure f{timeout ? http::status::gateway_timeout : http::status::bad_gateway,
                           timeout ? "upstream_timeout" : "upstream_error", message};
   co_await send_upstream_failure(c.s, c.req, true, f);  // an error event
@@ -395,16 +403,41 @@ awaitable<Step> send_request(Call& c, Exchange& x) {
 
 /// A 2xx answer into the event stream our own 200 started while the request
 /// waited: its body bytes as they come. The stream ends with the connection.
+/// An answer that is not an event stream (an upstream that ignored
+/// "stream": true and sent one JSON object) goes in as one event, its lines
+/// as data lines: raw, its bytes would be no event at all.
 awaitable<bool> relay_stream(Call& c, Exchange& x) {
+  const bool wrap = !x.streamed;
+  std::string piece;
+  if (wrap) piece = "data: ";
   while (!x.parser().is_done()) {
     const auto got = co_await next_relayed_chunk(c, x);
     if (!got) co_return false;
     if (*got == 0) continue;
+    net::const_buffer out(x.chunk.data(), *got);
+    if (wrap) {
+      for (std::size_t i = 0; i < *got; ++i) {
+        const char ch = x.chunk[i];
+        if (ch == '\r') continue;  // outside JSON strings (escaped inside): whitespace
+        piece += ch;
+        if (ch == '\n') piece += "data: ";
+      }
+      out = net::buffer(piece);
+    }
     c.s.stream.expires_after(c.s.shared->config.server.write_timeout);
-    auto [ec, n] = co_await net::async_write(c.s.stream, net::buffer(x.chunk.data(), *got), nothrow);
+    auto [ec, n] = co_await net::async_write(c.s.stream, out, nothrow);
     c.s.stream.expires_never();
     if (ec) co_return c.gone();
+    piece.clear();
+    x.relayed_any = true;
     first_byte_relayed(c, x);
+  }
+  if (wrap && x.relayed_any) {
+    piece += "\n\n";  // the event ends
+    c.s.stream.expires_after(c.s.shared->config.server.write_timeout);
+    auto [ec, n] = co_await net::async_write(c.s.stream, net::buffer(piece), nothrow);
+    c.s.stream.expires_never();
+    if (ec) co_return c.gone();
   }
   c.route.stats.upstream_latency.observe(since(c.started));
   if (c.tap) c.tap->finish();  // once (UsageTap::finish): an answer without a body
