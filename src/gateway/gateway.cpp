@@ -84,6 +84,9 @@ void Gateway::render_metrics(std::string& out) const {
   series("fairgate_gateway_upstream_tls_resumed_total",
          "New https:// upstream connections that resumed a kept TLS session (an abbreviated handshake).",
          &RouteStats::connections_resumed);
+  series("fairgate_gateway_tokens_over_reservation_total",
+         "Token budgets: tokens answers used beyond what their request reserved, charged after the answer.",
+         &RouteStats::tokens_over_reservation);
   out +=
       "# HELP fairgate_gateway_upstream_connections_idle Idle keep-alive connections held open to the "
       "upstream "

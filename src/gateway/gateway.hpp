@@ -106,6 +106,8 @@ struct RouteStats {
   std::atomic<std::uint64_t> connections_reused{0};
   /// New https:// connections whose handshake resumed a kept TLS session.
   std::atomic<std::uint64_t> connections_resumed{0};
+  /// Token budgets: tokens answers used beyond what their request reserved (then charged).
+  std::atomic<std::uint64_t> tokens_over_reservation{0};
   /// Streamed answers: request arrival to the first byte of the upstream's body relayed.
   Histogram time_to_first_token;
   /// Upstream calls: connect (or a pooled connection) to the end of the upstream's answer.

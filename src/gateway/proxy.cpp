@@ -63,7 +63,8 @@ struct RefundOnExit {
   Shared& sh;
   const RouteRates& rates;
   const UsageTap& tap;
-  ~RefundOnExit() { refund_token_budgets(sh, rates, tap); }
+  RouteStats& stats;
+  ~RefundOnExit() { refund_token_budgets(sh, rates, tap, stats); }
 };
 
 /// The hold time: from the grant until the permit goes (declared after it, destroyed before it).
@@ -233,7 +234,7 @@ awaitable<bool> proxy(std::shared_ptr<Session> self, const Request& req, Gateway
     if (answered) co_return *answered;
   }
   UsageTap tap;
-  const RefundOnExit refund_on_exit{sh, rates, tap};
+  const RefundOnExit refund_on_exit{sh, rates, tap, route.stats};
   Admission a;
   if (limiter) {
     const std::optional<bool> answered = co_await admit(s, req, route, *limiter, *tenant, a);

@@ -33,7 +33,7 @@ bool rate_requests(const Shared& sh, const Session& s, const Request& req, const
   return true;
 }
 
-void refund_token_budgets(Shared& sh, const RouteRates& rates, const UsageTap& tap) {
+void refund_token_budgets(Shared& sh, const RouteRates& rates, const UsageTap& tap, RouteStats& stats) {
   if (!rates.result.allowed) return;
   for (std::size_t i = 0; i < rates.configs.size() && i < rates.result.decisions.size(); ++i) {
     if (rates.configs[i]->cost_mode != RateCostMode::tokens) continue;
@@ -50,7 +50,16 @@ void refund_token_budgets(Shared& sh, const RouteRates& rates, const UsageTap& t
       used = d.cost;  // an answer without usage: keep the reservation
     }
     const std::int64_t back = d.cost - used;  // (usage is never negative: UsageTap ignores a negative one)
-    if (back <= 0 || d.at_us == 0) continue;  // used it all, or decided without the store (degraded)
+    if (back < 0) {
+      // More used than reserved (no max_tokens, a prompt the estimate undercounts): the rest is
+      // charged now, as a check of its own (a budget without room for it keeps what it has, and
+      // the next reservations find it spent). At most the rule's capacity, which can fit.
+      const std::int64_t more = std::min(-back, rates.configs[i]->rule.capacity());
+      stats.tokens_over_reservation.fetch_add(static_cast<std::uint64_t>(-back), std::memory_order_relaxed);
+      sh.rates.async_check(RateRequest{d.rule, d.key, more}, [](RateResult) {});
+      continue;
+    }
+    if (back == 0 || d.at_us == 0) continue;  // used it all, or decided without the store (degraded)
     sh.rates.async_refund(d, back, [](RefundResult) {});
   }
 }

@@ -33,9 +33,10 @@ bool rate_requests(const Shared& sh, const Session& s, const Request& req, const
                    std::string_view tenant, RouteRates& rates, std::vector<RateRequest>& out,
                    std::string& problem);
 
-/// Token budgets: gives back what a request reserved and did not use
-/// (docs/ratelimit.md, "Token budgets"). Fire and forget.
-void refund_token_budgets(Shared& sh, const RouteRates& rates, const UsageTap& tap);
+/// Token budgets: gives back what a request reserved and did not use, and
+/// charges what it used beyond its reservation (docs/ratelimit.md, "Token
+/// budgets"; counted in `stats`). Fire and forget.
+void refund_token_budgets(Shared& sh, const RouteRates& rates, const UsageTap& tap, RouteStats& stats);
 
 /// The decision the headers tell of: the refusing rule's, else the one with the least left.
 std::size_t shown_decision(const RateResult& result);

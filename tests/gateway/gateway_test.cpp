@@ -874,6 +874,51 @@ TEST(GatewayMemory, ATokenBudgetRouteAsksForAnUncompressedAnswerAndRefundsFromIt
   EXPECT_EQ(gateway.terminate(), 0);
 }
 
+// A token budget charges what an answer used beyond its reservation: a request without
+// max_tokens reserves default_max_tokens (10 here) plus its prompt's estimate, and the answer
+// reports 300. Before, only the reservation was kept, so any client could spend far past its
+// budget by leaving max_tokens out.
+TEST(GatewayMemory, ATokenBudgetChargesWhatAnAnswerUsedBeyondItsReservation) {
+  ScriptedUpstream upstream([](int fd, const std::string&) {
+    const std::string body = R"({"choices":[],"usage":{"total_tokens":300}})";
+    ScriptedUpstream::write_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                                        std::to_string(body.size()) + "\r\n\r\n" + body);
+    return true;
+  });
+  constexpr long long kLimit = 1000;
+  Serve gateway("[ratelimit.tokens]\nalgorithm = \"token_bucket\"\nrate = " + std::to_string(kLimit) +
+                    "\nperiod_ms = 3600000000\nkey = \"header:X-User-Id\"\ncost = \"tokens\"\n"
+                    "default_max_tokens = 10\n"
+                    "[[route]]\npath = \"/v1\"\nupstream = \"" +
+                    upstream.url() + "\"\nratelimit = [\"tokens\"]\n",
+                {});
+  const std::string body = R"({"messages":[{"role":"user","content":"hi"}]})";
+  const std::string reply =
+      http_exchange(gateway.url(),
+                    "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-User-Id: u1\r\nContent-Type: "
+                    "application/json\r\nConnection: close\r\nContent-Length: " +
+                        std::to_string(body.size()) + "\r\n\r\n" + body);
+  ASSERT_EQ(reply.rfind("HTTP/1.1 200", 0), 0u) << reply;
+  // Each check below takes 1 itself; the charge may land a moment after the answer.
+  long long used = -1;
+  const auto until = std::chrono::steady_clock::now() + (kSanitized ? 30s : 10s);
+  for (int checks = 1; used != 300 && std::chrono::steady_clock::now() < until; ++checks) {
+    const std::string r =
+        http_exchange(gateway.url(),
+                      "POST /v1/ratelimit/tokens HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      "Connection: close\r\nContent-Length: 12\r\n\r\n{\"key\":\"u1\"}");
+    const auto at = r.find("\"remaining\":");
+    ASSERT_NE(at, std::string::npos) << r;
+    used = kLimit - std::stoll(r.substr(at + 12)) - checks;
+    if (used != 300) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(used, 300) << "the budget keeps what the answer used, not the reservation";
+  const long long over = route_metric(gateway.url(), "fairgate_gateway_tokens_over_reservation_total", "/v1");
+  EXPECT_GT(over, 250);
+  EXPECT_LT(over, 290);  // 300 - (10 + the prompt's estimate)
+  EXPECT_EQ(gateway.terminate(), 0);
+}
+
 TEST(GatewayMemory, ARequestSentWhileTheLastIsRelayedIsServedNext) {
   Listening mock({FAIRGATE_BIN, "mock-llm", "--listen", "127.0.0.1:0", "--tokens-per-second", "20",
                   "--tokens", "10", "--max-concurrent", "3"},
