@@ -52,11 +52,17 @@ void refund_token_budgets(Shared& sh, const RouteRates& rates, const UsageTap& t
     const std::int64_t back = d.cost - used;  // (usage is never negative: UsageTap ignores a negative one)
     if (back < 0) {
       // More used than reserved (no max_tokens, a prompt the estimate undercounts): the rest is
-      // charged now, as a check of its own (a budget without room for it keeps what it has, and
-      // the next reservations find it spent). At most the rule's capacity, which can fit.
+      // charged now, as a check of its own, at most the rule's capacity (which can fit). A
+      // budget without room for all of it gives what it has left (a second check for that), so
+      // the next reservations find it spent.
       const std::int64_t more = std::min(-back, rates.configs[i]->rule.capacity());
       stats.tokens_over_reservation.fetch_add(static_cast<std::uint64_t>(-back), std::memory_order_relaxed);
-      sh.rates.async_check(RateRequest{d.rule, d.key, more}, [](RateResult) {});
+      sh.rates.async_check(RateRequest{d.rule, d.key, more},
+                           [rl = sh.rates, rule = d.rule, key = d.key](RateResult r) mutable {
+                             if (r.error || r.allowed || r.decisions.empty()) return;
+                             const std::int64_t left = r.decisions.front().remaining;
+                             if (left > 0) rl.async_check(RateRequest{rule, key, left}, [](RateResult) {});
+                           });
       continue;
     }
     if (back == 0 || d.at_us == 0) continue;  // used it all, or decided without the store (degraded)

@@ -916,6 +916,35 @@ TEST(GatewayMemory, ATokenBudgetChargesWhatAnAnswerUsedBeyondItsReservation) {
   const long long over = route_metric(gateway.url(), "fairgate_gateway_tokens_over_reservation_total", "/v1");
   EXPECT_GT(over, 250);
   EXPECT_LT(over, 290);  // 300 - (10 + the prompt's estimate)
+  // A budget without room for the whole rest gives what it has left: 1000 - 300 - the checks
+  // above remain; three answers of 300 more leave nothing, and the next reservation is refused.
+  for (int i = 0; i < 3; ++i) {
+    const std::string r =
+        http_exchange(gateway.url(),
+                      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-User-Id: u1\r\nContent-Type: "
+                      "application/json\r\nConnection: close\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body);
+    ASSERT_EQ(r.rfind("HTTP/1.1 200", 0), 0u) << i << ": " << r;
+  }
+  long long remaining = -1;
+  const auto drained = std::chrono::steady_clock::now() + (kSanitized ? 30s : 10s);
+  while (remaining != 0 && std::chrono::steady_clock::now() < drained) {
+    const std::string r =
+        http_exchange(gateway.url(),
+                      "POST /v1/ratelimit/tokens HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      "Connection: close\r\nContent-Length: 12\r\n\r\n{\"key\":\"u1\"}");
+    const auto at = r.find("\"remaining\":");
+    ASSERT_NE(at, std::string::npos) << r;
+    remaining = std::stoll(r.substr(at + 12));
+    if (remaining != 0) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(remaining, 0) << "the last answer's rest takes what was left";
+  const std::string refused =
+      http_exchange(gateway.url(),
+                    "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-User-Id: u1\r\nContent-Type: "
+                    "application/json\r\nConnection: close\r\nContent-Length: " +
+                        std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_EQ(refused.rfind("HTTP/1.1 429", 0), 0u) << refused;
   EXPECT_EQ(gateway.terminate(), 0);
 }
 
