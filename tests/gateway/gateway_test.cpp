@@ -926,13 +926,16 @@ TEST(GatewayMemory, ATokenBudgetChargesWhatAnAnswerUsedBeyondItsReservation) {
                           std::to_string(body.size()) + "\r\n\r\n" + body);
     ASSERT_EQ(r.rfind("HTTP/1.1 200", 0), 0u) << i << ": " << r;
   }
+  // Read with a check for the whole capacity: refused while anything is spent, it takes nothing.
+  const std::string peek = R"({"key":"u1","cost":1000})";
   long long remaining = -1;
   const auto drained = std::chrono::steady_clock::now() + (kSanitized ? 30s : 10s);
   while (remaining != 0 && std::chrono::steady_clock::now() < drained) {
     const std::string r =
         http_exchange(gateway.url(),
                       "POST /v1/ratelimit/tokens HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      "Connection: close\r\nContent-Length: 12\r\n\r\n{\"key\":\"u1\"}");
+                      "Connection: close\r\nContent-Length: " +
+                          std::to_string(peek.size()) + "\r\n\r\n" + peek);
     const auto at = r.find("\"remaining\":");
     ASSERT_NE(at, std::string::npos) << r;
     remaining = std::stoll(r.substr(at + 12));
