@@ -85,6 +85,7 @@ struct Admission {
   bool header_sent = false;               ///< our 200 and SSE header went out while it waited
   bool dropped = false;                   ///< the client sent more than watch_disconnect keeps
   Permit permit;                          ///< held once admitted
+  const http::fields* headers = nullptr;  ///< the rate limits' headers, for our own 200 (or none)
 };
 
 /// Counts the client that left, and ends the request.
@@ -110,7 +111,7 @@ awaitable<bool> answer_rejection(Session& s, const Request& req, Gateway::Route&
   const std::string error = openai_error(rejection_message(result, a.max_wait), r.type, r.code);
   const QueueEvents mode = rc.queue_events;
   if (a.stream && (a.header_sent || mode == QueueEvents::seed)) {
-    if (!a.header_sent && !co_await send_sse_header(s, req)) co_return false;
+    if (!a.header_sent && !co_await send_sse_header(s, req, a.headers)) co_return false;
     const std::string events =
         mode == QueueEvents::seed ? seed_rejection(a.ticket, req.body()) : stream_error(error);
     co_await send_raw(s, events);
@@ -150,7 +151,8 @@ awaitable<std::optional<bool>> admit(Session& s, const Request& req, Gateway::Ro
   auto waiter = start_acquire(limiter, rc.max_wait, std::move(tenant),
                               a.stream ? rc.queue_events : QueueEvents::none, st, strand, std::move(slot));
 
-  auto waited = co_await (wait_for_permit(s, *st, req, a.header_sent) || watch_disconnect(s, a.dropped));
+  auto waited =
+      co_await (wait_for_permit(s, *st, req, a.header_sent, a.headers) || watch_disconnect(s, a.dropped));
   if (waited.index() != 0 || !std::get<0>(waited) || !st->result) {
     // The client is gone: leave the queue (a grant racing this is released by the Waiter).
     waiter->cancel();
@@ -236,6 +238,7 @@ awaitable<bool> proxy(std::shared_ptr<Session> self, const Request& req, Gateway
   UsageTap tap;
   const RefundOnExit refund_on_exit{sh, rates, tap, route.stats};
   Admission a;
+  if (rates.headers.begin() != rates.headers.end()) a.headers = &rates.headers;
   if (limiter) {
     const std::optional<bool> answered = co_await admit(s, req, route, *limiter, *tenant, a);
     if (answered) co_return *answered;

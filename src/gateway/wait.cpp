@@ -32,12 +32,13 @@ std::string admitted_event(QueueEvents mode, std::chrono::milliseconds waited) {
   return fmt::format(": admitted waited_ms={}\n\n", waited.count());
 }
 
-awaitable<bool> wait_for_permit(Session& s, Wait& st, const Request& req, bool& header_sent) {
+awaitable<bool> wait_for_permit(Session& s, Wait& st, const Request& req, bool& header_sent,
+                                const http::fields* extra) {
   const auto keepalive = s.shared->config.server.keepalive_interval;
   co_return co_await st.stream.run(
-      [&s, &st, &req, &header_sent, keepalive](const std::string& bytes) -> awaitable<bool> {
+      [&s, &st, &req, &header_sent, keepalive, extra](const std::string& bytes) -> awaitable<bool> {
         if (!header_sent) {
-          if (!co_await send_sse_header(s, req)) co_return false;
+          if (!co_await send_sse_header(s, req, extra)) co_return false;
           header_sent = true;
           st.stream.keepalive(keepalive);
         }

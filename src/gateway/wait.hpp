@@ -39,7 +39,8 @@ std::string admitted_event(QueueEvents mode, std::chrono::milliseconds waited);
 /// Waits until the acquire completed (st.result set), writing its queue
 /// events as they come: the SSE header before the first, keep-alive comments
 /// after it. False when the client could not be written to (or was dropped).
-net::awaitable<bool> wait_for_permit(Session& s, Wait& st, const Request& req, bool& header_sent);
+net::awaitable<bool> wait_for_permit(Session& s, Wait& st, const Request& req, bool& header_sent,
+                                     const http::fields* extra = nullptr);
 
 /// Asks for the permit through serve::Waiter; the queue events (in `events`'
 /// form, none for QueueEvents::none) and the completion land in `st`.

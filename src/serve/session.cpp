@@ -69,9 +69,11 @@ awaitable<bool> send_raw(Session& s, const std::string& bytes) {
   co_return !ec;
 }
 
-awaitable<bool> send_sse_header(Session& s, const Request& req) {
+awaitable<bool> send_sse_header(Session& s, const Request& req, const http::fields* extra) {
   auto res = fairgate::http::sse_header(req, kServerName);
   add_cors_headers(s, res);
+  if (extra != nullptr)
+    for (const auto& f : *extra) res.set(f.name_string(), f.value());
   s.record.status = res.result_int();
   http::response_serializer<http::empty_body> sr{res};
   s.stream.expires_after(s.shared->config.server.write_timeout);

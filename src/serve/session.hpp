@@ -216,8 +216,9 @@ net::awaitable<bool> send_error(Session& s, const Request& req, http::status sta
 /// Writes raw bytes (SSE), with the write timeout.
 net::awaitable<bool> send_raw(Session& s, const std::string& bytes);
 
-/// The header of an event stream; the body runs until the connection closes.
-net::awaitable<bool> send_sse_header(Session& s, const Request& req);
+/// The header of an event stream, plus the `extra` fields (the gateway's rate
+/// limit headers); the body runs until the connection closes.
+net::awaitable<bool> send_sse_header(Session& s, const Request& req, const http::fields* extra = nullptr);
 
 /// Seconds a rejected client should wait before it tries again (Retry-After),
 /// from the same wait estimate as the queue events: the estimate for a new

@@ -874,6 +874,37 @@ TEST(GatewayMemory, ATokenBudgetRouteAsksForAnUncompressedAnswerAndRefundsFromIt
   EXPECT_EQ(gateway.terminate(), 0);
 }
 
+// A stream that waits gets our own 200 while it waits: it carries the rate limits' headers, as an
+// answer admitted at once does (it had none).
+TEST(GatewayMemory, AStreamThatWaitedCarriesTheRateLimitHeaders) {
+  ScriptedUpstream upstream([](int fd, const std::string& request) {
+    if (target_of(request).find("/hold") != std::string::npos) std::this_thread::sleep_for(600ms);
+    ScriptedUpstream::write_all(
+        fd,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 14\r\n\r\n"
+        "data: [DONE]\n\n");
+    return true;
+  });
+  Serve gateway(
+      "[limiters.chat]\nmax_concurrent = 1\n"
+      "[ratelimit.calls]\nalgorithm = \"fixed_window\"\nrate = 100\nperiod_ms = 600000\nkey = \"global\"\n"
+      "[[route]]\npath = \"/v1\"\nupstream = \"" +
+          upstream.url() + "\"\nlimiter = \"chat\"\nratelimit = [\"calls\"]\n",
+      {});
+  RawHttp hold(gateway.url());
+  ASSERT_TRUE(hold.send(chat_request("/v1/hold", "hi", false)));
+  std::this_thread::sleep_for(150ms);
+  RawHttp stream(gateway.url());
+  ASSERT_TRUE(stream.send(chat_request("/v1/chat/completions", "hi", true)));
+  EXPECT_TRUE(stream.read_until("", kSanitized ? 30s : 10s));
+  const std::string head = stream.text().substr(0, stream.text().find("\r\n\r\n"));
+  EXPECT_TRUE(has(stream.text(), ": admitted")) << "it did not wait: " << stream.text();
+  EXPECT_TRUE(has(head, "\r\nRateLimit-Policy: ")) << head;
+  EXPECT_TRUE(has(head, "\r\nX-RateLimit-Remaining: 98")) << head;
+  EXPECT_TRUE(hold.read_until("", kSanitized ? 30s : 10s));
+  EXPECT_EQ(gateway.terminate(), 0);
+}
+
 // A token budget charges what an answer used beyond its reservation: a request without
 // max_tokens reserves default_max_tokens (10 here) plus its prompt's estimate, and the answer
 // reports 300. Before, only the reservation was kept, so any client could spend far past its
