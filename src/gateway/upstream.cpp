@@ -84,6 +84,9 @@ namespace {
 constexpr std::size_t kMaxUpstreamHeader = 64 * 1024;
 /// Informational (1xx) answers read and dropped before the final one; more is a broken upstream.
 constexpr int kMaxInformational = 16;
+/// A pooled connection that fails this soon after the request was written was closed before
+/// the upstream read it (idle timeout, restart): the request is sent again on a new one.
+constexpr std::chrono::milliseconds kStaleWithin{500};
 constexpr std::size_t kMaxErrorBody = 64 * 1024;
 
 std::chrono::milliseconds since(Clock::time_point t) {
@@ -364,6 +367,7 @@ awaitable<Step> send_request(Call& c, Exchange& x) {
   const RouteConfig& rc = c.route.config;
   x.conn->plain().expires_after(rc.upstream_timeout);
   auto [wec, wn] = co_await http::async_write(*x.conn, c.up, nothrow);
+  const auto written = Clock::now();
   boost::system::error_code hec = wec;
   // Informational answers (1xx: 100 Continue, 103 Early Hints) come before the final one on
   // the same connection: each is read and dropped, and the next is read with a fresh parser.
@@ -390,7 +394,9 @@ awaitable<Step> send_request(Call& c, Exchange& x) {
     x.next_answer();
   }
   // A pooled connection the upstream closed just before our request: once more on a new one.
-  const bool stale = x.reused && x.buffer.size() == 0 &&
+  // Such a connection fails at once (a round trip); one that fails later was read and worked
+  // on (an upstream that crashed mid-answer), and a POST is not sent twice.
+  const bool stale = x.reused && x.buffer.size() == 0 && (wec || Clock::now() - written < kStaleWithin) &&
                      (wec || hec == http::error::end_of_stream || hec == net::error::connection_reset ||
                       hec == net::error::eof || hec == net::ssl::error::stream_truncated);
   if (stale) co_return Step{Step::retry};

@@ -874,6 +874,43 @@ TEST(GatewayMemory, ATokenBudgetRouteAsksForAnUncompressedAnswerAndRefundsFromIt
   EXPECT_EQ(gateway.terminate(), 0);
 }
 
+// A pooled connection that the upstream closes as our request arrives (its idle timeout) is
+// retried once on a new one; an upstream that read the request, worked on it and then broke
+// the connection (a crash mid-answer) is not sent the request again: the POST reached it once.
+TEST(GatewayMemory, OnlyAConnectionClosedBeforeTheUpstreamWorkedIsRetried) {
+  std::atomic<int> idle_closed{0};
+  ScriptedUpstream upstream([&idle_closed](int fd, const std::string& request) {
+    const std::string target = target_of(request);
+    if (target.find("/idle-closed") != std::string::npos && idle_closed++ == 0)
+      return false;  // closed at once, unanswered: as an idle timeout racing the request
+    if (target.find("/crash") != std::string::npos) {
+      std::this_thread::sleep_for(1200ms);  // worked on it
+      return false;
+    }
+    ScriptedUpstream::write_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}");
+    return true;
+  });
+  Serve gateway("[[route]]\npath = \"/v1\"\nupstream = \"" + upstream.url() + "\"\n", {});
+  const auto post = [&](const std::string& path, const std::string& extra = "") {
+    return http_exchange(gateway.url(), "POST " + path + " HTTP/1.1\r\nHost: x\r\n" + extra +
+                                            "Content-Type: application/json\r\nConnection: close\r\n"
+                                            "Content-Length: 2\r\n\r\n{}");
+  };
+  const auto count = [&](const std::string& path) {
+    long n = 0;
+    for (const auto& r : upstream.requests()) n += target_of(r) == path;
+    return n;
+  };
+  ASSERT_EQ(post("/v1/warm").rfind("HTTP/1.1 200", 0), 0u);  // leaves a pooled connection
+  EXPECT_EQ(post("/v1/idle-closed").rfind("HTTP/1.1 200", 0), 0u)
+      << "the stale connection's request goes again on a new one";
+  EXPECT_EQ(count("/v1/idle-closed"), 2);
+  ASSERT_EQ(post("/v1/warm").rfind("HTTP/1.1 200", 0), 0u);
+  EXPECT_EQ(post("/v1/crash").rfind("HTTP/1.1 502", 0), 0u);
+  EXPECT_EQ(count("/v1/crash"), 1) << "a request the upstream worked on is not sent twice";
+  EXPECT_EQ(gateway.terminate(), 0);
+}
+
 // A stream that waits gets our own 200 while it waits: it carries the rate limits' headers, as an
 // answer admitted at once does (it had none).
 TEST(GatewayMemory, AStreamThatWaitedCarriesTheRateLimitHeaders) {
