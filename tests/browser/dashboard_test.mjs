@@ -214,6 +214,16 @@ async function main() {
     }).catch(() => {});
     const rows = await table('queue');
     check(rows.length === 101 && rows[100].includes('50 more'), `queue: 100 rows and "${rows[100]}"`);
+    // The tenants and the wait chart count every waiter, not the 100 rows drawn: t1..t3 wait 22
+    // each, the others 21 (150 = the waiters i = 1..150 of tenant t(i % 7)).
+    const cells = () => page.eval("[...document.querySelectorAll('#tenants tr')].map((r) => [...r.cells].map((c) => c.textContent))");
+    const waiting = (t) => Object.fromEntries(t.map((r) => [r[0], Number(r[2])]));
+    await waitFor('the tenants count every waiter', async () => waiting(await cells()).t3 === 22).catch(() => {});
+    const byTenant = waiting(await cells());
+    check(byTenant.t0 === 21 && byTenant.t1 === 22 && byTenant.t3 === 22 && byTenant.t6 === 21,
+      `tenants count all 150 waiters: ${JSON.stringify(byTenant)}`);
+    const charted = await page.eval("[...document.querySelectorAll('#wait-hist > div')].reduce((n, d) => n + Number(d.lastElementChild.textContent), 0)");
+    check(charted === 150, `the wait chart counts all 150 waiters: ${charted}`);
     await page.close();
   } finally {
     for (const a of held) a.close();
