@@ -78,6 +78,8 @@ Target parse_target(std::string_view url) {
   } catch (const serve::ConfigError& e) {
     throw UsageError(e.what());
   }
+  if (parsed.upstream_tls)  // the gateway's rules allow https://; top speaks plain HTTP only
+    throw UsageError(fmt::format("--url: \"{}\": fairgate top speaks plain http:// only (docs/top.md)", url));
   if (!parsed.upstream_base.empty())
     throw UsageError(fmt::format("--url: \"{}\" must be http://HOST[:PORT] (no path)", url));
   const bool v6 = parsed.upstream_host.find(':') != std::string::npos;

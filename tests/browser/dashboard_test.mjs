@@ -224,6 +224,12 @@ async function main() {
       `tenants count all 150 waiters: ${JSON.stringify(byTenant)}`);
     const charted = await page.eval("[...document.querySelectorAll('#wait-hist > div')].reduce((n, d) => n + Number(d.lastElementChild.textContent), 0)");
     check(charted === 150, `the wait chart counts all 150 waiters: ${charted}`);
+    // A detail the server cannot give (here a limiter it does not have: 404) leaves no rows from
+    // before, which would look live.
+    await page.eval("selected = 'no-such-limiter', pollDetail(), true");
+    await waitFor('the lists say unavailable', async () => (await table('queue'))[0] === 'unavailable').catch(() => {});
+    const after = [await table('holders'), await table('queue'), await table('tenants')];
+    check(after.every((t) => t.length === 1 && t[0] === 'unavailable'), `old rows cleared: ${JSON.stringify(after.map((t) => t.slice(0, 2)))}`);
     await page.close();
   } finally {
     for (const a of held) a.close();
