@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -43,6 +44,10 @@ std::chrono::milliseconds RateResult::retry_after() const {
 namespace detail {
 
 namespace {
+
+/// at_us of a decision made under on_redis_down = open: nothing was counted, nothing is refunded.
+/// (Decisions of the local fallback have at_us < 0 as well, numbered from -1.)
+constexpr std::int64_t kOpenDecision = std::numeric_limits<std::int64_t>::min();
 
 std::int64_t steady_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -295,7 +300,7 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
     auto finish = [done](RateResult r) {
       // One store decision: every rule's cost was taken, or none (a part of check_with_shadows
       // is one such decision; merge_shadows keeps each part's flags).
-      for (auto& d : r.decisions) d.taken = !r.error && r.allowed;
+      for (auto& d : r.decisions) d.taken = !r.error && r.allowed && d.at_us != kOpenDecision;
       done->complete(std::move(r));
     };
     RateResult result;
@@ -466,20 +471,27 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
       item = {decision.rule, it->second.rule, decision.key, decision.cost};
       blocks_.erase(BlockKey{decision.rule, decision.key});  // it may fit again now
     }
-    store_->refund(item, decision.at_ms, amount,
-                   [self = shared_from_this(), done, name = decision.rule](
-                       boost::system::error_code ec, std::string message, std::int64_t given) {
-                     std::lock_guard lock(self->mutex_);
-                     auto& st = self->rules_[name].stats;
-                     if (ec) {
-                       ++st.store_errors;
-                       done->complete(RefundResult{make_error_code(Errc::unavailable),
-                                                   "refund not applied: " + message, 0});
-                       return;
-                     }
-                     st.refunded += static_cast<std::uint64_t>(given);
-                     done->complete(RefundResult{{}, {}, given});
-                   });
+    // A decision of the fallback (Redis was unreachable) is refunded where it was counted.
+    RateStore& store = decision.at_us < 0 ? *fallback_ : *store_;
+    if (decision.at_us < 0) item.rule = rate::local_share(item.rule);
+    store.refund(item, decision.at_ms, amount,
+                 [self = shared_from_this(), done, name = decision.rule,
+                  rk = RefundKey{decision.rule + '\0' + decision.key, decision.at_us},
+                  amount](boost::system::error_code ec, std::string message, std::int64_t given) {
+                   std::lock_guard lock(self->mutex_);
+                   auto& st = self->rules_[name].stats;
+                   if (ec) {
+                     ++st.store_errors;
+                     // Nothing came back: the decision may still give these units back.
+                     if (auto left = self->refunds_.find(rk); left != self->refunds_.end())
+                       left->second += amount;
+                     done->complete(RefundResult{make_error_code(Errc::unavailable),
+                                                 "refund not applied: " + message, 0});
+                     return;
+                   }
+                   st.refunded += static_cast<std::uint64_t>(given);
+                   done->complete(RefundResult{{}, {}, given});
+                 });
   }
 
  private:
@@ -641,9 +653,13 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
         d.reset = std::chrono::milliseconds(sd.reset_ms);
         d.retry_after = std::chrono::milliseconds(sd.retry_after_ms);
         d.at_ms = answer.at_ms;
+        // Decided by this instance's fallback: a refund goes there (RateLimiterImpl::refund).
+        // Below 0, and one of its own, so that the refund tracker tells such decisions apart.
+        d.at_us = -local_decisions_.fetch_add(1, std::memory_order_relaxed) - 1;
       } else {
-        d.allowed = true;  // open
+        d.allowed = true;  // open: nothing counted anywhere, nothing to refund
         d.remaining = -1;
+        d.at_us = kOpenDecision;
       }
       r.decisions.push_back(std::move(d));
     }
@@ -672,6 +688,7 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
   std::map<RefundKey, std::int64_t> refunds_;  // units of a decision not refunded yet
   std::deque<std::pair<std::int64_t, RefundKey>> refund_expiry_;
   std::atomic<bool> degraded_{false};
+  std::atomic<std::int64_t> local_decisions_{0};  // the fallback's decisions, numbered (at_us < 0)
   std::atomic<bool> shut_{false};
 };
 

@@ -65,7 +65,7 @@ void refund_token_budgets(Shared& sh, const RouteRates& rates, const UsageTap& t
                            });
       continue;
     }
-    if (back == 0 || d.at_us == 0) continue;  // used it all, or decided without the store (degraded)
+    if (back == 0) continue;  // used it all
     sh.rates.async_refund(d, back, [](RefundResult) {});
   }
 }

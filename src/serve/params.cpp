@@ -426,7 +426,8 @@ std::optional<RateRefundParams> parse_rate_refund(std::string_view body, BadRequ
           if ((i < 2) == (dot == std::string::npos)) return false;
           const std::string part = text.substr(start, i < 2 ? dot - start : std::string::npos);
           const auto n = core::parse_number<std::int64_t>(part);
-          if (!n || *n < 0) return false;
+          // at_us < 0: a decision of an instance's fallback while Redis was unreachable.
+          if (!n || (*n < 0 && i != 1)) return false;
           *out[i] = *n;
           start = dot + 1;
         }

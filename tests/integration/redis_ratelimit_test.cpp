@@ -368,13 +368,27 @@ TEST_F(RedisRateLimitTest, RedisDownFollowsOnRedisDown) {
   ASSERT_TRUE(l.set_rule("local", local));
   ASSERT_TRUE(l.set_rule("open", open));
   ASSERT_TRUE(l.set_rule("closed", closed));
-  EXPECT_TRUE(check(l, "local", "k").allowed);
-  EXPECT_TRUE(check(l, "local", "k").allowed);
+  const RateResult first = check(l, "local", "k");
+  const RateResult second = check(l, "local", "k");
+  EXPECT_TRUE(first.allowed && second.allowed);
   RateResult r = check(l, "local", "k");
   EXPECT_FALSE(r.allowed) << "over the local share of 8 / 4";
   EXPECT_EQ(r.source, fairgate::RateSource::degraded);
   EXPECT_TRUE(l.degraded());
+  // A decision of the local share is refunded there (it went to the unreachable Redis, and a
+  // token budget kept a reservation the upstream never used); each decision has its own units.
+  for (const RateResult* d : {&first, &second}) {
+    const auto back = l.async_refund(d->decisions[0], 1, asio::use_future).get();
+    EXPECT_FALSE(back.error) << back.message;
+    EXPECT_EQ(back.refunded, 1);
+  }
+  EXPECT_TRUE(check(l, "local", "k").allowed) << "the refunded units fit again";
   for (int i = 0; i < 10; ++i) EXPECT_TRUE(check(l, "open", "k").allowed);
+  // Open counts nothing anywhere: nothing to refund.
+  const RateResult passed = check(l, "open", "k");
+  EXPECT_FALSE(passed.decisions[0].taken);
+  EXPECT_EQ(l.async_refund(passed.decisions[0], 1, asio::use_future).get().error,
+            fairgate::make_error_code(fairgate::RejectReason::invalid_argument));
   r = check(l, "closed", "k");
   EXPECT_FALSE(r.allowed);
   EXPECT_EQ(r.reason, fairgate::RejectReason::unavailable);
@@ -385,6 +399,29 @@ TEST_F(RedisRateLimitTest, RedisDownFollowsOnRedisDown) {
   const auto rules = l.rules();
   EXPECT_GE(rules[0].stats.store_errors, 1u);
   EXPECT_GE(rules[0].stats.degraded, 1u);
+}
+
+// A refund Redis did not apply (here refused: maxmemory 1, OOM) gives nothing back, so the
+// decision may still give those units back later; they counted as given before.
+TEST_F(RedisRateLimitTest, ARefundThatFailedCanBeMadeAgain) {
+  RedisServer own;
+  fairgate::RateLimiterRedisOptions o;
+  o.url = own.url();
+  o.key_prefix = prefix_;
+  limiters_.push_back(RateLimiter::redis(io_.get_executor(), o, false));
+  RateLimiter l = limiters_.back();
+  ASSERT_TRUE(l.set_rule("r", make_rule(RateAlgorithm::fixed_window, 1000, 600'000)));
+  const RateResult d = check(l, "r", "k", 100);
+  ASSERT_TRUE(d.allowed) << d.message;
+  ASSERT_EQ(own.command({"CONFIG", "SET", "maxmemory", "1"}), "OK");
+  const auto failed = l.async_refund(d.decisions[0], 40, asio::use_future).get();
+  EXPECT_EQ(failed.error, fairgate::make_error_code(fairgate::Errc::unavailable)) << failed.message;
+  ASSERT_EQ(own.command({"CONFIG", "SET", "maxmemory", "0"}), "OK");
+  EXPECT_EQ(l.async_refund(d.decisions[0], 40, asio::use_future).get().refunded, 40);
+  const auto rest = l.async_refund(d.decisions[0], 60, asio::use_future).get();
+  EXPECT_FALSE(rest.error) << rest.message;
+  EXPECT_EQ(rest.refunded, 60) << "100 taken, 40 + 60 given back";
+  l.shutdown();
 }
 
 // A Redis that refuses writes for now (here NOREPLICAS: min-replicas-to-write
