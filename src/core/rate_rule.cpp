@@ -65,8 +65,13 @@ std::optional<SettingsError> validate_rate_key(std::string_view key) {
   if (key.size() > kMaxKeyBytes)
     return SettingsError{"key", "must be at most " + std::to_string(kMaxKeyBytes) + " bytes, got " +
                                     std::to_string(key.size())};
-  for (unsigned char c : key)
-    if (c < 0x20 || c == 0x7f) return SettingsError{"key", "must not contain control characters"};
+  for (std::size_t i = 0; i < key.size(); ++i) {
+    const auto c = static_cast<unsigned char>(key[i]);
+    // C0 and DEL, and the C1 controls as UTF-8 encodes them (U+0080..U+009F: C2 80..C2 9F).
+    const bool c1 = c == 0xc2 && i + 1 < key.size() && static_cast<unsigned char>(key[i + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(key[i + 1]) <= 0x9f;
+    if (c < 0x20 || c == 0x7f || c1) return SettingsError{"key", "must not contain control characters"};
+  }
   return std::nullopt;
 }
 

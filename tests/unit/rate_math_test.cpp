@@ -266,6 +266,13 @@ TEST(RateRuleValidation, CostsAndKeys) {
             "key: must be at most 512 bytes, got 513");
   EXPECT_FALSE(fairgate::validate_rate_key(std::string(512, 'k')));
   EXPECT_EQ(fairgate::validate_rate_key("a\nb")->message(), "key: must not contain control characters");
+  EXPECT_TRUE(
+      fairgate::validate_rate_key("a\xc2\x85"
+                                  "b"))
+      << "U+0085 (NEL), a C1 control";
+  EXPECT_TRUE(fairgate::validate_rate_key("\xc2\x9f"));
+  EXPECT_FALSE(fairgate::validate_rate_key("caf\xc3\xa9 \xc2\xa0x"))
+      << "é and a no-break space are not controls";
   EXPECT_EQ(fairgate::validate_rule_name("per user")->message(),
             "rule: may contain only letters, digits, '.', '_' and '-'");
 }
