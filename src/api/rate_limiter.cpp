@@ -264,6 +264,10 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
             return;
           }
           (void)self->set_rule(name, rule);
+          {
+            std::lock_guard lock(self->mutex_);
+            self->stored_.insert(name);
+          }
           done->complete(RuleUpdateResult{{}, {}, 1});
         });
   }
@@ -276,14 +280,40 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
                                           std::vector<std::pair<std::string, std::string>> stored) {
           if (ec) return done->complete(RuleUpdateResult{make_error_code(Errc::unavailable), m, 0});
           std::size_t changed = 0;
+          std::set<std::string> listed;
           for (const auto& [name, text] : stored) {
+            listed.insert(name);
             const auto rule = decode_rule(text);
             if (!rule) continue;  // written by a newer version, or garbage: keep ours
             const auto current = self->rule(name);
-            if (!current || *current == *rule) continue;  // only rules this instance has
+            if (!current) continue;  // only rules this instance has
+            {
+              std::lock_guard lock(self->mutex_);
+              self->stored_.insert(name);
+            }
+            if (*current == *rule) continue;
             if (self->set_rule(name, *rule)) ++changed;
           }
-          done->complete(RuleUpdateResult{{}, {}, changed});
+          // A rule in force from the store that the store no longer has (Redis lost its data:
+          // FLUSHALL, a restart without persistence) is written back, so that an instance
+          // started now takes it rather than its config file's.
+          std::vector<std::pair<std::string, RateRule>> lost;
+          {
+            std::lock_guard lock(self->mutex_);
+            for (const auto& name : self->stored_) {
+              auto it = self->rules_.find(name);
+              if (it != self->rules_.end() && !listed.count(name)) lost.emplace_back(name, it->second.rule);
+            }
+          }
+          if (lost.empty()) return done->complete(RuleUpdateResult{{}, {}, changed});
+          // Done once every write-back is answered (an instance that syncs next finds them).
+          auto pending = std::make_shared<std::atomic<std::size_t>>(lost.size());
+          for (const auto& [name, rule] : lost)
+            self->store_->store_rule(name, encode_rule(rule),
+                                     [done, pending, changed](boost::system::error_code, std::string) {
+                                       if (pending->fetch_sub(1) == 1)
+                                         done->complete(RuleUpdateResult{{}, {}, changed});
+                                     });
         });
   }
 
@@ -688,7 +718,9 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
   std::map<RefundKey, std::int64_t> refunds_;  // units of a decision not refunded yet
   std::deque<std::pair<std::int64_t, RefundKey>> refund_expiry_;
   std::atomic<bool> degraded_{false};
-  std::atomic<std::int64_t> local_decisions_{0};  // the fallback's decisions, numbered (at_us < 0)
+  std::atomic<std::int64_t> local_decisions_{0};
+  std::set<std::string> stored_;  // rules in force from the store (a PUT here, or adopted)  // the fallback's
+                                  // decisions, numbered (at_us < 0)
   std::atomic<bool> shut_{false};
 };
 

@@ -211,6 +211,42 @@ TEST_F(RedisRateLimitTest, ShadowModeIsPublishedToEveryInstanceAndNeverRefuses) 
   EXPECT_FALSE(r.decisions[0].allowed) << "what enforcing would have said";
 }
 
+// A rule changed at run time lives in Redis. When Redis loses it (FLUSHALL, a restart without
+// persistence), the instances that enforce it write it back at their next sync, so an instance
+// started after the loss takes it, not its config file's (it took the config's, and the fleet
+// enforced two limits).
+TEST_F(RedisRateLimitTest, APublishedRuleLostByRedisIsWrittenBackAndTaken) {
+  RedisServer own;
+  fairgate::RateLimiterRedisOptions o;
+  o.url = own.url();
+  o.key_prefix = prefix_;
+  const auto make = [&] {
+    limiters_.push_back(RateLimiter::redis(io_.get_executor(), o, false));
+    return limiters_.back();
+  };
+  const RateRule config = make_rule(RateAlgorithm::fixed_window, 10, 60'000);
+  RateLimiter a = make();
+  ASSERT_TRUE(a.set_rule("fw", config));
+  RateRule changed = config;
+  changed.rate = 4;
+  const auto published = a.async_publish_rule("fw", changed, asio::use_future).get();
+  ASSERT_FALSE(published.error) << published.message;
+  ASSERT_EQ(own.command({"FLUSHALL"}), "OK");
+  ASSERT_FALSE(a.async_sync_rules(asio::use_future).get().error);  // finds it gone: writes it back
+  RateLimiter c = make();  // started after the loss, with the config file's rule
+  ASSERT_TRUE(c.set_rule("fw", config));
+  const auto synced = c.async_sync_rules(asio::use_future).get();
+  ASSERT_FALSE(synced.error) << synced.message;
+  EXPECT_EQ(synced.changed, 1u);
+  EXPECT_EQ(c.rule("fw")->rate, 4) << "the rule in force, not the config file's";
+  // A rule only from the config file is never written: the store keeps no copy of it.
+  RateLimiter d = make();
+  ASSERT_TRUE(d.set_rule("plain", config));
+  ASSERT_FALSE(d.async_sync_rules(asio::use_future).get().error);
+  EXPECT_EQ(own.command({"HLEN", prefix_ + ":rl-rules"}), "1");
+  for (auto* l : {&a, &c, &d}) l->shutdown();
+}
+
 TEST_F(RedisRateLimitTest, Refunds) {
   RateLimiter l = instance(true);
   for (RateAlgorithm a : {RateAlgorithm::fixed_window, RateAlgorithm::sliding_log,
