@@ -339,7 +339,14 @@ class Live {
     screen_.rows = std::move(rows);
     screen_.clock = wall_clock();
     screen_.status = "live";
-    if (screen_.selected.empty() && !screen_.rows.empty()) {
+    const auto listed = [&](const std::string& name) {
+      return std::any_of(screen_.rows.begin(), screen_.rows.end(),
+                         [&](const auto& r) { return r.name == name; });
+    };
+    if (!screen_.rows.empty() && (screen_.selected.empty() || !listed(screen_.selected))) {
+      // None picked yet, or the picked one is not (or no longer) there: the first, and say so.
+      if (!screen_.selected.empty())
+        screen_.status = fmt::format("live - no limiter \"{}\"", screen_.selected);
       screen_.selected = screen_.rows.front().name;
       detail_wake_.cancel();
     }

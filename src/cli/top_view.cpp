@@ -225,8 +225,11 @@ std::string duration_text(std::int64_t ms) {
 }
 
 std::vector<std::string> render(const Screen& sc, std::size_t width, std::size_t height) {
-  width = std::max<std::size_t>(width, 40);
-  height = std::max<std::size_t>(height, 10);
+  if (width < 40 || height < 10) {
+    // Drawn at 40x10 it would wrap and scroll: one line that says so, cut to the width.
+    if (width == 0 || height == 0) return {};
+    return {fit(fmt::format("terminal {}x{}: fairgate top needs 40x10", width, height), width)};
+  }
   std::vector<std::string> out;
   const auto add = [&](std::string line) {
     if (out.size() < height) out.push_back(fit(printable_ascii(std::move(line)), width));
@@ -240,8 +243,9 @@ std::vector<std::string> render(const Screen& sc, std::size_t width, std::size_t
   }
   add("");
 
-  // The limiters: the name takes what the fixed columns leave (STATE may run past the edge).
-  constexpr std::size_t kFixed = 2 + 9 + 7 + 9 + 8 + 8 + 7 + 2 + 8;
+  // The limiters: the name takes what the fixed columns leave, STATE 13 ("shadow 12 run",
+  // "fenced 10s") at 80 columns; a longer one may run past the edge.
+  constexpr std::size_t kFixed = 2 + 9 + 7 + 9 + 8 + 8 + 7 + 2 + 13;
   const std::size_t name_w = std::clamp<std::size_t>(width > kFixed ? width - kFixed : 8, 8, 32);
   add(fmt::format("  {}{:>9}{:>7}{:>9}{:>8}{:>8}{:>7}  {}", cell("LIMITER", name_w), "IN USE", "QUEUED",
                   "EST.WAIT", "GRANT/s", "TMOUT/s", "REJ/s", "STATE"));
@@ -302,6 +306,7 @@ std::vector<std::string> render(const Screen& sc, std::size_t width, std::size_t
       return fmt::format("... {} more", std::max<std::int64_t>(total, static_cast<std::int64_t>(listed)) -
                                             static_cast<std::int64_t>(i));
     };
+    bool cut = false;
     for (std::size_t i = 0; i < n; ++i) {
       const bool last_row = i + 1 == left && i + 1 < n;
       std::string l, r;
@@ -310,7 +315,18 @@ std::vector<std::string> render(const Screen& sc, std::size_t width, std::size_t
       if (i < d.queue.size())
         r = last_row ? more(d.queue_total, d.queue.size(), i) : waiter_line(d.queue[i], rw);
       add("  " + cell(l, lw - 2) + "  " + r);
-      if (last_row) break;
+      if (last_row) {
+        cut = true;
+        break;
+      }
+    }
+    // Every listed row shown, but the server listed only its first page: the rest counted.
+    if (!cut) {
+      const auto rest = [&](std::int64_t total, std::size_t listed) {
+        return total > static_cast<std::int64_t>(listed) ? more(total, listed, listed) : std::string();
+      };
+      const std::string l = rest(d.holders_total, d.holders.size()), r = rest(d.queue_total, d.queue.size());
+      if (!l.empty() || !r.empty()) add("  " + cell(l, lw - 2) + "  " + r);
     }
     return out;
   }

@@ -145,6 +145,18 @@ TEST(Top, ServerGoneIsShownWithoutExiting) {
   ASSERT_TRUE(tmux.wait_for(std::regex("top exited 0"), kBound, screen)) << screen;
 }
 
+TEST(Top, APickedLimiterThatIsNotThereIsSaidAndTheFirstShown) {
+  // Live, --limiter with a name the server lacks showed no '>' row, no detail and no word.
+  Serve server(kConfig, {});
+  Tmux tmux(std::string(FAIRGATE_BIN) + " top --limiter nope --url " + server.url());
+  ASSERT_TRUE(tmux.started());
+  std::string screen;
+  ASSERT_TRUE(tmux.wait_for(std::regex(R"(no limiter "nope")"), kBound, screen)) << screen;
+  ASSERT_TRUE(tmux.wait_for(std::regex(R"(\n> )"), kBound, screen)) << screen;
+  tmux.keys("q");
+  ASSERT_TRUE(tmux.wait_for(std::regex("top exited 0"), kBound, screen)) << screen;
+}
+
 TEST(Top, OncePrintsOneSnapshot) {
   Serve server(kConfig, {});
   RawSse holder(server.url(), "export");

@@ -167,6 +167,12 @@ TEST(TopView, TotalsBeyondTheListedPageAreCounted) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(all, m, std::regex(R"(\.\.\. ([0-9]+) more\s*\n$)"))) << all;
   EXPECT_GT(std::stoi(m[1].str()), 4900) << all;
+  // All 100 listed rows fit (--once draws on a tall page): the rest is still counted, side by
+  // side as well as stacked (the side-by-side layout ended without it).
+  for (const std::size_t width : {100u, 50u}) {
+    const auto tall = render(sc, width, 400);
+    EXPECT_NE(tall.back().find("... 4900 more"), std::string::npos) << width << ": " << tall.back();
+  }
 }
 
 TEST(TopView, NarrowTerminalsStackTheLists) {
@@ -182,6 +188,15 @@ TEST(TopView, NarrowTerminalsStackTheLists) {
   EXPECT_LT(holders, queue);
   EXPECT_NE(all.find("p1"), std::string::npos) << all;
   EXPECT_NE(all.find("t2"), std::string::npos) << all;
+}
+
+TEST(TopView, ATerminalTooSmallGetsOneLineThatSaysSo) {
+  // Drawn at 40x10 anyway, every line wrapped and the header scrolled away.
+  const auto lines = render(busy_screen(2, 2, 3), 30, 8);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_LE(lines[0].size(), 30u);
+  EXPECT_EQ(lines[0].rfind("terminal 30x8", 0), 0u) << lines[0];
+  EXPECT_TRUE(render(busy_screen(2, 2, 3), 0, 0).empty());
 }
 
 TEST(TopView, StatesAndDurations) {
@@ -204,6 +219,19 @@ TEST(TopView, StatesAndDurations) {
   std::string drawn;
   for (const auto& l : render(sc, 100, 20)) drawn += l + "\n";
   EXPECT_NE(drawn.find("shadow 7 run"), std::string::npos) << drawn;
+  // At 80 columns too, whole (it was cut to 8 characters: "shadow 1").
+  sc.rows[0].shadow_in_flight = 12;
+  sc.rows.push_back(sc.rows[0]);
+  sc.rows[1].name = "fenced-limiter-name";
+  sc.rows[1].shadow = false;
+  sc.rows[1].fence_left_ms = 10'000;
+  drawn.clear();
+  for (const auto& l : render(sc, 80, 24)) {
+    EXPECT_LE(l.size(), 80u) << l;
+    drawn += l + "\n";
+  }
+  EXPECT_NE(drawn.find("shadow 12 run\n"), std::string::npos) << drawn;
+  EXPECT_NE(drawn.find("fenced 10s\n"), std::string::npos) << drawn;
   EXPECT_EQ(duration_text(420), "0.4s");
   EXPECT_EQ(duration_text(42'000), "42s");
   EXPECT_EQ(duration_text(723'000), "12m03s");
