@@ -345,7 +345,7 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
       // Every request is checked before any part is sent, shadowed or not: a check that fails
       // takes nothing from any rule.
       std::set<std::pair<std::string_view, std::string_view>> seen;
-      bool any_shadow = false;
+      std::vector<bool> shadow;
       for (const auto& rq : requests) {
         auto it = rules_.find(rq.rule);
         if (it == rules_.end()) return fail(finish, Errc::unknown_rule, "rule \"" + rq.rule + "\": unknown");
@@ -357,11 +357,9 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
           return fail(finish, RejectReason::invalid_argument,
                       "rules: rule \"" + rq.rule + "\" with key \"" + rq.key + "\" appears twice");
         items.push_back({rq.rule, it->second.rule, rq.key, rq.cost});
-        any_shadow = any_shadow || it->second.rule.mode == LimiterMode::shadow;
+        shadow.push_back(it->second.rule.mode == LimiterMode::shadow);
       }
-      if (split && any_shadow) {
-        std::vector<bool> shadow(items.size(), false);
-        for (std::size_t i = 0; i < items.size(); ++i) shadow[i] = items[i].rule.mode == LimiterMode::shadow;
+      if (split && std::find(shadow.begin(), shadow.end(), true) != shadow.end()) {
         lock.unlock();  // the parts come back here (split = false)
         return check_with_shadows(std::move(requests), std::move(shadow), std::move(done));
       }
@@ -718,9 +716,8 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
   std::map<RefundKey, std::int64_t> refunds_;  // units of a decision not refunded yet
   std::deque<std::pair<std::int64_t, RefundKey>> refund_expiry_;
   std::atomic<bool> degraded_{false};
-  std::atomic<std::int64_t> local_decisions_{0};
-  std::set<std::string> stored_;  // rules in force from the store (a PUT here, or adopted)  // the fallback's
-                                  // decisions, numbered (at_us < 0)
+  std::atomic<std::int64_t> local_decisions_{0};  // the fallback's decisions, numbered (at_us < 0)
+  std::set<std::string> stored_;                  // rules in force from the store (a PUT here, or adopted)
   std::atomic<bool> shut_{false};
 };
 

@@ -396,9 +396,10 @@ awaitable<Step> send_request(Call& c, Exchange& x) {
   // A pooled connection the upstream closed just before our request: once more on a new one.
   // Such a connection fails at once (a round trip); one that fails later was read and worked
   // on (an upstream that crashed mid-answer), and a POST is not sent twice.
-  const bool stale = x.reused && x.buffer.size() == 0 && (wec || Clock::now() - written < kStaleWithin) &&
-                     (wec || hec == http::error::end_of_stream || hec == net::error::connection_reset ||
-                      hec == net::error::eof || hec == net::ssl::error::stream_truncated);
+  const bool closed = hec == http::error::end_of_stream || hec == net::error::connection_reset ||
+                      hec == net::error::eof || hec == net::ssl::error::stream_truncated;
+  const bool stale =
+      x.reused && x.buffer.size() == 0 && (wec || (closed && Clock::now() - written < kStaleWithin));
   if (stale) co_return Step{Step::retry};
   if (c.cancelled(hec)) co_return Step{Step::done, c.gone()};
   const std::string what = fmt::format("the upstream {} did not answer", rc.upstream);
@@ -440,10 +441,7 @@ awaitable<bool> relay_stream(Call& c, Exchange& x) {
   }
   if (wrap && x.relayed_any) {
     piece += "\n\n";  // the event ends
-    c.s.stream.expires_after(c.s.shared->config.server.write_timeout);
-    auto [ec, n] = co_await net::async_write(c.s.stream, net::buffer(piece), nothrow);
-    c.s.stream.expires_never();
-    if (ec) co_return c.gone();
+    if (!co_await send_raw(c.s, piece)) co_return c.gone();
   }
   c.route.stats.upstream_latency.observe(since(c.started));
   if (c.tap) c.tap->finish();  // once (UsageTap::finish): an answer without a body

@@ -680,6 +680,17 @@ std::string target_of(const std::string& request) {
   return request.substr(a + 1, b - a - 1);
 }
 
+/// POST /v1/ratelimit/tokens with `body` ({"key":...}); the "remaining" it answers, -1 without one.
+long long tokens_remaining(const std::string& url, const std::string& body) {
+  const std::string r =
+      http_exchange(url,
+                    "POST /v1/ratelimit/tokens HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    "Connection: close\r\nContent-Length: " +
+                        std::to_string(body.size()) + "\r\n\r\n" + body);
+  const auto at = r.find("\"remaining\":");
+  return at == std::string::npos ? -1 : std::stoll(r.substr(at + 12));
+}
+
 long long limiter_in_use(const std::string& url, const std::string& name) {
   const std::string page =
       http_exchange(url, "GET /v1/limiters/" + name + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
@@ -861,13 +872,9 @@ TEST(GatewayMemory, ATokenBudgetRouteAsksForAnUncompressedAnswerAndRefundsFromIt
   long long used = -1;
   const auto until = std::chrono::steady_clock::now() + (kSanitized ? 30s : 10s);
   for (int checks = 1; used != 5 && std::chrono::steady_clock::now() < until; ++checks) {
-    const std::string reply =
-        http_exchange(gateway.url(),
-                      "POST /v1/ratelimit/tokens HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      "Connection: close\r\nContent-Length: 12\r\n\r\n{\"key\":\"u1\"}");
-    const auto at = reply.find("\"remaining\":");
-    ASSERT_NE(at, std::string::npos) << reply;
-    used = kLimit - std::stoll(reply.substr(at + 12)) - checks;
+    const long long remaining = tokens_remaining(gateway.url(), R"({"key":"u1"})");
+    ASSERT_GE(remaining, 0);
+    used = kLimit - remaining - checks;
     if (used != 5) std::this_thread::sleep_for(20ms);
   }
   EXPECT_EQ(used, 5);
@@ -961,23 +968,21 @@ TEST(GatewayMemory, ATokenBudgetChargesWhatAnAnswerUsedBeyondItsReservation) {
                     upstream.url() + "\"\nratelimit = [\"tokens\"]\n",
                 {});
   const std::string body = R"({"messages":[{"role":"user","content":"hi"}]})";
-  const std::string reply =
-      http_exchange(gateway.url(),
-                    "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-User-Id: u1\r\nContent-Type: "
-                    "application/json\r\nConnection: close\r\nContent-Length: " +
-                        std::to_string(body.size()) + "\r\n\r\n" + body);
+  const auto chat = [&] {
+    return http_exchange(gateway.url(),
+                         "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-User-Id: u1\r\nContent-Type: "
+                         "application/json\r\nConnection: close\r\nContent-Length: " +
+                             std::to_string(body.size()) + "\r\n\r\n" + body);
+  };
+  const std::string reply = chat();
   ASSERT_EQ(reply.rfind("HTTP/1.1 200", 0), 0u) << reply;
   // Each check below takes 1 itself; the charge may land a moment after the answer.
   long long used = -1;
   const auto until = std::chrono::steady_clock::now() + (kSanitized ? 30s : 10s);
   for (int checks = 1; used != 300 && std::chrono::steady_clock::now() < until; ++checks) {
-    const std::string r =
-        http_exchange(gateway.url(),
-                      "POST /v1/ratelimit/tokens HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      "Connection: close\r\nContent-Length: 12\r\n\r\n{\"key\":\"u1\"}");
-    const auto at = r.find("\"remaining\":");
-    ASSERT_NE(at, std::string::npos) << r;
-    used = kLimit - std::stoll(r.substr(at + 12)) - checks;
+    const long long remaining = tokens_remaining(gateway.url(), R"({"key":"u1"})");
+    ASSERT_GE(remaining, 0);
+    used = kLimit - remaining - checks;
     if (used != 300) std::this_thread::sleep_for(20ms);
   }
   EXPECT_EQ(used, 300) << "the budget keeps what the answer used, not the reservation";
@@ -987,11 +992,7 @@ TEST(GatewayMemory, ATokenBudgetChargesWhatAnAnswerUsedBeyondItsReservation) {
   // A budget without room for the whole rest gives what it has left: 1000 - 300 - the checks
   // above remain; three answers of 300 more leave nothing, and the next reservation is refused.
   for (int i = 0; i < 3; ++i) {
-    const std::string r =
-        http_exchange(gateway.url(),
-                      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-User-Id: u1\r\nContent-Type: "
-                      "application/json\r\nConnection: close\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body);
+    const std::string r = chat();
     ASSERT_EQ(r.rfind("HTTP/1.1 200", 0), 0u) << i << ": " << r;
   }
   // Read with a check for the whole capacity: refused while anything is spent, it takes nothing.
@@ -999,22 +1000,12 @@ TEST(GatewayMemory, ATokenBudgetChargesWhatAnAnswerUsedBeyondItsReservation) {
   long long remaining = -1;
   const auto drained = std::chrono::steady_clock::now() + (kSanitized ? 30s : 10s);
   while (remaining != 0 && std::chrono::steady_clock::now() < drained) {
-    const std::string r =
-        http_exchange(gateway.url(),
-                      "POST /v1/ratelimit/tokens HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      "Connection: close\r\nContent-Length: " +
-                          std::to_string(peek.size()) + "\r\n\r\n" + peek);
-    const auto at = r.find("\"remaining\":");
-    ASSERT_NE(at, std::string::npos) << r;
-    remaining = std::stoll(r.substr(at + 12));
+    remaining = tokens_remaining(gateway.url(), peek);
+    ASSERT_GE(remaining, 0);
     if (remaining != 0) std::this_thread::sleep_for(20ms);
   }
   EXPECT_EQ(remaining, 0) << "the last answer's rest takes what was left";
-  const std::string refused =
-      http_exchange(gateway.url(),
-                    "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-User-Id: u1\r\nContent-Type: "
-                    "application/json\r\nConnection: close\r\nContent-Length: " +
-                        std::to_string(body.size()) + "\r\n\r\n" + body);
+  const std::string refused = chat();
   EXPECT_EQ(refused.rfind("HTTP/1.1 429", 0), 0u) << refused;
   EXPECT_EQ(gateway.terminate(), 0);
 }

@@ -85,8 +85,7 @@ if not h.epoch then
   redis.call('HSET', K_CFG, 'epoch', int(epoch), 'fence_until', int(create_fence > 0 and now + create_fence or 0),
              'fence_credit', 0, 'source', replication_id() or '', 'holders_mark', '1')
   redis.call('ZADD', K_HOLDERS, 0, HOLDERS_MARK)
-  local seq = tonumber(redis.call('GET', K_SEQ) or '0')
-  if seq < epoch then redis.call('SET', K_SEQ, int(epoch)) end
+  seq_at_least(epoch)
   created, changed = 1, true
 end
 -- How long a loss or a switch of Redis fences the state ("Which Redis" in lib.lua): the longest

@@ -215,6 +215,12 @@ end
 -- The order score of a new arrival. The counter is above the epoch while it is whole (the
 -- state starts it there); below, the seq key was deleted (evicted, DEL) and would restart at 1,
 -- ahead of every waiter: it goes on above the epoch and the queue's last score instead.
+-- Moves the arrival counter up to `floor` if it stands below (never down): a state created at
+-- an epoch, or a Redis that lost increments (fence_state, restore.lua).
+local function seq_at_least(floor)
+  if tonumber(redis.call('GET', K_SEQ) or '0') < floor then redis.call('SET', K_SEQ, int(floor)) end
+end
+
 local function next_order(cfg)
   local order = redis.call('INCR', K_SEQ)
   if order > cfg.epoch then return order end
@@ -442,7 +448,7 @@ local function fence_state(cfg, now, ms, id)
   cfg.fence, cfg.credit = math.max(cfg.fence, now + ms), 0
   cfg.source = id or replication_id() or cfg.source
   redis.call('HSET', K_CFG, 'fence_until', int(cfg.fence), 'fence_credit', 0, 'source', cfg.source or '')
-  if tonumber(redis.call('GET', K_SEQ) or '0') < now * 1000 then redis.call('SET', K_SEQ, int(now * 1000)) end
+  seq_at_least(now * 1000)
 end
 
 -- Before a grant: fences the state if this is not the Redis its grants were made on (see

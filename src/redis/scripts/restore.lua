@@ -92,9 +92,7 @@ for i = first_waiter, #ARGV - 5, 6 do
 end
 -- A counter below a waiter's order score went back (Redis lost writes: a snapshot, a failover):
 -- later arrivals would queue ahead of that waiter. It goes on above it.
-if top_order > 0 and tonumber(redis.call('GET', K_SEQ) or '0') < top_order then
-  redis.call('SET', K_SEQ, int(top_order))
-end
+if top_order > 0 then seq_at_least(top_order) end
 local lo, hi = range_of(inst)
 -- One request, one place: a second member of one id (a first acquire that ran after a restore
 -- had queued it) leaves, and the older place (the lower order score) stays. Unlisted waiters
