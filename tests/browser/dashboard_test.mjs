@@ -14,7 +14,8 @@
 //     right one a cap of 4 set from the page applies (the server reports 4 and
 //     the two waiters get their seats), and Disable/Enable work;
 //  5. 150 waiters: the queue table lists 100 and counts the rest;
-//  and the rate-limit rules with this instance's counters (3 allowed, 2 refused).
+//  and the rate-limit rules with this instance's counters (3 allowed, 2 refused), a shadow
+//  rule marked as such (its "refused" is what it would have refused).
 // --screenshot writes a PNG of the page under load (docs/dashboard.png is one).
 // Exits 0 when every check passed, 1 otherwise, 77 (skipped) without Chromium
 // unless FAIRGATE_REQUIRE_BROWSER=1.
@@ -47,6 +48,12 @@ max_wait_ms = 60000
 algorithm = "fixed_window"
 rate = 3
 period_ms = 600000
+
+[ratelimit.trial]
+algorithm = "fixed_window"
+rate = 1
+period_ms = 600000
+mode = "shadow"
 `);
   const { child, match } = await start(args.fairgate,
     ['serve', '--config', config, '--listen', '127.0.0.1:0', '--admin-token', TOKEN],
@@ -128,6 +135,20 @@ async function main() {
     await waitFor('the rule on the page', async () => (await ruleField('allowed')) === '3' && (await ruleField('refused')) === '2')
       .then(() => check(true, 'the rate-limit rule is listed with 3 allowed, 2 refused'),
         async () => check(false, `the rule row: allowed ${await ruleField('allowed')}, refused ${await ruleField('refused')}`));
+    check((await ruleField('mode')) === undefined, 'an enforcing rule carries no shadow mark');
+    // A shadow rule of 1: both calls pass, the second counted as "would have refused", marked so on the page.
+    const trial = [];
+    for (let i = 0; i < 2; ++i) {
+      const r = await fetch(`${server.url}/v1/ratelimit/trial`, {
+        method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ key: 'u1' }),
+      });
+      trial.push(r.status);
+    }
+    check(trial.join() === '200,200', `the shadow rule let both through: ${trial.join()}`);
+    const trialField = (name) => page.eval(`document.querySelector('[data-rule=trial] [data-field=${name}]')?.textContent`);
+    await waitFor('the shadow rule on the page', async () => (await trialField('refused')) === '1')
+      .then(async () => check((await trialField('mode')) === 'shadow', 'the shadow rule is marked shadow on the page'),
+        async () => check(false, `the shadow rule row: refused ${await trialField('refused')}, mode ${await trialField('mode')}`));
 
     // 2. Two hold, three wait.
     for (const tenant of ['alice', 'bob']) {
