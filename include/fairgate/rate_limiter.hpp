@@ -177,6 +177,10 @@ class RateLimiter {
   std::vector<NamedRateRule> rules() const;
   /// True while the last store call failed (Redis unreachable).
   bool degraded() const;
+  /// (rule, key) pairs the local layer knows to be over their limit now, or
+  /// until a sweep finds them expired (it runs whenever their number doubled;
+  /// never more than 100,000). A store in this process keeps none.
+  std::size_t local_layer_keys() const;
 
   /// Checks one rule. Signature void(RateResult).
   template <typename Token>

@@ -242,6 +242,10 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
   }
 
   bool degraded() const { return degraded_.load(); }
+  std::size_t local_layer_keys() const {
+    std::lock_guard lock(mutex_);
+    return blocks_.size();
+  }
 
   void publish_rule(std::string name, RateRule rule, std::unique_ptr<RuleUpdateCompletion> completion) {
     std::shared_ptr<RuleUpdateCompletion> done(std::move(completion));
@@ -621,7 +625,8 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
         // block ends no later than the store's own refusal would; less 2 ms
         // for the truncation of both clocks to whole milliseconds.
         if (!sd.allowed && sd.retry_after_ms > 2)
-          blocks_[BlockKey{item.rule_name, item.key}] = {sent + sd.retry_after_ms - 2, item.cost};
+          remember_block_locked(BlockKey{item.rule_name, item.key},
+                                {sent + sd.retry_after_ms - 2, item.cost});
         else if (sd.allowed)
           blocks_.erase(BlockKey{item.rule_name, item.key});
       }
@@ -697,6 +702,19 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
     finish(std::move(r));
   }
 
+  // A key refused once and never asked about again would keep its block for ever: expired
+  // blocks go whenever the map doubled since the last sweep (amortized O(1) a block), and the
+  // map never holds more than kMaxBlocks (a block only saves a store call: dropping one costs one).
+  static constexpr std::size_t kMaxBlocks = 100'000;
+  void remember_block_locked(BlockKey key, Block block) {
+    blocks_[std::move(key)] = block;
+    if (blocks_.size() < std::max<std::size_t>(1024, 2 * blocks_after_sweep_)) return;
+    const std::int64_t now = steady_ms();
+    std::erase_if(blocks_, [now](const auto& b) { return b.second.until <= now; });
+    if (blocks_.size() > kMaxBlocks) blocks_.clear();
+    blocks_after_sweep_ = blocks_.size();
+  }
+
   void count(const RateResult& r, const std::vector<RateStoreItem>& items) {
     std::lock_guard lock(mutex_);
     for (std::size_t i = 0; i < items.size(); ++i) {
@@ -713,6 +731,7 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
   mutable std::mutex mutex_;
   std::map<std::string, Entry, std::less<>> rules_;
   std::map<BlockKey, Block> blocks_;
+  std::size_t blocks_after_sweep_ = 0;         // blocks_.size() after the last sweep (remember_block_locked)
   std::map<RefundKey, std::int64_t> refunds_;  // units of a decision not refunded yet
   std::deque<std::pair<std::int64_t, RefundKey>> refund_expiry_;
   std::atomic<bool> degraded_{false};
@@ -771,6 +790,8 @@ std::optional<RateRule> RateLimiter::rule(std::string_view name) const { return 
 std::vector<NamedRateRule> RateLimiter::rules() const { return checked_impl()->rules(); }
 
 bool RateLimiter::degraded() const { return checked_impl()->degraded(); }
+
+std::size_t RateLimiter::local_layer_keys() const { return checked_impl()->local_layer_keys(); }
 
 void RateLimiter::shutdown() { checked_impl()->shutdown(); }
 

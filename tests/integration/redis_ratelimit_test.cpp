@@ -387,6 +387,26 @@ TEST_F(RedisRateLimitTest, LocalLayerRefusesOnlyWhatRedisWouldAndSavesRoundTrips
   }
 }
 
+// The local layer's blocks of keys that are never asked about again are swept
+// once they ran out. They were kept for ever: a helper's soak saw a process
+// grow by ~560 bytes for every distinct key refused once, 30,000 keys a step.
+TEST_F(RedisRateLimitTest, LocalLayerForgetsBlocksOfKeysNeverSeenAgain) {
+  RateLimiter l = instance(true);
+  ASSERT_TRUE(l.set_rule("once", make_rule(RateAlgorithm::fixed_window, 1, 300)));
+  constexpr int kKeys = 1500;
+  for (int batch = 0; batch < 3; ++batch) {
+    for (int k = 0; k < kKeys; ++k) {
+      const std::string key = "b" + std::to_string(batch) + "-" + std::to_string(k);
+      check(l, "once", key);
+      check(l, "once", key);  // refused (unless the window just turned): blocked until it turns
+    }
+    std::this_thread::sleep_for(400ms);  // every block of this batch has run out
+  }
+  EXPECT_GT(l.rules()[0].stats.refused, 2u * kKeys) << "most second checks were refused and blocked";
+  EXPECT_LT(l.local_layer_keys(), static_cast<std::size_t>(2 * kKeys))
+      << "blocks of keys never seen again are kept (3 batches of " << kKeys << ")";
+}
+
 // Redis unreachable: each rule follows its on_redis_down policy.
 TEST_F(RedisRateLimitTest, RedisDownFollowsOnRedisDown) {
   fairgate::RateLimiterRedisOptions o;
