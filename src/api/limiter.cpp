@@ -5,6 +5,8 @@
 #include <fairgate/detail/limiter_impl.hpp>
 #include <fairgate/limiter.hpp>
 
+#include <boost/asio/post.hpp>
+
 #include <algorithm>
 #include <cassert>
 #include <stdexcept>
@@ -74,6 +76,14 @@ namespace detail {
 
 LimiterImpl::LimiterImpl() : shadow_(make_shadow_run()) {}
 
+void LimiterImpl::settings_changed(const Settings& before, const Settings& after) {
+  const auto shadowing = [](const Settings& s) { return s.enabled && s.mode == LimiterMode::shadow; };
+  if (shadowing(before) || !shadowing(after)) return;
+  boost::asio::post(get_executor(), [self = std::weak_ptr<LimiterImpl>(weak_from_this())] {
+    if (auto s = self.lock()) s->shadow_run().let_through(*s);
+  });
+}
+
 void LimiterImpl::start_configure(const SettingsUpdate& update,
                                   std::unique_ptr<ConfigureCompletion> completion) {
   ConfigureResult r;
@@ -140,6 +150,8 @@ void start_acquire(LimiterImpl& impl, AcquireOptions options, std::unique_ptr<Co
     impl.shadow_run().start(impl, std::move(options), std::move(completion));
     return;
   }
+  // Tracked, so that a switch to shadow mode while it waits lets it through.
+  completion = impl.shadow_run().track(options, std::move(completion));
   impl.start_acquire(std::move(options), std::move(completion), slot);
 }
 

@@ -4,6 +4,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <utility>
+#include <vector>
 
 namespace fairgate::detail {
 
@@ -32,9 +33,105 @@ class GhostCompletion final : public Completion {
   boost::asio::any_io_executor executor_;
 };
 
+/// The completion of an enforced request (ShadowRun::track): its caller's, or,
+/// once the request was let through, its shadow's.
+class TrackedCompletion final : public Completion {
+ public:
+  TrackedCompletion(std::weak_ptr<ShadowRun> run, std::shared_ptr<ShadowRun::Tracked> tracked,
+                    std::uint64_t key)
+      : run_(std::move(run)), tracked_(std::move(tracked)), key_(key) {}
+
+  void complete(AcquireResult result) override {
+    std::unique_ptr<Completion> caller;
+    std::string shadow_id;
+    {
+      std::lock_guard lock(tracked_->mu);
+      caller = std::move(tracked_->caller);
+      shadow_id = tracked_->shadow_id;
+    }
+    auto run = run_.lock();
+    if (run) run->untrack(key_);
+    if (caller) {
+      caller->complete(std::move(result));
+    } else if (run && !shadow_id.empty()) {
+      // Let through: the outcome is its shadow's (posted: this may run under the backend's lock).
+      GhostCompletion(run_, std::move(shadow_id), run->executor()).complete(std::move(result));
+    }
+  }
+
+ private:
+  std::weak_ptr<ShadowRun> run_;
+  std::shared_ptr<ShadowRun::Tracked> tracked_;
+  std::uint64_t key_;
+};
+
 }  // namespace
 
 std::shared_ptr<ShadowRun> make_shadow_run() { return std::make_shared<ShadowRun>(); }
+
+std::unique_ptr<Completion> ShadowRun::track(AcquireOptions& options,
+                                             std::unique_ptr<Completion> completion) {
+  auto tracked = std::make_shared<Tracked>();
+  tracked->caller = std::move(completion);
+  tracked->arrived = Clock::now();
+  if (options.on_queued) {
+    // No position reaches a request let through.
+    options.on_queued = [tracked, on_queued = std::move(options.on_queued)](const QueueStatus& status) {
+      {
+        std::lock_guard lock(tracked->mu);
+        if (!tracked->caller) return;
+      }
+      on_queued(status);
+    };
+  }
+  std::uint64_t key = 0;
+  {
+    std::lock_guard lock(mu_);
+    key = next_tracked_++;
+    tracked_.emplace(key, tracked);
+  }
+  return std::make_unique<TrackedCompletion>(weak_from_this(), std::move(tracked), key);
+}
+
+boost::asio::any_io_executor ShadowRun::executor() const {
+  std::lock_guard lock(mu_);
+  return executor_;
+}
+
+void ShadowRun::untrack(std::uint64_t key) {
+  std::lock_guard lock(mu_);
+  tracked_.erase(key);
+}
+
+void ShadowRun::let_through(LimiterImpl& impl) {
+  std::vector<std::shared_ptr<Tracked>> waiting;
+  {
+    std::lock_guard lock(mu_);
+    if (!executor_) executor_ = impl.get_executor();
+    for (const auto& [key, weak] : tracked_) {
+      if (auto t = weak.lock()) waiting.push_back(std::move(t));
+    }
+  }
+  for (const auto& t : waiting) {
+    std::unique_ptr<Completion> caller;
+    std::string id;
+    const auto now = Clock::now();
+    {
+      std::lock_guard tracked_lock(t->mu);
+      if (!t->caller) continue;  // delivered meanwhile
+      caller = std::move(t->caller);
+      std::lock_guard lock(mu_);
+      id = "shadow-" + std::to_string(next_id_++);
+      leases_.emplace(id, Lease{.arrived = now});  // it runs from now: its shadow replays that
+      ++status_.passed;
+      ++status_.in_flight;
+      ++status_.waiting;
+      t->shadow_id = id;
+    }
+    caller->complete(AcquireResult::granted(
+        Permit(impl.shared_from_this(), id, duration_cast<milliseconds>(now - t->arrived))));
+  }
+}
 
 void ShadowRun::start(LimiterImpl& impl, AcquireOptions options, std::unique_ptr<Completion> completion) {
   std::string id;

@@ -47,6 +47,29 @@ class ShadowRun : public std::enable_shared_from_this<ShadowRun> {
   /// The shadow of request `id` ended (on the limiter's executor).
   void on_ghost(const std::string& id, AcquireResult result);
 
+  /// Enforce mode: wraps the completion (and `on_queued`) of a request that may
+  /// wait, so that a switch to shadow mode can let it through (let_through).
+  std::unique_ptr<Completion> track(AcquireOptions& options, std::unique_ptr<Completion> completion);
+
+  /// The limiter switched to shadow mode: every tracked request still waiting
+  /// is let through now (a permit "shadow-N"), and its acquire, which keeps
+  /// its place, goes on as its shadow. Before, they waited on (and timed out)
+  /// while every newcomer passed at once.
+  void let_through(LimiterImpl& impl);
+
+  /// A tracked request (track()): its caller's completion until it is
+  /// delivered or let through, then the shadow id its outcome goes to.
+  struct Tracked {
+    std::mutex mu;
+    std::unique_ptr<Completion> caller;
+    std::string shadow_id;
+    std::chrono::steady_clock::time_point arrived;
+  };
+  /// The tracked request `key` ended (its completion ran).
+  void untrack(std::uint64_t key);
+  /// The limiter's executor (set by the first start() or let_through()).
+  boost::asio::any_io_executor executor() const;
+
  private:
   using Clock = std::chrono::steady_clock;
   enum class Ghost : std::uint8_t { waiting, holding, ended };
@@ -64,6 +87,8 @@ class ShadowRun : public std::enable_shared_from_this<ShadowRun> {
   mutable std::mutex mu_;
   boost::asio::any_io_executor executor_;  ///< the limiter's (set by the first start)
   std::map<std::string, Lease, std::less<>> leases_;
+  std::map<std::uint64_t, std::weak_ptr<Tracked>> tracked_;  // enforce mode: requests that may wait
+  std::uint64_t next_tracked_ = 1;
   std::uint64_t next_id_ = 1;
   ShadowStatus status_;
 };

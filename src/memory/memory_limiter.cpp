@@ -279,6 +279,7 @@ boost::system::result<Settings, SettingsError> MemoryLimiter::configure(const Se
   if (auto error = validate(next)) return *error;
   const std::size_t queued_before = state_.queued();
   op_now_ = now();
+  settings_changed(state_.settings(), next);
   state_.configure(next, op_now_, *this);
   if (state_.queued() != queued_before) schedule_positions_locked(false);
   disarm_deadline_timer_if_idle_locked();

@@ -181,6 +181,7 @@ void RedisLimiter::adopt_settings_locked(const Settings& from_redis) {
   const Settings before = settings_;
   const bool first = settings_source_ != "redis";
   settings_ = from_redis;
+  settings_changed(before, settings_);
   settings_source_ = "redis";
   // What differs from `reference`: the start-up settings the first time, the
   // previous ones afterwards (a change made by another instance).
@@ -1730,6 +1731,7 @@ boost::system::result<Settings, SettingsError> RedisLimiter::configure(const Set
     std::lock_guard lock(mu_);
     next = apply(settings_, update);
     if (auto error = validate(next)) return *error;
+    settings_changed(settings_, next);
     settings_ = next;
     ++config_generation_;
     // Only the fields that change, so two instances changing different fields

@@ -14,6 +14,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <future>
 #include <memory>
@@ -303,6 +304,73 @@ TEST(Shadow, RunTimeSwitchIsClusterWideOnRedis) {
   first.permit().release();
   EXPECT_TRUE(
       wait_until([&] { return la.snapshot().in_use == 0 && lb.snapshot().shadow.in_flight == 0; }, 5s));
+}
+
+// Switching to shadow mode lets the requests already waiting through at once,
+// in their order, and their acquires go on as their shadows (they keep their
+// places). They waited on and timed out while every newcomer passed at once (a
+// helper: 3 waiters of max wait 6 s got 429 at 6.0 s after the switch), on
+// every instance of a Redis limiter.
+void switch_lets_waiters_through(fairgate::Limiter& holder_side, fairgate::Limiter& waiter_side) {
+  using fairgate::test::Probe;
+  AcquireOptions patient;
+  patient.max_wait = 30s;
+  auto holder = fairgate::test::acquire(holder_side, patient);
+  ASSERT_TRUE(wait_until([&] { return holder->done(); }, 10s));
+  ASSERT_EQ(holder->outcome(), fairgate::Outcome::granted);
+  std::vector<std::shared_ptr<Probe>> waiters;
+  for (int i = 0; i < 3; ++i) waiters.push_back(fairgate::test::acquire_queued(waiter_side, 30s));
+  for (const auto& w : waiters) ASSERT_FALSE(w->done());
+
+  fairgate::SettingsUpdate u;
+  u.mode = LimiterMode::shadow;
+  std::promise<fairgate::ConfigureResult> done;
+  holder_side.async_configure(u, [&](fairgate::ConfigureResult r) { done.set_value(std::move(r)); });
+  ASSERT_TRUE(done.get_future().get());
+  EXPECT_TRUE(wait_until(
+      [&] { return std::all_of(waiters.begin(), waiters.end(), [](const auto& w) { return w->done(); }); },
+      5s))
+      << "the requests waiting at the switch were let through";
+  for (const auto& w : waiters) {
+    ASSERT_EQ(w->outcome(), fairgate::Outcome::granted) << w->message();
+    EXPECT_LT(w->at() - waiters.front()->at(), 2s);
+  }
+  EXPECT_EQ(waiter_side.snapshot().shadow.passed, 3u);
+  EXPECT_EQ(waiter_side.snapshot().shadow.waiting, 3u) << "their acquires wait on, as their shadows";
+  std::this_thread::sleep_for(50ms);  // the first shadow waits that long at least
+  holder->release();
+  ASSERT_TRUE(wait_until([&] { return waiter_side.snapshot().shadow.would_grant >= 1; }, 10s))
+      << "the first shadow takes the seat the holder left";
+  EXPECT_GE(waiter_side.snapshot().shadow.would_queue, 1u);
+  for (const auto& w : waiters) w->release();
+  EXPECT_TRUE(wait_until([&] { return waiter_side.snapshot().shadow.would_grant == 3; }, 10s))
+      << "each shadow holds as long as its request did, then hands on";
+  EXPECT_TRUE(wait_until(
+      [&] { return waiter_side.snapshot().shadow.in_flight == 0 && waiter_side.snapshot().in_use == 0; },
+      10s));
+}
+
+TEST(Shadow, SwitchingToShadowLetsTheWaitersThroughOnMemory) {
+  Instance i;
+  Settings s;
+  s.max_concurrent = 1;
+  auto l = i.open(test_name(), s);
+  switch_lets_waiters_through(l, l);
+}
+
+TEST(Shadow, SwitchingToShadowLetsTheWaitersThroughOnEveryRedisInstance) {
+  Instance a(RedisServer::shared().url()), b(RedisServer::shared().url());
+  Settings s;
+  s.max_concurrent = 1;
+  auto la = a.open(test_name(), s), lb = b.open(test_name(), s);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const auto ea = la.snapshot().engine, eb = lb.snapshot().engine;
+        return ea.settings_source == "redis" && eb.settings_source == "redis" && ea.fence_left.count() == 0 &&
+               eb.fence_left.count() == 0;
+      },
+      10s));
+  switch_lets_waiters_through(la, lb);
 }
 
 TEST(Shadow, WhatIsRefusedWhateverTheLoadStillIs) {

@@ -53,6 +53,12 @@ class LimiterImpl : public std::enable_shared_from_this<LimiterImpl> {
   /// requests it let through and their shadows on this limiter.
   ShadowRun& shadow_run() const noexcept { return *shadow_; }
 
+ protected:
+  /// Backends call this whenever their settings change (any thread, any lock
+  /// held: it only posts): a switch to shadow mode lets the waiting requests
+  /// through (ShadowRun::let_through).
+  void settings_changed(const Settings& before, const Settings& after);
+
  private:
   std::shared_ptr<ShadowRun> shadow_;
 };
