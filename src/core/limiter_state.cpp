@@ -20,9 +20,22 @@ bool LimiterState::has_room() const noexcept {
   return holders_.size() < settings_.max_concurrent;
 }
 
-bool LimiterState::at_cap(const Tenant& t) const noexcept {
+bool LimiterState::at_cap(const std::string& name, const Tenant& t) const noexcept {
   // A disabled limiter in pass-through mode limits nothing, per tenant neither.
-  return settings_.enabled && settings_.max_per_tenant && t.holders >= *settings_.max_per_tenant;
+  if (!settings_.enabled) return false;
+  if (held_caps_) {
+    const auto it = held_caps_->find(name);
+    if (t.holders >= (it == held_caps_->end() ? 0 : it->second)) return true;
+  }
+  return settings_.max_per_tenant && t.holders >= *settings_.max_per_tenant;
+}
+
+void LimiterState::cap_tenants_at_their_holders() {
+  held_caps_.emplace();
+  for (const auto& [name, t] : tenants_) {
+    if (t.holders > 0) held_caps_->emplace(name, t.holders);
+  }
+  rebuild_tenants();  // a tenant that waits and is at its cap now is parked
 }
 
 void LimiterState::grant(RequestId id, Time now, std::string tenant) {
@@ -107,7 +120,8 @@ Admission LimiterState::admit(RequestId id, Time now, Time deadline, std::string
     // I3': ready_ is empty unless there is no room, so an empty ready_ means
     // every waiter (if any) belongs to a parked tenant: a newcomer below its
     // own cap passes nobody who could be served.
-    grant_now = ready_.empty() && has_room() && (t == tenants_.end() || !at_cap(t->second));
+    static const Tenant kNew;  // a tenant not seen yet: holds nothing
+    grant_now = ready_.empty() && has_room() && !at_cap(tenant, t == tenants_.end() ? kNew : t->second);
   } else {
     grant_now = queue_.empty() && has_room();
   }
@@ -177,7 +191,7 @@ bool LimiterState::rejects_early(milliseconds estimate, Time deadline, Time now)
 void LimiterState::place(TenantMap::iterator t) {
   Tenant& ts = t->second;
   if (ts.queue.empty() || ts.ready_score) return;
-  if (at_cap(ts)) {
+  if (at_cap(t->first, ts)) {
     ts.parked = true;
     return;
   }
@@ -242,7 +256,7 @@ void LimiterState::dispatch(Time now, DispatchSink& sink) {
 void LimiterState::dispatch_tenants(Time now, DispatchSink& sink) {
   while (!ready_.empty() && has_room()) {
     auto t = tenants_.find(ready_.begin()->second);
-    if (at_cap(t->second)) {  // its cap was lowered: skip it until a permit returns
+    if (at_cap(t->first, t->second)) {  // its cap was lowered: skip it until a permit returns
       unplace(t->first, t->second);
       t->second.parked = true;
       continue;
@@ -261,7 +275,7 @@ void LimiterState::dispatch_tenants(Time now, DispatchSink& sink) {
     grant(id, now, w.tenant);
     Tenant& ts = tenants_.at(w.tenant);
     if (!ts.ready_score) continue;  // its queue is empty: it left the rotation
-    if (at_cap(ts)) {
+    if (at_cap(w.tenant, ts)) {
       unplace(w.tenant, ts);
       ts.parked = true;
       continue;
@@ -299,7 +313,7 @@ bool LimiterState::release(RequestId id, Time now, DispatchSink& sink) {
   auto t = tenants_.find(h->second.tenant);
   holders_.erase(h);
   --t->second.holders;
-  if (t->second.parked && !at_cap(t->second)) {
+  if (t->second.parked && !at_cap(t->first, t->second)) {
     t->second.parked = false;
     place(t);  // back of the rotation
   }

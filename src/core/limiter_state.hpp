@@ -131,6 +131,13 @@ class LimiterState {
   /// max_concurrent): nothing more is granted until below it.
   void adopt(RequestId id, Time granted, std::string tenant) { grant(id, granted, std::move(tenant)); }
 
+  /// From now on each tenant may hold at most what it holds now (a tenant holding
+  /// nothing: nothing), on top of max_per_tenant. The Redis backend's local fallback
+  /// reuses the seats Redis counts for its instance while Redis is out of reach; each
+  /// instance decides alone then, so only a tenant reusing its own seats keeps
+  /// max_per_tenant across the instances (docs/design.md, "Degraded modes").
+  void cap_tenants_at_their_holders();
+
   /// Returns holder `id`'s permit and dispatches. False (and no effect) when
   /// `id` holds no permit — so a double release is harmless.
   bool release(RequestId id, Time now, DispatchSink& sink);
@@ -210,9 +217,11 @@ class LimiterState {
     bool parked = false;                       // waits, but at its cap
   };
   using TenantMap = std::unordered_map<std::string, Tenant>;
+  /// cap_tenants_at_their_holders(): each tenant's cap (absent: 0), beside max_per_tenant.
+  std::optional<std::unordered_map<std::string, std::size_t>> held_caps_;
 
   bool has_room() const noexcept;
-  bool at_cap(const Tenant& t) const noexcept;
+  bool at_cap(const std::string& name, const Tenant& t) const noexcept;
   void grant(RequestId id, Time now, std::string tenant);
   void remove_waiter(std::unordered_map<RequestId, Waiter>::iterator it);
   void dispatch(Time now, DispatchSink& sink);

@@ -619,6 +619,7 @@ void RedisLimiter::release(const std::string& id) noexcept {
       send = link_ != Link::degraded && (!local || link_ == Link::recovering);
     }
     if (send) send_release(id, "release failed", &tenant);
+    leave_if_done();  // after the release, on the same connection
   } catch (...) {
     // Out of memory while formatting the command: the permit is reaped with
     // this instance at worst. Nothing else can throw here.
@@ -742,6 +743,10 @@ void RedisLimiter::start() {
 }
 
 void RedisLimiter::subscribe() {
+  {
+    std::lock_guard lock(mu_);
+    ++connections_made_;  // a restart or failover: the next heartbeat asks which Redis this is
+  }
   context_->client->subscribe(wake_channel_, [self = std::weak_ptr<LimiterImpl>(weak_from_this())](
                                                  boost::system::error_code ec, Reply r) {
     // A failure here is repaired by the connect handler (re-SUBSCRIBE after
@@ -764,12 +769,13 @@ void RedisLimiter::schedule_heartbeat(milliseconds after) {
         auto& me = static_cast<RedisLimiter&>(*s);
         const auto& o = me.context_->options;
         milliseconds next = o.heartbeat_interval;
+        bool stopped = false;
         {
           std::lock_guard lock2(me.mu_);
           if (me.heartbeats_stopped_) return;
           if (me.shut_down_ && me.holders_.empty()) {
             me.heartbeats_stopped_ = true;  // nothing left to keep alive
-            return;
+            stopped = true;
           }
           const auto now = Clock::now();
           if (me.link_ != Link::up || me.restore_needed_) {
@@ -779,6 +785,10 @@ void RedisLimiter::schedule_heartbeat(milliseconds after) {
             // The fence ends before the next beat: a heartbeat then dispatches the waiters.
             next = std::min(next, duration_cast<milliseconds>(me.fence_until_ - now) + milliseconds(5));
           }
+        }
+        if (stopped) {
+          me.leave_if_done();  // if Redis was out of reach when the last permit went
+          return;
         }
         me.heartbeat();
         me.schedule_heartbeat(next);
@@ -870,6 +880,7 @@ void RedisLimiter::heartbeat(bool force) {
   BeatSent sent;
   std::function<void(std::string_view)> hook;
   std::vector<std::string> args;
+  std::string probe_line;
   const auto& o = context_->options;
   const auto sent_at = Clock::now();
   {
@@ -911,7 +922,31 @@ void RedisLimiter::heartbeat(bool force) {
     args.push_back(queue_seen_);
     args.push_back("liveness_tag");
     args.push_back(std::to_string(liveness_tag_));
+    // No reply heard for as long as this instance takes its liveness to have run out (the seats
+    // timer, on_wake): its heartbeats stop extending it, so that it does run out and the others
+    // reap what Redis granted it meanwhile (heartbeat.lua, 'probe'; docs/design.md rule 15).
+    if (first_beat_sent_ == Clock::time_point{}) first_beat_sent_ = sent_at;
+    const auto heard = last_good_beat_sent_ != Clock::time_point{} ? last_good_beat_sent_ : first_beat_sent_;
+    const bool probe = sent_at - heard >= o.liveness_ttl - o.command_timeout;
+    if (probe) {
+      args.push_back("probe");
+      args.push_back("1");
+    }
+    sent.probe = probe;
+    if (connections_made_ > source_asked_at_) {
+      args.push_back("check_source");
+      args.push_back("1");
+      sent.source_asked = connections_made_;
+    }
+    if (probe && !probing_)
+      probe_line = fmt::format(
+          "no reply from Redis heard for {}: heartbeats no longer extend this instance's liveness, so the "
+          "other instances reap it and hand on what Redis granted it meanwhile (a slow or one-way link "
+          "must not hold seats for nobody); it restores what it runs once Redis answers again",
+          seconds(since(heard, sent_at)));
+    probing_ = probe;
   }
+  if (!probe_line.empty()) log(probe_line);
   if (hook) hook("heartbeat");
   call(scripts::kHeartbeat, std::move(args),
        [self = std::weak_ptr<LimiterImpl>(weak_from_this()), generation, sent_at, sent = std::move(sent)](
@@ -937,8 +972,11 @@ void RedisLimiter::heartbeat(bool force) {
          {
            std::lock_guard lock(me.mu_);
            if (integer_of(reply.elements[0]) == 0) me.last_good_beat_sent_ = sent_at;
+           me.source_asked_at_ = std::max(me.source_asked_at_, sent.source_asked);
          }
          me.on_heartbeat_reply(reply, sent, generation);
+         // Heard again after probing: extend the liveness now, before anyone reaps it.
+         if (sent.probe && integer_of(reply.elements[0]) == 0) me.heartbeat();
        });
 }
 
@@ -1465,6 +1503,9 @@ void RedisLimiter::enter_degraded_locked(Clock::time_point now, std::vector<std:
       local.max_concurrent = static_cast<std::uint32_t>(cap);
       local_.emplace(local);
       for (const auto& [n, h] : holders_) local_->adopt(n, h.granted, h.tenant);
+      // max_per_tenant counts a tenant's permits on every instance, and each decides alone
+      // now: a tenant reuses only the seats it holds here (Redis counts them for it).
+      if (!settings_.local_share && settings_.max_per_tenant) local_->cap_tenants_at_their_holders();
       for (const auto& r : waiting) local_admit_locked(r, now);
       logs.push_back(fmt::format(
           "degraded: {} for {}; on_redis_down = local: {} seat(s) ({}), {} waiter(s) kept in "
@@ -1842,6 +1883,24 @@ void RedisLimiter::shutdown() {
     }
   }
   for (const auto n : cancels) send_cancel(n);
+  leave_if_done();  // after the cancels, on the same connection
+}
+
+void RedisLimiter::leave_if_done() {
+  {
+    std::lock_guard lock(mu_);
+    if (!shut_down_ || !holders_.empty() || leaving_ || link_ != Link::up || restore_needed_) return;
+    leaving_ = true;
+    // Out of Redis: a heartbeat now would register this instance again.
+    heartbeats_stopped_ = true;
+    if (heartbeat_timer_) heartbeat_timer_->cancel();
+  }
+  call(scripts::kLeave, {instance_},
+       [self = std::weak_ptr<LimiterImpl>(weak_from_this())](boost::system::error_code ec, Reply reply) {
+         if (!ec && has_shape(reply, kLeft)) return;
+         // Still listed: the other instances reap it when its liveness runs out, as after a crash.
+         if (auto s = self.lock()) static_cast<RedisLimiter&>(*s).context_->count_failure(ec);
+       });
 }
 
 }  // namespace fairgate::redis

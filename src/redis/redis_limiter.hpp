@@ -116,7 +116,8 @@ class RedisLimiter final : public detail::LimiterImpl {
   /// "!cfg": the settings changed (heartbeat now).
   void on_wake(const std::string& message);
   /// Ends waiters with RejectReason::shutdown (and cancels them in Redis),
-  /// rejects new acquires. Heartbeats go on while local permits are held.
+  /// rejects new acquires. Heartbeats go on while local permits are held; once
+  /// none is, the instance leaves Redis (leave.lua) rather than waiting to be reaped.
   void shutdown();
 
   /// The wake channel of this instance for this limiter.
@@ -226,8 +227,13 @@ class RedisLimiter final : public detail::LimiterImpl {
     std::uint64_t cancels = 0;         // cancels_decided_ then
     std::vector<std::uint64_t> asked;  // waiters whose positions under fairness it asks for
     std::uint64_t beat = 0;            // its number
+    bool probe = false;                // extended nothing (heartbeat.lua, 'probe')
+    std::uint64_t source_asked = 0;    // connections_made_ when it asked which Redis (0: did not)
   };
   void on_heartbeat_reply(const Reply& reply, const BeatSent& sent, std::uint64_t generation);
+  /// Shut down and holding nothing, with Redis reachable: leaves Redis once (leave.lua), taking
+  /// what it still counts for this instance with it, and stops the heartbeats.
+  void leave_if_done();
   void send_restore(bool even_if_stopped = false);
   void on_restore_reply(const Reply& reply);
   /// The settings in a cfg field/value list, over `base` (local fields kept).
@@ -322,6 +328,7 @@ class RedisLimiter final : public detail::LimiterImpl {
   LimiterStats stats_;
   bool shut_down_ = false;
   bool heartbeats_stopped_ = false;
+  bool leaving_ = false;                             // leave.lua sent (leave_if_done)
   std::function<void(std::string_view)> send_hook_;  // set_send_hook_for_test
   // Acquires and cancels decided so far: those decided after a heartbeat was prepared
   // may reach Redis before it, and its count of this instance's waiters shows them.
@@ -339,6 +346,12 @@ class RedisLimiter final : public detail::LimiterImpl {
   bool clean_extras_ = false;  // a cancel may not have reached Redis: the restore removes leftovers
   Clock::time_point fence_until_{};
   Clock::time_point last_good_beat_sent_{};  // a heartbeat (or restore) that found us registered
+  Clock::time_point first_beat_sent_{};      // before any reply was heard: probing counts from it
+  bool probing_ = false;                     // the last heartbeat was a probe (logged when it starts)
+  // Wake connections (re)made (subscribe()) and the count the last heartbeat that asked which
+  // Redis this is was sent at: a newer one asks again (heartbeat.lua, 'check_source').
+  std::uint64_t connections_made_ = 0;
+  std::uint64_t source_asked_at_ = 0;
   EngineStatus engine_;
   Clock::time_point fence_seen_since_{};  // accounting of engine_.fenced_time
 

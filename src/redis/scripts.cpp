@@ -38,7 +38,8 @@ Script::Script(std::string_view name, std::string_view text)
 namespace scripts {
 std::vector<std::vector<std::string>> preload_commands() {
   std::vector<std::vector<std::string>> out;
-  for (const Script* s : {&kAcquire, &kRelease, &kCancel, &kHeartbeat, &kRestore, &kConfigure, &kSnapshot})
+  for (const Script* s :
+       {&kAcquire, &kRelease, &kCancel, &kHeartbeat, &kRestore, &kConfigure, &kSnapshot, &kLeave})
     out.push_back({"SCRIPT", "LOAD", std::string(s->text())});
   return out;
 }
@@ -97,6 +98,7 @@ std::vector<std::string_view> shapes::of(const Script& script) {
   if (&script == &scripts::kRestore) return {kVerdict, kRestored};
   if (&script == &scripts::kConfigure) return {kVerdict, kConfigured};
   if (&script == &scripts::kSnapshot) return {kVerdict, kSnapshot};
+  if (&script == &scripts::kLeave) return {kLeft};
   return {};
 }
 

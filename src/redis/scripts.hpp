@@ -34,6 +34,7 @@ extern const Script kHeartbeat;
 extern const Script kRestore;
 extern const Script kConfigure;
 extern const Script kSnapshot;
+extern const Script kLeave;
 
 /// Every script, for Connection::set_preload (SCRIPT LOAD on each connect).
 std::vector<std::vector<std::string>> preload_commands();
@@ -48,6 +49,7 @@ inline constexpr std::string_view kVerdict = "s";         // {'granted'}, {'lost
 inline constexpr std::string_view kQueued = "sii|i";      // {'queued', order, position, estimate}
 inline constexpr std::string_view kRejected = "ss";       // {'rejected', reason}
 inline constexpr std::string_view kReleased = "ii";       // {released, grants made}
+inline constexpr std::string_view kLeft = "ii";           // {left, grants made}
 inline constexpr std::string_view kConfigured = "s[ss]";  // {'ok', the cfg hash}
 /// lost, held, head_order, queued, in_use, the cfg hash, reaped, granted,
 /// created, away, fence_left, my_waiters, epoch, older, instances, Redis' now,

@@ -11,6 +11,7 @@
 #include "support/log_lines.hpp"
 #include "support/redis_monitor.hpp"
 #include "support/redis_server.hpp"
+#include "support/tcp_proxy.hpp"
 #include "support/wait.hpp"
 
 #include <fairgate/rate_limiter.hpp>
@@ -344,6 +345,35 @@ TEST(RedisBackendTest, CrashedHolderIsReapedWithinTtlPlusInterval) {
 // script fences the state before granting (docs/design.md, recovery rule 14);
 // the holder comes back, restores its permit, and the waiter is granted only
 // after its release. Judged from the clients' own times.
+// Rule 14 fences a switch of Redis (a restart, a failover) until every
+// instance has restored what it runs. The first heartbeat after the
+// connection was made anew asks which Redis this is, so the fence runs from
+// then: a limiter idle through a restart is not fenced at its first grant,
+// however long after (a helper saw 4 s at a first use 15 s after a restart,
+// and a shadow limiter report every request as a would-be timeout).
+TEST(RedisBackendTest, ALimiterIdleThroughARestartIsNotFencedAtItsFirstUseLongAfter) {
+  const std::string name = test_name();
+  RedisServer redis;  // its own: restarted from a snapshot
+  auto o = fast_options();
+  o.url = redis.url();
+  o.recovery_fence = 1500ms;
+  Instance a(o);
+  Limiter lim = a.open(name, cap(1));
+  ASSERT_TRUE(wait_until([&] { return ready_past_fence(a, name, lim); }, 10s));
+  ASSERT_EQ(redis.command({"SAVE"}), "OK");
+  redis.restart();  // the same data, another replication id
+  ASSERT_TRUE(wait_until([&] { return lim.snapshot().engine.redis_switches == 1; }, 5s))
+      << "the switch is seen by a heartbeat, without any grant";
+  ASSERT_TRUE(wait_until([&] { return !lim.snapshot().engine.fence_left.count(); }, 10s));
+  std::this_thread::sleep_for(o.heartbeat_interval * 2);  // past the fence in Redis too
+  const auto asked = Clock::now();
+  auto first = acquire(lim);
+  ASSERT_TRUE(wait_until([&] { return first->done(); }));
+  EXPECT_EQ(first->outcome(), Outcome::granted);
+  EXPECT_LT(first->at() - asked, *o.recovery_fence / 2) << "fenced at the first use, long after the restart";
+  first->release();
+}
+
 TEST(RedisBackendTest, ARestartThatLostAGrantFencesTheStateBeforeGrantingAgain) {
   const std::string name = test_name();
   RedisServer redis;  // its own: restarted from a snapshot
@@ -449,7 +479,6 @@ TEST(RedisBackendTest, RestoredWaitersStayAheadAfterAnOlderSnapshot) {
   w3->release();
 }
 
-/// fast_options() as `user` (password "pw") on the shared server, logging to `log`.
 /// fast_options() on a server of the test's own, logging to `log`.
 RedisBackendOptions options_on(const RedisServer& own, const fairgate::test::LogLines& log) {
   auto o = fast_options();
@@ -459,9 +488,10 @@ RedisBackendOptions options_on(const RedisServer& own, const fairgate::test::Log
 }
 
 // A Redis back from an older snapshot serves an older copy of the state, which names the Redis
-// it was saved on, not this one. That copy is not a switch of its own: the grant that finds this
-// Redis fences the state, and the log tells that once, against the Redis known before, with the
-// fence in force (it said "fenced for 0.0 s" with the snapshot's id, then the real switch).
+// it was saved on, not this one. That copy is not a switch of its own: the script that finds this
+// Redis (a grant, or the first heartbeat after the reconnect) fences the state, and the log tells
+// that once, against the Redis known before, with the fence in force (it said "fenced for 0.0 s"
+// with the snapshot's id, then the real switch).
 TEST(RedisBackendTest, AnOlderCopyOfTheStateIsToldAsOneSwitchWithItsFence) {
   const std::string name = test_name();
   RedisServer redis;
@@ -491,17 +521,20 @@ TEST(RedisBackendTest, AnOlderCopyOfTheStateIsToldAsOneSwitchWithItsFence) {
   ASSERT_EQ(switch_lines().size(), 1u);
   redis.restart();  // Z, from the same snapshot: the state names X again, unfenced
   const std::string z = replid();
-  const auto beats = a.impl(name)->heartbeats();
-  ASSERT_TRUE(wait_until([&] { return a.impl(name)->heartbeats() >= beats + 3; }, 10s));
-  EXPECT_EQ(switch_lines().size(), 1u) << "the older copy is not a switch: " << switch_lines().back();
-  grant_once();
+  // The first heartbeat after the reconnect asks which Redis this is (no grant needed): one
+  // switch, against the Redis known before (Y, not the X the older copy names), with its fence.
   ASSERT_TRUE(wait_until([&] { return switch_lines().size() == 2; }, 5s));
   const std::string line = switch_lines().back();
   EXPECT_NE(line.find("replication id " + z + " was " + y), std::string::npos) << line;
   EXPECT_EQ(line.find("fenced for 0.0 s"), std::string::npos) << line;
+  grant_once();
+  const auto beats = a.impl(name)->heartbeats();
+  ASSERT_TRUE(wait_until([&] { return a.impl(name)->heartbeats() >= beats + 3; }, 10s));
+  EXPECT_EQ(switch_lines().size(), 2u) << "told once: " << switch_lines().back();
   EXPECT_EQ(l.snapshot().engine.redis_switches, 2u);
 }
 
+/// fast_options() as `user` (password "pw") on the shared server, logging to `log`.
 RedisBackendOptions options_as(const std::string& user, const fairgate::test::LogLines& log) {
   auto o = fast_options();
   o.url = "redis://" + user + ":pw@" + server().host() + ":" + std::to_string(server().port());
@@ -1345,6 +1378,151 @@ TEST(RedisBackendTest, ShutdownEndsWaitersAndCleansRedis) {
   std::this_thread::sleep_for(fast_options().liveness_ttl + 300ms);
   EXPECT_EQ(zcard(name, "holders"), 1) << "heartbeats go on while a permit is held";
   holder->release();
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 2s));
+}
+
+// Recovery rule 15 (docs/design.md): an instance whose commands reach Redis but
+// whose replies come after its command timeout (a slow or one-way link) must not
+// keep itself alive there. Its acquire was granted in Redis and the reply never
+// came in time, so that seat was held by nobody; its heartbeats, which also reach
+// Redis, kept extending its liveness, and the seat stayed stranded for as long
+// as the link was slow (a helper saw a 3-instance cluster grant nothing for 23 s).
+// Now its heartbeats stop extending it once it heard nothing for about a TTL: it
+// is reaped, and the seat goes to the other instance's waiter, link still slow.
+TEST(RedisBackendTest, AnInstanceThatCannotHearRedisIsReapedAndItsSeatGoesOn) {
+  const std::string name = test_name();
+  fairgate::test::TcpProxy proxy("127.0.0.1", server().port());
+  RedisBackendOptions slow_o = fast_options();  // heartbeat 250 ms, TTL 1 s, command timeout 500 ms
+  slow_o.instance_id = "slow-link";
+  slow_o.url = "redis://127.0.0.1:" + std::to_string(proxy.port());
+  Instance a(slow_o);
+  RedisBackendOptions fine_o = fast_options();
+  fine_o.instance_id = "fine-link";
+  Instance b(fine_o);
+  Limiter la = a.open(name, cap(1, 60s));
+  Limiter lb = b.open(name, cap(1, 60s));
+  ASSERT_TRUE(
+      wait_until([&] { return ready_past_fence(a, name, la) && ready_past_fence(b, name, lb); }, 10s));
+
+  proxy.set_delay(400ms);  // a round trip of 800 ms or more: every reply after the 500 ms timeout
+  auto stranded = acquire(la);
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 1; }, 5s)) << "granted in Redis";
+  auto next = acquire_queued(lb, 60s);
+  EXPECT_TRUE(wait_until([&] { return next->done(); }, 20s))
+      << "the seat Redis granted to an instance that cannot hear it stayed held by nobody";
+  EXPECT_EQ(next->outcome(), Outcome::granted);
+  EXPECT_FALSE(stranded->done() && stranded->outcome() == Outcome::granted)
+      << "the slow instance took its seat while the other holds it (cap 1)";
+
+  proxy.set_delay(0ms);
+  next->release();
+  EXPECT_TRUE(wait_until([&] { return stranded->done(); }, 20s)) << "the slow instance's waiter, link healed";
+  EXPECT_EQ(stranded->outcome(), Outcome::granted) << stranded->message();
+  stranded->release();
+  EXPECT_TRUE(wait_until([&] { return zcard(name, "holders") == 0 && zcard(name, "queue") == 0; }, 10s));
+}
+
+// Degraded modes (docs/design.md): on the seats Redis counts for each instance,
+// a tenant reuses only its own, so max_per_tenant holds across instances that
+// each decide alone while Redis is out of reach. A helper saw tenant A hold 4
+// permits with a cap of 2: each instance gave 2 A's the seats B and C left.
+TEST(RedisBackendTest, WhileRedisIsAwayATenantReusesOnlyItsOwnSeats) {
+  const std::string name = test_name();
+  fairgate::test::TcpProxy proxy("127.0.0.1", server().port());
+  RedisBackendOptions o = fast_options();
+  o.url = "redis://127.0.0.1:" + std::to_string(proxy.port());
+  o.liveness_ttl = 10s;  // the seats stay theirs for the whole test
+  o.recovery_fence = 500ms;
+  Instance a(o), b(o);
+  Settings s = cap(4, 60s);
+  s.max_per_tenant = 2;
+  Limiter la = a.open(name, s);
+  Limiter lb = b.open(name, s);
+  ASSERT_TRUE(
+      wait_until([&] { return ready_past_fence(a, name, la) && ready_past_fence(b, name, lb); }, 10s));
+  const auto as = [](const std::string& tenant) {
+    AcquireOptions x;
+    x.tenant = tenant;
+    x.max_wait = 60s;
+    return x;
+  };
+  std::vector<std::shared_ptr<Probe>> held{acquire(la, as("B")), acquire(la, as("B")), acquire(lb, as("C")),
+                                           acquire(lb, as("C"))};
+  ASSERT_TRUE(wait_until(
+      [&] { return std::all_of(held.begin(), held.end(), [](const auto& p) { return p->done(); }); }));
+  for (const auto& p : held) ASSERT_EQ(p->outcome(), Outcome::granted);
+  std::vector<std::shared_ptr<Probe>> tenant_a{acquire(la, as("A")), acquire(la, as("A")),
+                                               acquire(lb, as("A")), acquire(lb, as("A"))};
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "queue") == 4; })) << "the limiter is full: A waits";
+
+  proxy.stall();
+  ASSERT_TRUE(
+      wait_until([&] { return la.snapshot().engine.degraded && lb.snapshot().engine.degraded; }, 10s));
+  for (const auto& p : held) p->release();
+  auto b_again = acquire(la, as("B"));
+  ASSERT_TRUE(wait_until([&] { return b_again->done(); }));
+  EXPECT_EQ(b_again->outcome(), Outcome::granted) << "B reuses a seat it held here";
+  std::this_thread::sleep_for(1s);
+  const auto a_granted = std::count_if(tenant_a.begin(), tenant_a.end(), [](const auto& p) {
+    return p->done() && p->outcome() == Outcome::granted;
+  });
+  EXPECT_EQ(a_granted, 0) << "A held no seat on either instance (cap 2 per tenant: 4 were granted)";
+
+  proxy.resume();
+  ASSERT_TRUE(
+      wait_until([&] { return !la.snapshot().engine.degraded && !lb.snapshot().engine.degraded; }, 10s));
+  b_again->release();
+  for (int round = 0; round < 2; ++round) {
+    // Back on Redis: A gets its 2 (its cap), then 2 more once those leave.
+    ASSERT_TRUE(wait_until(
+        [&] {
+          return std::count_if(tenant_a.begin(), tenant_a.end(), [](const auto& p) {
+                   return p->done() && p->outcome() == Outcome::granted;
+                 }) >= 2 * (round + 1);
+        },
+        10s));
+    for (const auto& p : tenant_a) {
+      if (p->done() && p->outcome() == Outcome::granted) p->release();
+    }
+  }
+  EXPECT_TRUE(wait_until([&] { return zcard(name, "holders") == 0 && zcard(name, "queue") == 0; }, 10s));
+}
+
+// A clean shutdown leaves Redis once the last permit is released (leave.lua),
+// instead of staying listed until its liveness runs out (60 s here): the other
+// instances' status and local shares stop counting it at once.
+TEST(RedisBackendTest, AnInstanceShutDownLeavesRedisOnceItsLastPermitIsReleased) {
+  const std::string name = test_name();
+  RedisBackendOptions o = fast_options();
+  o.liveness_ttl = 60s;
+  o.recovery_fence = 500ms;  // the new state's fence: not the 60 s TTL's
+  o.instance_id = "leaving";
+  Instance a(o);
+  o.instance_id = "staying";
+  Instance b(o);
+  Limiter la = a.open(name, cap(1));
+  Limiter lb = b.open(name, cap(1));
+  ASSERT_TRUE(
+      wait_until([&] { return ready_past_fence(a, name, la) && ready_past_fence(b, name, lb); }, 10s));
+  const auto listed = [&](const std::string& inst) {
+    return server().command({"ZSCORE", key(name, "instances"), inst}) != "(nil)";
+  };
+  ASSERT_TRUE(wait_until([&] { return listed("leaving") && listed("staying"); }));
+  auto held = acquire(la);
+  ASSERT_TRUE(wait_until([&] { return held->done(); }));
+  ASSERT_EQ(held->outcome(), Outcome::granted);
+  auto next = acquire_queued(lb);
+  a.backend->shutdown();
+  std::this_thread::sleep_for(4 * o.heartbeat_interval);
+  EXPECT_TRUE(listed("leaving")) << "still listed while it holds a permit";
+  held->release();
+  ASSERT_TRUE(wait_until([&] { return next->done(); }));
+  EXPECT_EQ(next->outcome(), Outcome::granted);
+  EXPECT_TRUE(wait_until([&] { return !listed("leaving"); }, 5s)) << "gone within moments, not 60 s";
+  std::this_thread::sleep_for(4 * o.heartbeat_interval);
+  EXPECT_FALSE(listed("leaving")) << "and no heartbeat registers it again";
+  EXPECT_TRUE(listed("staying"));
+  next->release();
   ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 2s));
 }
 

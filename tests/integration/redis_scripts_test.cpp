@@ -280,6 +280,33 @@ TEST_F(RedisScriptsTest, HeartbeatReapsADeadInstanceAndDispatches) {
       << "one with nothing to restore registers at once";
 }
 
+// An instance that shut down cleanly leaves at once (leave.lua), with what Redis
+// still counts for it — here a permit whose release was lost and a waiter whose
+// cancel was — instead of being reaped a liveness TTL later: the permit goes to
+// the next waiter of another instance at once.
+TEST_F(RedisScriptsTest, ALeavingInstanceTakesWhatRedisStillCountsForItAndIsGoneAtOnce) {
+  heartbeat("going", 1, /*ttl_ms=*/60000);
+  heartbeat("staying", 1, /*ttl_ms=*/60000);
+  ASSERT_EQ(acquire("going", 1).elements.at(0).str, "granted");
+  ASSERT_EQ(acquire("staying", 1).elements.at(0).str, "queued");
+  ASSERT_EQ(acquire("going", 2).elements.at(0).str, "queued");
+  const auto left = call(scripts::kLeave, {"going"});
+  EXPECT_EQ(left.elements.at(0).integer, 1) << "out of the instances";
+  EXPECT_EQ(left.elements.at(1).integer, 1) << "its permit handed on in the same call";
+  EXPECT_TRUE(holds("staying|1"));
+  EXPECT_FALSE(holds("going|1"));
+  EXPECT_EQ(zcard(2), 0) << "its waiter left the queue";
+  EXPECT_EQ(zcard(5), 0) << "and the per-instance index";
+  EXPECT_EQ(server().command({"ZSCORE", keys_[4], "going"}), "(nil)");
+  EXPECT_NE(server().command({"ZSCORE", keys_[4], "staying"}), "(nil)") << "nobody else leaves";
+  EXPECT_EQ(acquire("going", 3).elements.at(0).str, "lost") << "gone: it must register again first";
+  call(scripts::kRelease, {"staying|1", ""});
+  EXPECT_EQ(zcard(1), 0);
+  server().command({"DEL", keys_[0]});
+  EXPECT_EQ(call(scripts::kLeave, {"staying"}).elements.at(0).integer, 0)
+      << "a state that is gone is not touched (every script answers so)";
+}
+
 TEST_F(RedisScriptsTest, HotConfigRaisesAtOnceAndLowersWithoutRevoking) {
   heartbeat("a", 1);
   ASSERT_EQ(acquire("a", 1).elements.at(0).str, "granted");

@@ -131,6 +131,28 @@ TEST(TenantCap, SkipsATenantAtItsCapAndGrantsItWhenItFreesAPermit) {
   }
 }
 
+// The Redis backend's local fallback (seats): each tenant reuses only the seats
+// it held when Redis went away, so max_per_tenant holds across instances that
+// each decide alone; a tenant that held none waits.
+TEST(TenantCap, CappedAtTheirHoldersTenantsReuseOnlyTheirOwnSeats) {
+  for (bool fairness : {false, true}) {
+    SCOPED_TRACE(fairness ? "fairness on" : "fairness off");
+    LimiterState st(fair(4, /*per_tenant=*/2, fairness));
+    st.adopt(10, t0, "B");
+    st.adopt(11, t0, "B");
+    st.adopt(20, t0, "C");
+    st.cap_tenants_at_their_holders();
+    EXPECT_EQ(admit(st, 30, "A"), Kind::queued) << "a seat is free, but A held none here";
+    EXPECT_EQ(admit(st, 21, "C"), Kind::queued) << "C holds the one seat it had";
+    EXPECT_EQ(release(st, 10), std::vector<RequestId>{}) << "B's seat is B's: A and C wait";
+    EXPECT_EQ(admit(st, 12, "B"), Kind::granted) << "B reuses its own seat";
+    EXPECT_EQ(admit(st, 13, "B"), Kind::queued) << "and no more than it had";
+    EXPECT_EQ(release(st, 20), std::vector<RequestId>{21}) << "C's seat goes to C";
+    EXPECT_EQ(st.tenant_holders("A"), 0u);
+    EXPECT_EQ(st.in_use(), 3u) << "a seat stays free: nobody waiting may take it";
+  }
+}
+
 TEST(TenantCap, FifoSkipsOnlyTheCappedTenant) {
   LimiterState st(fair(2, 2, /*fairness=*/false));
   ASSERT_EQ(admit(st, 10, "A"), Kind::granted);

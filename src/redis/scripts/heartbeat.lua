@@ -15,7 +15,11 @@
 --           for the longer of it and ARGV[5]); 'queue_seen', the queue as this instance's last
 --           heartbeat found it whole, "h<head_order>:<queued>" ('' or absent: not known), so that
 --           a queue that did not change is not counted against its index again (below);
---           'liveness_tag', 1..255: this process's tag, put in its liveness deadline (below)
+--           'liveness_tag', 1..255: this process's tag, put in its liveness deadline (below);
+--           'probe', 1: the instance has heard no reply for about a liveness TTL, so this call
+--           extends nothing of its own (below); 'check_source', 1: its connection to Redis was
+--           made anew (a restart, a failover), so this call asks which Redis this is (lib.lua,
+--           "Which Redis"): a switch fences the state now, not at the first grant, however late
 -- Creates the state when it is gone (see lib.lua: new epoch, arrival counter moved past every
 -- older order score, fenced for ARGV[5] ms or the longer fence_seen). Extends this instance's
 -- liveness — even if it had run out, as long as nobody reaped it: an instance never reaps itself. If no liveness ran
@@ -70,7 +74,8 @@ local settings_from = 11 + 2 * asked
 local now = now_ms()
 local seen = {}  -- the fields of ARGV[11 + 2m ..] that are not settings
 for i = settings_from, #ARGV - 1, 2 do
-  if ARGV[i] == 'fence_seen' or ARGV[i] == 'queue_seen' or ARGV[i] == 'liveness_tag' then
+  if ARGV[i] == 'fence_seen' or ARGV[i] == 'queue_seen' or ARGV[i] == 'liveness_tag' or ARGV[i] == 'probe' or
+      ARGV[i] == 'check_source' then
     seen[ARGV[i]] = ARGV[i + 1]
   end
 end
@@ -106,6 +111,11 @@ end
 if changed then flat = redis.call('HGETALL', K_CFG) end
 local cfg = make_cfg(hash_of(flat))
 
+if seen.check_source == '1' and created == 0 then  -- (a created state has it)
+  local was = cfg.source
+  check_source(cfg, now)
+  if cfg.source ~= was then flat = redis.call('HGETALL', K_CFG) end  -- the reply tells the new source
+end
 local list = redis.call('ZRANGE', K_INSTANCES, 0, -1, 'WITHSCORES')
 local top, mine = nil, nil
 for i = 1, #list, 2 do
@@ -125,7 +135,14 @@ local lost = 0
 -- a deadline found with another tag was set by another process with the same instance id.
 local tag = math.floor(tonumber(seen.liveness_tag or '') or 0)
 if tag < 0 or tag > 255 then tag = 0 end
-if (mine ~= nil and mine >= 0) or (mine == nil and not has_state) then
+-- A probe (the instance heard no reply for about a TTL: a slow or one-way link) neither extends
+-- nor registers: whatever reaches Redis from an instance that cannot hear the answers must not
+-- keep it alive, or what Redis granted to it (acquires whose replies never came back) stays
+-- held by nobody for as long as the link is bad, and every seat can end up so (docs/design.md,
+-- recovery rule 15). It is reaped as a cut-off instance is; its first reply heard ends probing.
+if seen.probe == '1' then
+  if mine == nil or mine < 0 then lost = 1 end
+elseif (mine ~= nil and mine >= 0) or (mine == nil and not has_state) then
   redis.call('ZADD', K_INSTANCES, now + ttl + tag / 256, inst)
 else
   lost = 1

@@ -86,7 +86,9 @@
 -- moment for fence_ms, as a created one (only hand-offs, fence_credit, until every instance
 -- has heartbeated and restored what it runs). Only a script about to grant asks (one INFO per
 -- such script): a release with nobody waiting, an acquire that queues and an idle heartbeat
--- do not.
+-- do not. And the first heartbeat of an instance whose connection was made anew (a restart or
+-- a failover drops it) asks too: so the switch is fenced then, and a limiter idle through it
+-- is not fenced at its first grant long after, when every instance has long restored.
 --
 -- Invariants every script keeps:
 --   I1 no overshoot: a holder is added only when the permits (count_holders) < max_concurrent
