@@ -924,7 +924,7 @@ void RedisLimiter::heartbeat(bool force) {
     args.push_back(std::to_string(liveness_tag_));
     // No reply heard for as long as this instance takes its liveness to have run out (the seats
     // timer, on_wake): its heartbeats stop extending it, so that it does run out and the others
-    // reap what Redis granted it meanwhile (heartbeat.lua, 'probe'; docs/design.md rule 15).
+    // reap what Redis granted it meanwhile (heartbeat.lua, 'probe'; docs/design.md rule 16).
     if (first_beat_sent_ == Clock::time_point{}) first_beat_sent_ = sent_at;
     const auto heard = last_good_beat_sent_ != Clock::time_point{} ? last_good_beat_sent_ : first_beat_sent_;
     const bool probe = sent_at - heard >= o.liveness_ttl - o.command_timeout;

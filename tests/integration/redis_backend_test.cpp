@@ -1381,7 +1381,7 @@ TEST(RedisBackendTest, ShutdownEndsWaitersAndCleansRedis) {
   ASSERT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 2s));
 }
 
-// Recovery rule 15 (docs/design.md): an instance whose commands reach Redis but
+// Recovery rule 16 (docs/design.md): an instance whose commands reach Redis but
 // whose replies come after its command timeout (a slow or one-way link) must not
 // keep itself alive there. Its acquire was granted in Redis and the reply never
 // came in time, so that seat was held by nobody; its heartbeats, which also reach

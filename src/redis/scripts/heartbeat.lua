@@ -139,7 +139,7 @@ if tag < 0 or tag > 255 then tag = 0 end
 -- nor registers: whatever reaches Redis from an instance that cannot hear the answers must not
 -- keep it alive, or what Redis granted to it (acquires whose replies never came back) stays
 -- held by nobody for as long as the link is bad, and every seat can end up so (docs/design.md,
--- recovery rule 15). It is reaped as a cut-off instance is; its first reply heard ends probing.
+-- recovery rule 16). It is reaped as a cut-off instance is; its first reply heard ends probing.
 if seen.probe == '1' then
   if mine == nil or mine < 0 then lost = 1 end
 elseif (mine ~= nil and mine >= 0) or (mine == nil and not has_state) then
