@@ -57,6 +57,12 @@ class Instance : public fairgate::test::Instance {
   }
 };
 
+/// The limiter uses the settings stored in Redis and, as of its last heartbeat, is not fenced.
+bool on_redis_past_fence(fairgate::Limiter& l) {
+  const auto e = l.snapshot().engine;
+  return e.settings_source == "redis" && e.fence_left.count() == 0;
+}
+
 /// One request of a schedule: arrives `at` after the start, holds its permit `hold`.
 struct Request {
   milliseconds at;
@@ -267,13 +273,7 @@ TEST(Shadow, RunTimeSwitchIsClusterWideOnRedis) {
   s.max_concurrent = 1;
   s.max_wait = 0ms;
   auto la = a.open(test_name(), s), lb = b.open(test_name(), s);
-  ASSERT_TRUE(wait_until(
-      [&] {
-        const auto ea = la.snapshot().engine, eb = lb.snapshot().engine;
-        return ea.settings_source == "redis" && eb.settings_source == "redis" && ea.fence_left.count() == 0 &&
-               eb.fence_left.count() == 0;
-      },
-      10s));
+  ASSERT_TRUE(wait_until([&] { return on_redis_past_fence(la) && on_redis_past_fence(lb); }, 10s));
   // fence_left is the instance's view as of its last heartbeat: Redis may
   // still fence for a few ms (max_wait 0 was refused once), so this one waits.
   AcquireOptions patient;
@@ -363,13 +363,7 @@ TEST(Shadow, SwitchingToShadowLetsTheWaitersThroughOnEveryRedisInstance) {
   Settings s;
   s.max_concurrent = 1;
   auto la = a.open(test_name(), s), lb = b.open(test_name(), s);
-  ASSERT_TRUE(wait_until(
-      [&] {
-        const auto ea = la.snapshot().engine, eb = lb.snapshot().engine;
-        return ea.settings_source == "redis" && eb.settings_source == "redis" && ea.fence_left.count() == 0 &&
-               eb.fence_left.count() == 0;
-      },
-      10s));
+  ASSERT_TRUE(wait_until([&] { return on_redis_past_fence(la) && on_redis_past_fence(lb); }, 10s));
   switch_lets_waiters_through(la, lb);
 }
 
