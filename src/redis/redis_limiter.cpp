@@ -481,9 +481,8 @@ void RedisLimiter::on_wake(const std::string& message) {
     // (Once a heartbeat says 'lost', the subscriber connection is dropped,
     // so nothing it held back from before can come after the restore.)
     std::lock_guard lock(mu_);
-    const auto& o = context_->options;
     if ((last_good_beat_sent_ != Clock::time_point{} &&
-         Clock::now() - last_good_beat_sent_ >= o.liveness_ttl - o.command_timeout) ||
+         Clock::now() >= alive_at_least_until(last_good_beat_sent_)) ||
         restore_needed_ || restore_in_flight_) {
       suspect = true;
     }
@@ -600,6 +599,7 @@ void RedisLimiter::release(const std::string& id) noexcept {
     if (!n) return;
     std::string tenant;
     bool send = false;
+    bool last = false;  // the last permit of a shut-down instance: it leaves Redis
     {
       std::lock_guard lock(mu_);
       auto it = holders_.find(*n);
@@ -617,9 +617,10 @@ void RedisLimiter::release(const std::string& id) noexcept {
       // it as an orphan and it is released. While recovering, the release goes
       // after the restore on the same connection.
       send = link_ != Link::degraded && (!local || link_ == Link::recovering);
+      last = shut_down_ && holders_.empty();
     }
     if (send) send_release(id, "release failed", &tenant);
-    leave_if_done();  // after the release, on the same connection
+    if (last) leave_if_done();  // after the release, on the same connection
   } catch (...) {
     // Out of memory while formatting the command: the permit is reaped with
     // this instance at worst. Nothing else can throw here.
@@ -927,7 +928,7 @@ void RedisLimiter::heartbeat(bool force) {
     // reap what Redis granted it meanwhile (heartbeat.lua, 'probe'; docs/design.md rule 16).
     if (first_beat_sent_ == Clock::time_point{}) first_beat_sent_ = sent_at;
     const auto heard = last_good_beat_sent_ != Clock::time_point{} ? last_good_beat_sent_ : first_beat_sent_;
-    const bool probe = sent_at - heard >= o.liveness_ttl - o.command_timeout;
+    const bool probe = sent_at >= alive_at_least_until(heard);
     if (probe) {
       args.push_back("probe");
       args.push_back("1");
@@ -1517,8 +1518,7 @@ void RedisLimiter::enter_degraded_locked(Clock::time_point now, std::vector<std:
       // seats are reusable until then.
       const bool alone = instances_.empty() || (instances_.size() == 1 && instances_[0] == instance_);
       if (!settings_.local_share && !alone && seats_timer_) {
-        const auto until =
-            last_good_beat_sent_ + context_->options.liveness_ttl - context_->options.command_timeout;
+        const auto until = alive_at_least_until(last_good_beat_sent_);
         seats_timer_->expires_at(until);
         seats_timer_->async_wait(
             [self = std::weak_ptr<LimiterImpl>(weak_from_this())](boost::system::error_code ec) {

@@ -231,6 +231,12 @@ class RedisLimiter final : public detail::LimiterImpl {
     std::uint64_t source_asked = 0;    // connections_made_ when it asked which Redis (0: did not)
   };
   void on_heartbeat_reply(const Reply& reply, const BeatSent& sent, std::uint64_t generation);
+  /// Until when this instance's liveness in Redis surely runs, from the send time of the last
+  /// heartbeat it heard answered (liveness TTL less a command timeout): past it, wakes are not
+  /// trusted, the degraded seats are not reused, and heartbeats go as probes (rule 16).
+  Clock::time_point alive_at_least_until(Clock::time_point heard) const {
+    return heard + context_->options.liveness_ttl - context_->options.command_timeout;
+  }
   /// Shut down and holding nothing, with Redis reachable: leaves Redis once (leave.lua), taking
   /// what it still counts for this instance with it, and stops the heartbeats.
   void leave_if_done();

@@ -10,8 +10,6 @@
 local inst = ARGV[2]
 local cfg = load_cfg()
 if not cfg then return {0, 0} end  -- the state is gone: changed nothing, as every script (lib.lua)
-redis.call('ZADD', K_INSTANCES, -1, inst)  -- being reaped: never alive again, nothing granted to it
-local _, _, done = purge(cfg, inst, REAP_BUDGET)
-if done then redis.call('ZREM', K_INSTANCES, inst) end
+local _, _, done = reap_instance(cfg, inst, REAP_BUDGET, false)
 local granted = dispatch(cfg, now_ms())
 return {done and 1 or 0, granted}

@@ -833,6 +833,17 @@ end
 -- waiters leave (with their tenants' counts). Work is bounded by REAP_BUDGET;
 -- an instance not yet done stays with score -1 and goes on at the next call.
 -- With `only_tombstones`, only those already started. Returns permits returned.
+-- Reaps instance `inst` (dead, or leaving: leave.lua) within `budget`: marked as being reaped
+-- (score -1: never alive again, nothing granted to it), purged, and out of instances once none
+-- of it is left (`marked`: it was already, a reap went on from an earlier call). Returns what
+-- purge() does.
+local function reap_instance(cfg, inst, budget, marked)
+  if not marked then redis.call('ZADD', K_INSTANCES, -1, inst) end
+  local returned, used, done = purge(cfg, inst, budget)
+  if done then redis.call('ZREM', K_INSTANCES, inst) end
+  return returned, used, done
+end
+
 local function reap(now, self, list, only_tombstones)
   local budget = REAP_BUDGET
   local cfg = nil
@@ -842,11 +853,9 @@ local function reap(now, self, list, only_tombstones)
     if inst ~= self and deadline <= now and (deadline < 0 or not only_tombstones) then
       if budget <= 0 then break end
       cfg = cfg or load_cfg()
-      if deadline >= 0 then redis.call('ZADD', K_INSTANCES, -1, inst) end
-      local r, used, done = purge(cfg, inst, budget)
+      local r, used = reap_instance(cfg, inst, budget, deadline < 0)
       returned = returned + r
       budget = budget - used
-      if done then redis.call('ZREM', K_INSTANCES, inst) end
     end
   end
   return returned
