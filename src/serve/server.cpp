@@ -662,6 +662,7 @@ awaitable<bool> route_gateway_or_not_found(std::shared_ptr<Session> self, const 
             sh.gateway->match(target_path(std::string_view(req.target().data(), req.target().size())))) {
       // Marked for the drain (docs/serve.md, "Shutdown"): it lets this request finish.
       s.in_gateway = true;
+      s.head_only = false;  // the upstream answers a HEAD as it does
       struct Unmark {
         Session& s;
         ~Unmark() { s.in_gateway = false; }
@@ -697,10 +698,44 @@ OriginCheck check_origin(Session& s, const Request& req) {
   return check;
 }
 
+/// Serves `req` on its `route`, its method allowed there.
+awaitable<bool> dispatch(std::shared_ptr<Session> self, const Request& req, const RouteSpec& route,
+                         const std::vector<std::string>& params, const Target& target,
+                         const OriginCheck& origin) {
+  Session& s = *self;
+  switch (route.id) {
+    case RouteId::healthz: co_return co_await route_healthz(s, req);
+    case RouteId::metrics: co_return co_await route_metrics(s, req);
+    case RouteId::openapi_yaml: co_return co_await send_openapi(s, req, openapi::kYaml, "application/yaml");
+    case RouteId::openapi_json: co_return co_await send_openapi(s, req, openapi::kJson, "application/json");
+    case RouteId::dashboard: co_return co_await route_dashboard(s, req);
+    case RouteId::limiters: co_return co_await route_limiters(s, req);
+    case RouteId::limiter: co_return co_await route_limiter(self, req, params[0], target);
+    case RouteId::acquire:
+      // A foreign page must not make its visitors wait in, or hold, the queue.
+      if (origin.refused())
+        co_return co_await send_error(s, req, http::status::forbidden, "origin_not_allowed", origin.refusal);
+      co_return co_await route_acquire(self, req, params[0], target);
+    case RouteId::permit: co_return co_await route_release_permit(s, req, params[0]);
+    case RouteId::renew: co_return co_await route_renew(s, req, params[0], target);
+    case RouteId::events: co_return co_await route_events(self, req);
+    case RouteId::ratelimits: co_return co_await route_rate_rules(s, req);
+    case RouteId::ratelimit_rule: co_return co_await route_rate_rule(self, req, params[0]);
+    case RouteId::ratelimit_refund: co_return co_await route_rate_refund(self, req, params[0]);
+  }
+  co_return false;  // unreachable: every RouteId is handled above
+}
+
 /// Serves one request; returns whether the connection may carry another.
 awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
   Session& s = *self;
   s.cors_origin.clear();
+  // A HEAD is answered without a body, whatever the answer (RFC 9110, 9.3.2).
+  s.head_only = req.method() == http::verb::head;
+  struct Unmark {
+    Session& s;
+    ~Unmark() { s.head_only = false; }
+  } unmark{s};
   BadRequest bad;
   const auto target = parse_target(std::string_view(req.target().data(), req.target().size()), bad);
   if (!target) co_return co_await send_error(s, req, http::status::bad_request, "bad_request", bad.message);
@@ -717,29 +752,19 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
       co_return co_await send_error(s, req, http::status::forbidden, "origin_not_allowed", origin.refusal);
     co_return co_await preflight(s, req, *route);
   }
-  if (!route_allows(*route, method_name)) co_return co_await method_not_allowed(s, req, route->methods);
-
-  switch (route->id) {
-    case RouteId::healthz: co_return co_await route_healthz(s, req);
-    case RouteId::metrics: co_return co_await route_metrics(s, req);
-    case RouteId::openapi_yaml: co_return co_await send_openapi(s, req, openapi::kYaml, "application/yaml");
-    case RouteId::openapi_json: co_return co_await send_openapi(s, req, openapi::kJson, "application/json");
-    case RouteId::dashboard: co_return co_await route_dashboard(s, req);
-    case RouteId::limiters: co_return co_await route_limiters(s, req);
-    case RouteId::limiter: co_return co_await route_limiter(self, req, params[0], *target);
-    case RouteId::acquire:
-      // A foreign page must not make its visitors wait in, or hold, the queue.
-      if (origin.refused())
-        co_return co_await send_error(s, req, http::status::forbidden, "origin_not_allowed", origin.refusal);
-      co_return co_await route_acquire(self, req, params[0], *target);
-    case RouteId::permit: co_return co_await route_release_permit(s, req, params[0]);
-    case RouteId::renew: co_return co_await route_renew(s, req, params[0], *target);
-    case RouteId::events: co_return co_await route_events(self, req);
-    case RouteId::ratelimits: co_return co_await route_rate_rules(s, req);
-    case RouteId::ratelimit_rule: co_return co_await route_rate_rule(self, req, params[0]);
-    case RouteId::ratelimit_refund: co_return co_await route_rate_refund(self, req, params[0]);
+  // HEAD (RFC 9110, 9.3.2): the GET of a route that reads, its header and no
+  // body; an event stream's header alone. Not on the acquire: its GET takes a permit.
+  if (method == http::verb::head && route_allows(*route, "GET") && route->id != RouteId::acquire) {
+    Request get = req;
+    get.method(http::verb::get);
+    if (route->id == RouteId::events) {
+      co_await send_sse_header(s, get);
+      co_return false;  // an event stream's header: its body would run until the connection closes
+    }
+    co_return co_await dispatch(self, get, *route, params, *target, origin);
   }
-  co_return false;  // unreachable: every RouteId is handled above
+  if (!route_allows(*route, method_name)) co_return co_await method_not_allowed(s, req, route->methods);
+  co_return co_await dispatch(self, req, *route, params, *target, origin);
 }
 
 // --- connections ------------------------------------------------------------

@@ -76,6 +76,9 @@ struct Session : fairgate::http::Connection {
   /// A gateway request is being served (waiting, or relaying the upstream's
   /// answer): a graceful shutdown lets it finish within shutdown_grace_ms.
   bool in_gateway = false;
+  /// The current request is a HEAD (a GET route serves it as its GET): answers carry their
+  /// header (Content-Length included) and no body.
+  bool head_only = false;
   /// The current request's Origin when it is allowed (server.cors_origins):
   /// every answer to it carries the CORS headers. Empty: none.
   std::string cors_origin;
