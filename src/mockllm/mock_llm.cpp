@@ -43,6 +43,7 @@
 #include <ctime>
 #include <mutex>
 #include <stdexcept>
+#include <tuple>
 #include <unordered_map>
 #include <variant>
 
@@ -124,6 +125,8 @@ struct detail::ServerState::Session : fairgate::http::Connection {
         state(std::move(s)) {}
 
   std::shared_ptr<ServerState> state;
+  /// The request being answered is a HEAD: answers carry their header and no body.
+  bool head_only = false;
 };
 
 namespace {
@@ -153,7 +156,14 @@ json::value error_json(std::string_view message, std::string_view type, std::str
 /// Writes `res`; false when the client is gone or too slow.
 awaitable<bool> send(Session& s, Response res) {
   s.stream.expires_after(s.state->options.write_timeout);
-  auto [ec, n] = co_await http::async_write(s.stream, res, nothrow);
+  boost::system::error_code ec;
+  if (s.head_only) {  // an answer to a HEAD: its header, its Content-Length included, and no body
+    res.content_length(res.body().size());
+    http::response_serializer<http::string_body> sr{res};
+    std::tie(ec, std::ignore) = co_await http::async_write_header(s.stream, sr, nothrow);
+  } else {
+    std::tie(ec, std::ignore) = co_await http::async_write(s.stream, res, nothrow);
+  }
   s.stream.expires_never();
   co_return !ec;
 }
@@ -527,7 +537,9 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
   const State& st = *s.state;
   const std::string_view full(req.target().data(), req.target().size());
   const std::string_view path = full.substr(0, full.find('?'));
-  const auto method = req.method();
+  // A HEAD is a GET without the body (RFC 9110, 9.3.2); on the chat route a 405, without a body too.
+  s.head_only = req.method() == http::verb::head;
+  const auto method = s.head_only ? http::verb::get : req.method();
 
   if (path == "/v1/chat/completions") co_return co_await route_chat(self, req);
   if (path == "/v1/models") {

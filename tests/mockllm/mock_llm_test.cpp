@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace fairgate::mockllm {
@@ -150,6 +151,18 @@ class MockLlmTest : public ::testing::Test {
       Response res;
       co_await http::async_read(stream, buffer_, res, net::use_awaitable);
       co_return res;
+    }());
+  }
+
+  /// A HEAD's answer: its header alone (the parser is told no body follows).
+  Response exchange_head(beast::tcp_stream& stream, const std::string& target) {
+    return await([&]() -> net::awaitable<Response> {
+      stream.expires_after(kClientTimeout);
+      co_await http::async_write(stream, make_request(http::verb::head, target), net::use_awaitable);
+      http::response_parser<http::string_body> parser;
+      parser.skip(true);
+      co_await http::async_read(stream, buffer_, parser, net::use_awaitable);
+      co_return parser.release();
     }());
   }
 
@@ -445,6 +458,22 @@ TEST_F(MockLlmTest, RoutesMethodsAndKeepAlive) {
   EXPECT_EQ(st.at("client_aborts"), 0);
   EXPECT_EQ(st.at("in_flight"), 0);
   EXPECT_EQ(st.at("peak_in_flight"), 1);
+
+  // HEAD: a GET's header, Content-Length included, and no body; on the chat route a 405 without
+  // one. Each answer on the connection then starts where the header ended: the GET after them
+  // is read whole.
+  for (const auto& [path, status] : std::vector<std::pair<std::string, http::status>>{
+           {"/v1/models", http::status::ok},
+           {"/healthz", http::status::ok},
+           {"/v1/chat/completions", http::status::method_not_allowed},
+           {"/v2/nothing", http::status::not_found}}) {
+    res = exchange_head(stream, path);
+    EXPECT_EQ(res.result(), status) << path;
+    EXPECT_GT(std::stoull(std::string(res[http::field::content_length])), 0u) << path;
+  }
+  res = exchange(stream, make_request(http::verb::get, "/healthz"));
+  ASSERT_EQ(res.result(), http::status::ok);
+  EXPECT_EQ(json::parse(res.body()).at("status"), "ok");
 }
 
 TEST_F(MockLlmTest, GarbageGetsA400OrACloseAndTheServerGoesOn) {
