@@ -927,8 +927,8 @@ void RedisLimiter::heartbeat(bool force) {
     // timer, on_wake): its heartbeats stop extending it, so that it does run out and the others
     // reap what Redis granted it meanwhile (heartbeat.lua, 'probe'; docs/design.md rule 16).
     if (first_beat_sent_ == Clock::time_point{}) first_beat_sent_ = sent_at;
-    const auto heard = last_good_beat_sent_ != Clock::time_point{} ? last_good_beat_sent_ : first_beat_sent_;
-    const bool probe = sent_at >= alive_at_least_until(heard);
+    const auto heard = last_heard_ != Clock::time_point{} ? last_heard_ : first_beat_sent_;
+    const bool probe = sent_at >= heard + probe_after();
     if (probe) {
       args.push_back("probe");
       args.push_back("1");
@@ -972,7 +972,9 @@ void RedisLimiter::heartbeat(bool force) {
          me.note_success();
          {
            std::lock_guard lock(me.mu_);
-           if (integer_of(reply.elements[0]) == 0) me.last_good_beat_sent_ = sent_at;
+           me.last_heard_ = Clock::now();
+           // A probe's reply extended nothing: the liveness it found may have run out already.
+           if (integer_of(reply.elements[0]) == 0 && !sent.probe) me.last_good_beat_sent_ = sent_at;
            me.source_asked_at_ = std::max(me.source_asked_at_, sent.source_asked);
          }
          me.on_heartbeat_reply(reply, sent, generation);
@@ -1141,7 +1143,10 @@ void RedisLimiter::on_heartbeat_reply(const Reply& reply, const BeatSent& sent, 
       if (!n) continue;
       held.insert(*n);
       if (requests_.count(*n)) {
-        grants.emplace_back(*n, h.str);
+        // Not on a probe's word: it did not extend this instance, whose liveness may have run
+        // out, so that another instance may reap it and hand the seat on before the full
+        // heartbeat sent on this reply extends it. That heartbeat's reply lists it again.
+        if (!sent.probe) grants.emplace_back(*n, h.str);
       } else if (auto it = holders_.find(*n); it != holders_.end()) {
         it->second.local = false;
       } else if (link_ == Link::up) {
@@ -1325,6 +1330,7 @@ void RedisLimiter::send_restore(bool even_if_stopped) {
          me.note_success();
          {
            std::lock_guard lock(me.mu_);
+           me.last_heard_ = Clock::now();
            if (is_verdict(reply, "ok", kRestored)) me.last_good_beat_sent_ = sent_at;
          }
          me.on_restore_reply(reply);

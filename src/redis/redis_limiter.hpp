@@ -237,6 +237,14 @@ class RedisLimiter final : public detail::LimiterImpl {
   Clock::time_point alive_at_least_until(Clock::time_point heard) const {
     return heard + context_->options.liveness_ttl - context_->options.command_timeout;
   }
+  /// How long without a reply before heartbeats become probes (docs/design.md, rule 16): the
+  /// time this instance assumes its liveness ran out, but never less than a heartbeat interval
+  /// and a command timeout, the longest a healthy link goes without one.
+  Clock::duration probe_after() const {
+    const auto& o = context_->options;
+    return std::max<Clock::duration>(o.liveness_ttl - o.command_timeout,
+                                     o.heartbeat_interval + o.command_timeout);
+  }
   /// Shut down and holding nothing, with Redis reachable: leaves Redis once (leave.lua), taking
   /// what it still counts for this instance with it, and stops the heartbeats.
   void leave_if_done();
@@ -351,9 +359,12 @@ class RedisLimiter final : public detail::LimiterImpl {
   bool restore_in_flight_ = false;
   bool clean_extras_ = false;  // a cancel may not have reached Redis: the restore removes leftovers
   Clock::time_point fence_until_{};
-  Clock::time_point last_good_beat_sent_{};  // a heartbeat (or restore) that found us registered
-  Clock::time_point first_beat_sent_{};      // before any reply was heard: probing counts from it
-  bool probing_ = false;                     // the last heartbeat was a probe (logged when it starts)
+  // The send time of the last heartbeat (or restore) that found us registered and extended our
+  // liveness: what this instance trusts of it (alive_at_least_until). A probe extends nothing.
+  Clock::time_point last_good_beat_sent_{};
+  Clock::time_point last_heard_{};       // when the last heartbeat or restore reply came back
+  Clock::time_point first_beat_sent_{};  // before any reply was heard: probing counts from it
+  bool probing_ = false;                 // the last heartbeat was a probe (logged when it starts)
   // Wake connections (re)made (subscribe()) and the count the last heartbeat that asked which
   // Redis this is was sent at: a newer one asks again (heartbeat.lua, 'check_source').
   std::uint64_t connections_made_ = 0;

@@ -1422,6 +1422,96 @@ TEST(RedisBackendTest, AnInstanceThatCannotHearRedisIsReapedAndItsSeatGoesOn) {
   EXPECT_TRUE(wait_until([&] { return zcard(name, "holders") == 0 && zcard(name, "queue") == 0; }, 10s));
 }
 
+// Rule 16's probes extend nothing, so the liveness a probe's reply finds may
+// have run out (nobody reaped it yet): a permit it lists must not be handed out
+// on its word, or another instance's heartbeat reaps this one a moment later
+// and gives the same seat again (a helper's review: cap exceeded until a
+// restore). Only the full heartbeat sent on that reply, which extends the
+// liveness and lists the permit again, hands it out. The hook sees each
+// heartbeat about to go: none may find the waiter granted while its liveness
+// in Redis has run out.
+TEST(RedisBackendTest, APermitListedByAProbesReplyWaitsForTheHeartbeatThatExtends) {
+  const std::string name = test_name();
+  fairgate::test::TcpProxy proxy("127.0.0.1", server().port());
+  RedisBackendOptions o = fast_options();  // heartbeat 250 ms, TTL 1 s, command timeout 500 ms
+  o.instance_id = "probing";
+  o.url = "redis://127.0.0.1:" + std::to_string(proxy.port());
+  Instance a(o, 2);
+  Settings s = cap(1, 60s);
+  s.on_redis_down = fairgate::RedisDownPolicy::closed;  // its waiter waits for Redis
+  Limiter la = a.open(name, s);
+  ASSERT_TRUE(wait_until([&] { return ready_past_fence(a, name, la); }, 10s));
+  auto held = acquire(la);
+  ASSERT_TRUE(wait_until([&] { return held->done(); }));
+  ASSERT_EQ(held->outcome(), Outcome::granted);
+  auto waiter = acquire_queued(la, 60s);
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "queue") == 1; }));
+
+  const auto redis_now_ms = [&] {
+    std::istringstream time(server().command({"TIME"}));
+    long long sec = 0, usec = 0;
+    time >> sec >> usec;
+    return sec * 1000 + usec / 1000;
+  };
+  const auto liveness_left_ms = [&] {
+    const std::string score = server().command({"ZSCORE", key(name, "instances"), "probing"});
+    return score.empty() || score[0] == '(' ? -1e18 : std::stod(score) - static_cast<double>(redis_now_ms());
+  };
+  // Another instance, alive for a minute, that does not heartbeat: Redis was not away (that
+  // would extend every liveness), and nobody reaps the probing one while the test looks.
+  ASSERT_EQ(
+      server().command({"ZADD", key(name, "instances"), std::to_string(redis_now_ms() + 60'000), "quiet"}),
+      "1");
+  proxy.set_delay(400ms);  // every reply after the 500 ms timeout: it hears nothing, then probes
+  held->release();         // reaches Redis, which grants the waiter; the reply comes too late
+  ASSERT_TRUE(wait_until([&] { return zcard(name, "queue") == 0 && zcard(name, "holders") == 1; }, 5s));
+  ASSERT_TRUE(wait_until([&] { return liveness_left_ms() < 0; }, 10s)) << "its probes extended it";
+  EXPECT_FALSE(waiter->done()) << "granted without hearing Redis";
+
+  // Each heartbeat is held a moment before it goes (the full one after a probe's reply too), so
+  // that a permit handed out on that reply reaches the waiter (the other io thread) meanwhile.
+  std::atomic<int> granted_while_dead = 0;
+  a.impl(name)->set_send_hook_for_test([&](std::string_view what) {
+    if (what != "heartbeat") return;
+    std::this_thread::sleep_for(200ms);
+    if (waiter->done() && liveness_left_ms() < 0) ++granted_while_dead;
+  });
+  proxy.set_delay(0ms);  // it hears the next probe's reply, which lists the waiter's permit
+  ASSERT_TRUE(wait_until([&] { return waiter->done(); }, 10s));
+  EXPECT_EQ(waiter->outcome(), Outcome::granted) << waiter->message();
+  std::this_thread::sleep_for(600ms);  // the next heartbeat
+  a.impl(name)->set_send_hook_for_test(nullptr);
+  EXPECT_EQ(granted_while_dead.load(), 0) << "the waiter was granted on a probe's reply";
+  waiter->release();
+  EXPECT_TRUE(wait_until([&] { return zcard(name, "holders") == 0; }, 10s));
+  server().command({"ZREM", key(name, "instances"), "quiet"});
+}
+
+// Probing starts after no reply for the longer of (TTL − command timeout) and
+// (heartbeat interval + command timeout), from when the last reply came back:
+// with a command timeout close to the TTL (allowed: it is below it) a healthy
+// link used to probe every other heartbeat, and a link slower than the TTL less
+// the timeout but within the timeout was reaped and restored again and again
+// (a helper's review, 2026-12-07).
+TEST(RedisBackendTest, ACommandTimeoutCloseToTheTtlProbesNotOnAHealthyLink) {
+  const std::string name = test_name();
+  fairgate::test::LogLines logged;
+  RedisBackendOptions o = fast_options();  // heartbeat 250 ms, TTL 1 s
+  o.command_timeout = 800ms;               // TTL − timeout = 200 ms, below the heartbeat interval
+  o.log = logged.sink();
+  Instance a(o);
+  Limiter la = a.open(name, cap(1));
+  ASSERT_TRUE(wait_until([&] { return ready_past_fence(a, name, la); }, 10s));
+  const auto beats = a.impl(name)->heartbeats();
+  std::this_thread::sleep_for(2s);
+  EXPECT_GE(a.impl(name)->heartbeats(), beats + 4) << "it heartbeats";
+  EXPECT_TRUE(logged.with("no reply from Redis heard").empty()) << logged.all();
+  auto held = acquire(la);
+  ASSERT_TRUE(wait_until([&] { return held->done(); }));
+  EXPECT_EQ(held->outcome(), Outcome::granted);
+  held->release();
+}
+
 // Degraded modes (docs/design.md): on the seats Redis counts for each instance,
 // a tenant reuses only its own, so max_per_tenant holds across instances that
 // each decide alone while Redis is out of reach. A helper saw tenant A hold 4
