@@ -1,7 +1,12 @@
 // http/read.cpp — what a failed read answers (http/read.hpp).
 #include "http/read.hpp"
 
+#include <boost/beast/http/rfc7230.hpp>
+
 #include <fmt/format.h>
+
+#include <string>
+#include <vector>
 
 namespace fairgate::http {
 
@@ -37,7 +42,8 @@ std::string error_message(const ReadResult& r, const ReadLimits& limits) {
     case ReadError::header_too_large:
       return fmt::format("request headers exceed {} bytes", limits.max_header_bytes);
     case ReadError::body_too_large: return fmt::format("request body exceeds {} bytes", r.body_limit);
-    case ReadError::malformed: return fmt::format("malformed HTTP request: {}", r.ec.message());
+    case ReadError::malformed:
+      return fmt::format("malformed HTTP request: {}", r.problem.empty() ? r.ec.message() : r.problem);
     case ReadError::none:
     case ReadError::closed: return "";
   }
@@ -53,6 +59,22 @@ ReadError classify(const boost::system::error_code& ec) noexcept {
   if (ec == bh::error::end_of_stream || ec == bh::error::partial_message) return ReadError::closed;
   if (ec.category() == make_error_code(bh::error::bad_target).category()) return ReadError::malformed;
   return ReadError::closed;
+}
+
+std::string framing_problem(const bh::request_header<>& header) {
+  // Every Transfer-Encoding line, as one list of codings.
+  std::vector<std::string> codings;
+  for (auto [it, end] = header.equal_range(bh::field::transfer_encoding); it != end; ++it) {
+    for (const auto& coding : bh::token_list(it->value())) codings.emplace_back(coding.data(), coding.size());
+  }
+  if (header.count(bh::field::transfer_encoding) > 0) {
+    if (codings.size() != 1 || !boost::beast::iequals(codings.front(), "chunked"))
+      return "Transfer-Encoding must be chunked alone (other codings are not supported)";
+  }
+  const auto hosts = header.count(bh::field::host);
+  if (hosts > 1) return "more than one Host header";
+  if (hosts == 0 && header.version() >= 11) return "an HTTP/1.1 request needs a Host header";
+  return {};
 }
 
 namespace detail {

@@ -61,7 +61,17 @@ struct ReadResult {
   std::size_t body_limit = 0;
   /// Beast's reason (the 400's detail).
   boost::system::error_code ec;
+  /// What was wrong with a header that parsed (a 400's message in place of ec's): its framing
+  /// or its Host (framing_problem).
+  std::string problem;
 };
+
+/// Why a request whose header parsed cannot be served, or "" (RFC 9112): a
+/// Transfer-Encoding other than chunked alone (its body's end is unknown: read
+/// as no body, what follows would be taken for the next request, a smuggling
+/// risk behind a proxy that frames it otherwise); no Host in HTTP/1.1, or more
+/// than one. The connection closes after the 400.
+std::string framing_problem(const boost::beast::http::request_header<>& header);
 
 /// The status that answers `e` (0 for none and closed).
 unsigned error_status(ReadError e) noexcept;
@@ -81,7 +91,7 @@ template <class Stream>
 boost::asio::awaitable<boost::system::error_code> read_parts(Stream& stream,
                                                              boost::beast::flat_buffer& buffer,
                                                              Parser& parser, const BodyLimitFor& limit_for,
-                                                             std::size_t& limit) {
+                                                             std::size_t& limit, std::string& problem) {
   namespace bh = boost::beast::http;
   // Beast checks Content-Length against the body limit while it parses the
   // header, before the route is known: the header goes through with the
@@ -91,6 +101,8 @@ boost::asio::awaitable<boost::system::error_code> read_parts(Stream& stream,
   // (A body over even the widest limit fails the header read, the header parsed.)
   if (limit_for && !parser.get().target().empty()) limit = limit_for(parser.get());
   if (hec) co_return hec;
+  problem = framing_problem(parser.get().base());
+  if (!problem.empty()) co_return bh::error::bad_transfer_encoding;  // answered with `problem`
   if (const auto length = parser.content_length(); length && *length > limit) co_return bh::error::body_limit;
   if (parser.is_done()) co_return hec;
   parser.body_limit(limit);
@@ -149,7 +161,7 @@ boost::asio::awaitable<ReadResult> read_request(Stream& stream, boost::beast::fl
   parser.header_limit(static_cast<std::uint32_t>(limits.max_header_bytes));
   ReadResult r;
   r.body_limit = limits.max_body_bytes;
-  auto raced = co_await (detail::read_parts(stream, buffer, parser, limit_for, r.body_limit) ||
+  auto raced = co_await (detail::read_parts(stream, buffer, parser, limit_for, r.body_limit, r.problem) ||
                          detail::deadline(limits.request_timeout, std::move(cancel)));
   if (raced.index() == 1) {
     r.error = ReadError::timeout;
