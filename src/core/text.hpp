@@ -38,4 +38,51 @@ inline std::string quoted(std::string_view text, std::size_t max = 40) {
   return out;
 }
 
+/// `text` with every byte that is not part of well-formed UTF-8 (RFC 3629: no
+/// overlong forms, no surrogates, nothing above U+10FFFF) replaced by U+FFFD.
+/// JSON is UTF-8 (RFC 8259): outside bytes echoed into an answer or a JSON log
+/// line (a path segment %ff, a query value) must not make it unreadable.
+inline std::string valid_utf8(std::string text) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  const auto continuation = [&](std::size_t i) { return i < text.size() && (byte(i) & 0xc0) == 0x80; };
+  // The length of the well-formed sequence at i, or 0.
+  const auto sequence = [&](std::size_t i) -> std::size_t {
+    const unsigned char b = byte(i);
+    if (b < 0x80) return 1;
+    if (b >= 0xc2 && b <= 0xdf) return continuation(i + 1) ? 2 : 0;
+    if (b >= 0xe0 && b <= 0xef) {
+      if (!continuation(i + 1) || !continuation(i + 2)) return 0;
+      const unsigned char b1 = byte(i + 1);
+      if ((b == 0xe0 && b1 < 0xa0) || (b == 0xed && b1 > 0x9f)) return 0;  // overlong; surrogate
+      return 3;
+    }
+    if (b >= 0xf0 && b <= 0xf4) {
+      if (!continuation(i + 1) || !continuation(i + 2) || !continuation(i + 3)) return 0;
+      const unsigned char b1 = byte(i + 1);
+      if ((b == 0xf0 && b1 < 0x90) || (b == 0xf4 && b1 > 0x8f)) return 0;  // overlong; > U+10FFFF
+      return 4;
+    }
+    return 0;
+  };
+  std::size_t i = 0;
+  while (i < text.size()) {  // the common case: nothing to replace, no copy
+    const std::size_t n = sequence(i);
+    if (n == 0) break;
+    i += n;
+  }
+  if (i == text.size()) return text;
+  std::string out = text.substr(0, i);
+  while (i < text.size()) {
+    const std::size_t n = sequence(i);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    } else {
+      out.append(text, i, n);
+      i += n;
+    }
+  }
+  return out;
+}
+
 }  // namespace fairgate::core

@@ -1,6 +1,8 @@
 // http/message.cpp — building answers (http/message.hpp).
 #include "http/message.hpp"
 
+#include "core/text.hpp"
+
 #include <boost/json/serialize.hpp>
 
 namespace fairgate::http {
@@ -18,7 +20,9 @@ Response make_response(status s, const Request& req, std::string body, std::stri
 }
 
 Response json_response(status s, const Request& req, const boost::json::value& v, std::string_view server) {
-  return make_response(s, req, boost::json::serialize(v) + "\n", "application/json", server);
+  // JSON is UTF-8: outside bytes echoed in a message (a path segment %ff) are replaced.
+  return make_response(s, req, core::valid_utf8(boost::json::serialize(v)) + "\n", "application/json",
+                       server);
 }
 
 std::string field_list(const Request& req, std::string_view name) {

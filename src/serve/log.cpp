@@ -5,6 +5,8 @@
 // line is always one well-formed object.
 #include "serve/log.hpp"
 
+#include "core/text.hpp"
+
 #include <boost/json/serialize.hpp>
 #include <boost/json/string.hpp>
 
@@ -48,6 +50,7 @@ void emit(spdlog::logger& logger, LogFormat format, LogLevel level, std::string_
       }
     }
     line += '}';
+    line = core::valid_utf8(std::move(line));  // JSON is UTF-8: outside bytes in a path, a name
   } else {
     line = fmt::format("{} ", to_string(level));
     // One message, one line: a newline inside would start a line of its own.

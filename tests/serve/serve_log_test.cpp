@@ -279,6 +279,36 @@ TEST(ServeLog, JsonFormatIsOneObjectPerLine) {
   EXPECT_GE(rejected.at("wait_ms").to_number<std::int64_t>(), 50) << line;
 }
 
+// JSON is UTF-8 (RFC 8259): bytes from the request that are not (a path
+// segment %ff%fe, a raw 0xff in the request line, a query value) are echoed in
+// error messages and access lines as U+FFFD. Before, the answers and the log
+// lines carried them as they came, and strict parsers refused both (a helper).
+TEST(ServeLog, ErrorsAndJsonLinesStayUtf8WhateverTheRequestCarries) {
+  LoggedServe serve({"--limiter", "chat=1", "--log-format", "json", "--access-log", "on"});
+  const std::string replacement = "\xEF\xBF\xBD";
+  for (const std::string target :
+       {"/v1/limiters/%ff%fe", "/v1/limiters/\xff\xfe", "/v1/ratelimit/%ff",
+        "/v1/limiters/chat/acquire?max_wait_ms=%ff", "/v1/limiters/chat?limit=%c0%af"}) {
+    const std::string answer = http_exchange(
+        serve.url(), request(target.find("acquire") != std::string::npos ? "POST" : "GET", target));
+    const auto body_at = answer.find("\r\n\r\n");
+    ASSERT_NE(body_at, std::string::npos) << answer;
+    const json::object o = parse_object(answer.substr(body_at + 4));
+    ASSERT_FALSE(o.empty()) << "not JSON (UTF-8): " << answer;
+    const std::string message = std::string(o.at("error").at("message").as_string());
+    EXPECT_NE(message.find(replacement), std::string::npos) << message;
+  }
+  std::string line;
+  ASSERT_TRUE(serve.wait_for_text(R"("path":"/v1/limiters/chat")", 5s, &line)) << serve.all();
+  EXPECT_EQ(serve.terminate(), 0);
+  std::size_t replaced = 0;
+  for (const auto& l : serve.lines()) {
+    EXPECT_FALSE(parse_object(l).empty()) << "not one JSON object: " << l;
+    replaced += l.find(replacement) != std::string::npos ? 1 : 0;
+  }
+  EXPECT_GE(replaced, 1u) << serve.all();
+}
+
 // --log-level warn: nothing below warn (no banner, no access lines), warnings still come.
 TEST(ServeLog, LevelFiltersMessagesBelowIt) {
   auto serve = LoggedServe::on_free_port({"--limiter", "chat=1", "--log-level", "warn"});

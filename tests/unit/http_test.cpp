@@ -1,6 +1,7 @@
 // tests/unit/http_test.cpp — the HTTP layer (src/http) over beast::test::stream:
 // request framing, the header/body limits and what they answer (431, 413,
 // 408, 400), 100-continue, the idle wait, route patterns, SSE both ways.
+#include "core/text.hpp"
 #include "http/address.hpp"
 #include "http/client.hpp"
 #include "http/listener.hpp"
@@ -472,6 +473,23 @@ TEST(HttpMessage, AFieldOnSeveralLinesIsOneList) {
   req.insert("Accept", "*/*");
   req.insert("x-forwarded-for", "203.0.113.7, 10.0.0.1");
   EXPECT_EQ(fh::field_list(req, "X-Forwarded-For"), "198.51.100.9, 203.0.113.7, 10.0.0.1");
+}
+
+// Outside bytes echoed in JSON: each byte that is not part of well-formed
+// UTF-8 becomes U+FFFD; well-formed text (1 to 4 bytes) is kept as it is.
+TEST(HttpMessage, TextIsMadeValidUtf8ByteByByte) {
+  const std::string r = "\xEF\xBF\xBD";
+  EXPECT_EQ(fairgate::core::valid_utf8("plain ascii"), "plain ascii");
+  EXPECT_EQ(fairgate::core::valid_utf8("\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"),
+            "\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");
+  EXPECT_EQ(fairgate::core::valid_utf8("a\xFF\xFE"
+                                       "b"),
+            "a" + r + r + "b");
+  EXPECT_EQ(fairgate::core::valid_utf8("\xC0\xAF"), r + r);                  // overlong '/'
+  EXPECT_EQ(fairgate::core::valid_utf8("\xE0\x80\xAF"), r + r + r);          // overlong, 3 bytes
+  EXPECT_EQ(fairgate::core::valid_utf8("\xED\xA0\x80"), r + r + r);          // a surrogate
+  EXPECT_EQ(fairgate::core::valid_utf8("\xF4\x90\x80\x80"), r + r + r + r);  // above U+10FFFF
+  EXPECT_EQ(fairgate::core::valid_utf8("x\xE2\x82"), "x" + r + r);           // cut short
 }
 
 TEST(HttpMessage, AnswersKeepTheRequestsVersionAndKeepAlive) {
