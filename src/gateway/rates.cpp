@@ -70,12 +70,13 @@ void refund_token_budgets(Shared& sh, const RouteRates& rates, const UsageTap& t
   }
 }
 
-std::size_t shown_decision(const RateResult& rr) {
-  std::size_t shown = 0;
+std::optional<std::size_t> shown_decision(const RateResult& rr) {
+  std::optional<std::size_t> shown;
   for (std::size_t i = 0; i < rr.decisions.size(); ++i) {
     const auto& d = rr.decisions[i];
-    if (!d.allowed && !d.shadow) return i;
-    if (d.remaining < rr.decisions[shown].remaining) shown = i;
+    if (d.shadow) continue;  // it only watches (docs/shadow.md): a client must not slow down for it
+    if (!d.allowed) return i;
+    if (!shown || d.remaining < rr.decisions[*shown].remaining) shown = i;
   }
   return shown;
 }
@@ -123,15 +124,15 @@ awaitable<std::optional<bool>> check_rates(Session& s, const Request& req, Gatew
                                          bad ? "invalid_argument" : "unavailable");
     co_return co_await send(s, std::move(res)) && req.keep_alive();
   }
-  const std::size_t shown = shown_decision(rr);
-  if (!rr.decisions.empty()) {
-    const RateDecision& d = rr.decisions[shown];
+  const auto shown = shown_decision(rr);
+  if (shown) {
+    const RateDecision& d = rr.decisions[*shown];
     set_rate_headers(rates.headers, d, sh.rates.rule(d.rule).value_or(RateRule{}));
   }
   if (rr.allowed) co_return std::nullopt;
   route.stats.rate_limited.fetch_add(1, std::memory_order_relaxed);
   s.record.outcome = "rate_limited";
-  Response res = rate_refusal(sh, req, rates, shown);
+  Response res = rate_refusal(sh, req, rates, shown.value_or(0));
   co_return co_await send(s, std::move(res)) && req.keep_alive();
 }
 

@@ -38,8 +38,9 @@ bool rate_requests(const Shared& sh, const Session& s, const Request& req, const
 /// budgets"; counted in `stats`). Fire and forget.
 void refund_token_budgets(Shared& sh, const RouteRates& rates, const UsageTap& tap, RouteStats& stats);
 
-/// The decision the headers tell of: the refusing rule's, else the one with the least left.
-std::size_t shown_decision(const RateResult& result);
+/// The decision the headers tell of: the refusing rule's, else the one with the least left;
+/// never a shadow rule's (none when every rule is in shadow mode: no headers).
+std::optional<std::size_t> shown_decision(const RateResult& result);
 
 /// The answer to a request the route's rules refused: 429 (503 when the
 /// rules could not decide), with the rate-limit headers.

@@ -534,6 +534,40 @@ TEST(ServeRateLimitGateway, MemoryRulesAllMustAllowKeysAndTokenBudgets) {
   EXPECT_EQ(mock.terminate(), 0);
 }
 
+// A shadow rule only watches (docs/shadow.md): its headers are not the
+// answer's, or a client that heeds RateLimit / X-RateLimit-Remaining slows
+// down for a rule that refuses nobody (a helper saw "r=0" on every answer).
+// With an enforced rule beside it, the headers are the enforced rule's; with
+// shadow rules alone, there are none.
+TEST(ServeRateLimitGateway, AShadowRulesHeadersAreNotTheAnswers) {
+  MockLlm mock;
+  const std::string config =
+      "[limiters.chat]\nmax_concurrent = 4\n"
+      "[ratelimit.watch]\nalgorithm = \"fixed_window\"\nrate = 1\nperiod_ms = 600000\nkey = \"global\"\n"
+      "mode = \"shadow\"\n"
+      "[ratelimit.enforced]\nalgorithm = \"token_bucket\"\nrate = 5\nperiod_ms = 600000\nkey = \"global\"\n"
+      "[[route]]\npath = \"/v1/chat/completions\"\nupstream = \"" +
+      mock.url() +
+      "\"\nlimiter = \"chat\"\nratelimit = [\"watch\", \"enforced\"]\n"
+      "[[route]]\npath = \"/w/v1/chat/completions\"\nupstream = \"" +
+      mock.url() + "/v1/chat/completions\"\nlimiter = \"chat\"\nratelimit = [\"watch\"]\n";
+  Serve server(config, {});
+  for (int i = 1; i <= 3; ++i) {
+    const Reply r = chat(server.url(), "/v1/chat/completions", "");
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header("ratelimit"), "\"enforced\";r=" + std::to_string(5 - i) + ";t=" +
+                                         r.header("ratelimit").substr(r.header("ratelimit").rfind('=') + 1))
+        << i;
+    EXPECT_EQ(r.header("x-ratelimit-remaining"), std::to_string(5 - i)) << i;
+  }
+  const Reply watched = chat(server.url(), "/w/v1/chat/completions", "");
+  ASSERT_EQ(watched.status, 200) << "shadow: let through: " << watched.body;
+  EXPECT_EQ(watched.header("ratelimit"), "") << "a shadow rule's headers";
+  EXPECT_EQ(watched.header("x-ratelimit-remaining"), "");
+  EXPECT_EQ(server.terminate(), 0);
+  EXPECT_EQ(mock.terminate(), 0);
+}
+
 TEST(ServeRateLimitGateway, RedisRulesAllMustAllowKeysAndTokenBudgets) {
   MockLlm mock;
   const std::string prefix = "rlgw-" + std::to_string(::getpid());
