@@ -33,8 +33,13 @@ struct UsageTap {
   void finish();
 
  private:
-  bool too_long_ = false;  // a JSON answer over kMaxBody: its usage is not read
+  bool too_long_ = false;       // a JSON answer over kMaxBody, or an SSE line or event over it: not read
+  bool skip_lf_ = false;        // the last read ended with CR: an LF first in the next ends the same line
+  bool has_data_ = false;       // the SSE event being read has a data field
+  bool data_too_long_ = false;  // ... over kMaxBody: not read
+  std::string data_;            // its data lines, joined with LF
   void line(std::string_view l);
+  void event(std::string_view data);
   void read_usage(const boost::json::object& o);
 };
 

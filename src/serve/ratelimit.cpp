@@ -204,7 +204,8 @@ std::int64_t estimate_token_cost(std::string_view body, const RateRuleConfig& ru
   }
   const auto& o = v.as_object();
   std::int64_t answer = rule.default_max_tokens;
-  for (const char* name : {"max_completion_tokens", "max_tokens"}) {
+  for (const char* name :
+       {"max_completion_tokens", "max_tokens", "max_output_tokens"}) {  // (the last: Responses)
     if (const auto* m = o.if_contains(name)) {
       if (m->is_int64() && m->as_int64() > 0) answer = std::min(m->as_int64(), kMaxCost);
       break;
