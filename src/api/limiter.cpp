@@ -79,8 +79,9 @@ LimiterImpl::LimiterImpl() : shadow_(make_shadow_run()) {}
 void LimiterImpl::settings_changed(const Settings& before, const Settings& after) {
   const auto shadowing = [](const Settings& s) { return s.enabled && s.mode == LimiterMode::shadow; };
   if (shadowing(before) || !shadowing(after)) return;
-  boost::asio::post(get_executor(), [self = std::weak_ptr<LimiterImpl>(weak_from_this())] {
-    if (auto s = self.lock()) s->shadow_run().let_through(*s);
+  boost::asio::post(get_executor(), [self = std::weak_ptr<LimiterImpl>(weak_from_this()), shadowing] {
+    // Still in shadow mode: back on enforce meanwhile, the waiters wait for their seats.
+    if (auto s = self.lock(); s && shadowing(s->settings())) s->shadow_run().let_through(*s);
   });
 }
 

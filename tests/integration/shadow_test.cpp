@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include <algorithm>
@@ -365,6 +366,40 @@ TEST(Shadow, SwitchingToShadowLetsTheWaitersThroughOnEveryRedisInstance) {
   auto la = a.open(test_name(), s), lb = b.open(test_name(), s);
   ASSERT_TRUE(wait_until([&] { return on_redis_past_fence(la) && on_redis_past_fence(lb); }, 10s));
   switch_lets_waiters_through(la, lb);
+}
+
+// The waiters are let through by a job the switch posts: if the limiter is
+// back on enforce when it runs (a quick shadow-then-enforce, or a Redis that
+// refused the change and the next heartbeat restored enforce), they wait on
+// for a seat, or they would run past the cap under enforce (a helper's review).
+TEST(Shadow, WaitersAreNotLetThroughWhenTheLimiterIsBackOnEnforceFirst) {
+  Instance i;
+  Settings s;
+  s.max_concurrent = 1;
+  auto l = i.open(test_name(), s);
+  AcquireOptions patient;
+  patient.max_wait = 30s;
+  auto holder = fairgate::test::acquire(l, patient);
+  ASSERT_TRUE(wait_until([&] { return holder->done(); }, 10s));
+  auto waiter = fairgate::test::acquire_queued(l, 30s);
+  ASSERT_FALSE(waiter->done());
+
+  std::promise<void> go;
+  std::shared_future<void> gate = go.get_future().share();
+  boost::asio::post(i.io, [gate] { gate.wait(); });  // the io thread waits: the job runs after both
+  fairgate::SettingsUpdate shadow, enforce;
+  shadow.mode = LimiterMode::shadow;
+  enforce.mode = LimiterMode::enforce;
+  ASSERT_TRUE(l.configure(shadow));
+  ASSERT_TRUE(l.configure(enforce));
+  go.set_value();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(waiter->done()) << "let through under enforce, its seat held: " << waiter->message();
+  EXPECT_EQ(l.snapshot().shadow.passed, 0u);
+  holder->release();
+  ASSERT_TRUE(wait_until([&] { return waiter->done(); }, 10s));
+  EXPECT_EQ(waiter->outcome(), fairgate::Outcome::granted);
+  waiter->release();
 }
 
 TEST(Shadow, WhatIsRefusedWhateverTheLoadStillIs) {
