@@ -44,8 +44,8 @@ class ShadowRun : public std::enable_shared_from_this<ShadowRun> {
 
   ShadowStatus status() const;
 
-  /// The shadow of request `id` ended (on the limiter's executor).
-  void on_ghost(const std::string& id, AcquireResult result);
+  /// The shadow of request `id` ended (on the limiter's executor); `queued`: it was told a place.
+  void on_ghost(const std::string& id, AcquireResult result, bool queued);
 
   /// Enforce mode: wraps the completion (and `on_queued`) of a request that may
   /// wait, so that a switch to shadow mode can let it through (let_through).
