@@ -1419,8 +1419,10 @@ void RedisLimiter::on_restore_reply(const Reply& reply) {
         engine_.overshoot_restored += over;
         const char* cause = was_open
                                 ? "they were let through while Redis was unreachable (on_redis_down = open)"
-                                : "their work kept running while Redis had let them go (this instance was "
-                                  "paused or cut off longer than the liveness TTL)";
+                                : "Redis counted them no more while their work kept running (this instance "
+                                  "was paused or cut off longer than the liveness TTL), or counts more than "
+                                  "runs (it restarted from an older copy of the state, which still lists "
+                                  "permits released since)";
         logs.push_back(
             fmt::format("{} restored permit(s) are above the cap ({} in use, max_concurrent {}): {}; "
                         "nothing more is granted until below the cap",

@@ -942,8 +942,9 @@ awaitable<void> lease_sweeper(std::shared_ptr<Shared> sh) {
 /// instance within about a second (docs/ratelimit.md, "In fairgate serve").
 /// One line for a rate rule in force, as the start-up lines say it.
 std::string describe_rate_rule(const RateRule& r) {
-  return fmt::format("{} {} per {} ms, limit {}, on_redis_down={}", to_string(r.algorithm), r.rate,
-                     r.period_ms, r.capacity(), to_string(r.on_redis_down));
+  return fmt::format("{} {} per {} ms, limit {}, on_redis_down={}{}", to_string(r.algorithm), r.rate,
+                     r.period_ms, r.capacity(), to_string(r.on_redis_down),
+                     r.mode == LimiterMode::shadow ? ", mode=shadow" : "");
 }
 
 /// Says which rules a sync took from Redis (stored there by a PUT, they win over the config
