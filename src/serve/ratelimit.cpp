@@ -94,8 +94,10 @@ void set_rate_headers(http::fields& h, const RateDecision& d, const RateRule& ru
   const std::int64_t reset = header_seconds(d.reset.count());
   h.set("RateLimit-Policy",
         fmt::format("\"{}\";q={};w={}", d.rule, d.limit, header_seconds(rule.period_ms, 1)));
-  h.set("RateLimit", fmt::format("\"{}\";r={};t={}", d.rule, remaining, reset));
   h.set("X-RateLimit-Limit", std::to_string(d.limit));
+  // A cost above the capacity is refused without asking the store: what remains is not known.
+  if (!d.allowed && d.retry_after.count() < 0) return;
+  h.set("RateLimit", fmt::format("\"{}\";r={};t={}", d.rule, remaining, reset));
   h.set("X-RateLimit-Remaining", std::to_string(remaining));
   h.set("X-RateLimit-Reset", std::to_string(reset));
   if (!d.allowed && !d.shadow && d.retry_after.count() > 0)

@@ -519,6 +519,10 @@ void exercise_gateway(const std::string& url) {
   EXPECT_EQ(huge.status, 429) << huge.body;
   EXPECT_NE(huge.body.find("rate_limit_exceeded"), std::string::npos) << huge.body;
   EXPECT_EQ(huge.header("retry-after"), "");
+  // Refused without asking the store: no remaining to tell (it said r=0;t=0 of a full budget).
+  EXPECT_EQ(huge.header("ratelimit"), "") << huge.header("ratelimit");
+  EXPECT_EQ(huge.header("x-ratelimit-remaining"), "");
+  EXPECT_NE(huge.header("ratelimit-policy").find("\"tokens\";q="), std::string::npos);
   // Per route metrics.
   const Reply m = http(url, "GET", "/metrics");
   EXPECT_NE(m.body.find("fairgate_gateway_rate_limited_total{route=\"/v1/chat/completions\"} 3"),
