@@ -176,6 +176,8 @@ def expect(doc: Doc, client: Client, op_id: str, method: str, target: str, want:
         if name.lower() == "allow" and status != 405:
             continue
         value = headers.get(name.lower())
+        if value is None and h.get("required") is False:
+            continue  # documented as sometimes absent (its description says when)
         if check(value is not None, f"{where}: documented header {name} missing"):
             errs = list(doc.validator(h.get("schema", {})).iter_errors(value))
             check(not errs, f"{where}: header {name}: {value!r}: {errs[:1]}")
