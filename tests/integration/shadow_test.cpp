@@ -409,9 +409,19 @@ TEST(Shadow, OnRedisTheShadowsGrantedAtOnceAreNotCountedAsQueued) {
   Instance a(RedisServer::shared().url());
   Settings s;
   s.max_concurrent = 3;
-  s.mode = LimiterMode::shadow;
   auto l = a.open(test_name(), s);
-  ASSERT_TRUE(wait_until([&] { return on_redis_past_fence(l); }, 10s));
+  // Past the new state's recovery fence (it grants nothing: every shadow would queue), for sure:
+  // an enforced request granted.
+  AcquireOptions patient;
+  patient.max_wait = 30s;
+  auto first = fairgate::test::acquire(l, patient);
+  ASSERT_TRUE(wait_until([&] { return first->done(); }, 30s));
+  ASSERT_EQ(first->outcome(), fairgate::Outcome::granted) << first->message();
+  first->release();
+  ASSERT_TRUE(wait_until([&] { return l.snapshot().in_use == 0; }, 10s));
+  fairgate::SettingsUpdate shadow;
+  shadow.mode = LimiterMode::shadow;
+  ASSERT_TRUE(l.configure(shadow));
   std::vector<std::shared_ptr<fairgate::test::Probe>> burst;
   for (int i = 0; i < 12; ++i) burst.push_back(fairgate::test::acquire(l));
   ASSERT_TRUE(wait_until(
