@@ -22,6 +22,7 @@
 #include "http/message.hpp"
 #include "http/read.hpp"
 #include "http/sse.hpp"
+#include "http/write.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -43,7 +44,6 @@
 #include <ctime>
 #include <mutex>
 #include <stdexcept>
-#include <tuple>
 #include <unordered_map>
 #include <variant>
 
@@ -156,14 +156,7 @@ json::value error_json(std::string_view message, std::string_view type, std::str
 /// Writes `res`; false when the client is gone or too slow.
 awaitable<bool> send(Session& s, Response res) {
   s.stream.expires_after(s.state->options.write_timeout);
-  boost::system::error_code ec;
-  if (s.head_only) {  // an answer to a HEAD: its header, its Content-Length included, and no body
-    res.content_length(res.body().size());
-    http::response_serializer<http::string_body> sr{res};
-    std::tie(ec, std::ignore) = co_await http::async_write_header(s.stream, sr, nothrow);
-  } else {
-    std::tie(ec, std::ignore) = co_await http::async_write(s.stream, res, nothrow);
-  }
+  const auto ec = co_await fairgate::http::write_response(s.stream, res, s.head_only);
   s.stream.expires_never();
   co_return !ec;
 }

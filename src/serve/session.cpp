@@ -5,13 +5,13 @@
 
 #include "http/message.hpp"
 #include "http/sse.hpp"
+#include "http/write.hpp"
 
 #include <boost/asio/write.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
 #include <array>
-#include <tuple>
 
 namespace fairgate::serve {
 
@@ -51,14 +51,7 @@ awaitable<bool> send(Session& s, Response res) {
   if (s.shared->stopping.load()) res.keep_alive(false);
   s.record.status = res.result_int();
   s.stream.expires_after(s.shared->config.server.write_timeout);
-  boost::system::error_code ec;
-  if (s.head_only) {  // an answer to a HEAD: its header, its Content-Length included, and no body
-    res.content_length(res.body().size());
-    http::response_serializer<http::string_body> sr{res};
-    std::tie(ec, std::ignore) = co_await http::async_write_header(s.stream, sr, nothrow);
-  } else {
-    std::tie(ec, std::ignore) = co_await http::async_write(s.stream, res, nothrow);
-  }
+  const auto ec = co_await fairgate::http::write_response(s.stream, res, s.head_only);
   s.stream.expires_never();
   co_return !ec;
 }
