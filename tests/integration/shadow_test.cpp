@@ -307,6 +307,15 @@ TEST(Shadow, RunTimeSwitchIsClusterWideOnRedis) {
       wait_until([&] { return la.snapshot().in_use == 0 && lb.snapshot().shadow.in_flight == 0; }, 5s));
 }
 
+/// A permit of `l`, granted (asked with a 30 s max wait): a fatal failure when it is not.
+void hold(fairgate::Limiter& l, std::shared_ptr<fairgate::test::Probe>& out) {
+  AcquireOptions patient;
+  patient.max_wait = 30s;
+  out = fairgate::test::acquire(l, patient);
+  ASSERT_TRUE(wait_until([&] { return out->done(); }, 30s));
+  ASSERT_EQ(out->outcome(), fairgate::Outcome::granted) << out->message();
+}
+
 // Switching to shadow mode lets the requests already waiting through at once,
 // in their order, and their acquires go on as their shadows (they keep their
 // places). They waited on and timed out while every newcomer passed at once (a
@@ -314,11 +323,8 @@ TEST(Shadow, RunTimeSwitchIsClusterWideOnRedis) {
 // every instance of a Redis limiter.
 void switch_lets_waiters_through(fairgate::Limiter& holder_side, fairgate::Limiter& waiter_side) {
   using fairgate::test::Probe;
-  AcquireOptions patient;
-  patient.max_wait = 30s;
-  auto holder = fairgate::test::acquire(holder_side, patient);
-  ASSERT_TRUE(wait_until([&] { return holder->done(); }, 10s));
-  ASSERT_EQ(holder->outcome(), fairgate::Outcome::granted);
+  std::shared_ptr<Probe> holder;
+  ASSERT_NO_FATAL_FAILURE(hold(holder_side, holder));
   std::vector<std::shared_ptr<Probe>> waiters;
   for (int i = 0; i < 3; ++i) waiters.push_back(fairgate::test::acquire_queued(waiter_side, 30s));
   for (const auto& w : waiters) ASSERT_FALSE(w->done());
@@ -377,10 +383,8 @@ TEST(Shadow, WaitersAreNotLetThroughWhenTheLimiterIsBackOnEnforceFirst) {
   Settings s;
   s.max_concurrent = 1;
   auto l = i.open(test_name(), s);
-  AcquireOptions patient;
-  patient.max_wait = 30s;
-  auto holder = fairgate::test::acquire(l, patient);
-  ASSERT_TRUE(wait_until([&] { return holder->done(); }, 10s));
+  std::shared_ptr<fairgate::test::Probe> holder;
+  ASSERT_NO_FATAL_FAILURE(hold(l, holder));
   auto waiter = fairgate::test::acquire_queued(l, 30s);
   ASSERT_FALSE(waiter->done());
 
@@ -412,11 +416,8 @@ TEST(Shadow, OnRedisTheShadowsGrantedAtOnceAreNotCountedAsQueued) {
   auto l = a.open(test_name(), s);
   // Past the new state's recovery fence (it grants nothing: every shadow would queue), for sure:
   // an enforced request granted.
-  AcquireOptions patient;
-  patient.max_wait = 30s;
-  auto first = fairgate::test::acquire(l, patient);
-  ASSERT_TRUE(wait_until([&] { return first->done(); }, 30s));
-  ASSERT_EQ(first->outcome(), fairgate::Outcome::granted) << first->message();
+  std::shared_ptr<fairgate::test::Probe> first;
+  ASSERT_NO_FATAL_FAILURE(hold(l, first));
   first->release();
   ASSERT_TRUE(wait_until([&] { return l.snapshot().in_use == 0; }, 10s));
   fairgate::SettingsUpdate shadow;

@@ -828,11 +828,6 @@ local function purge(cfg, inst, budget)
   return returned, #ids + #members, (#ids < budget and #members < left)
 end
 
--- Reaps the instances whose liveness ran out (listed in `list`, a ZRANGE
--- instances WITHSCORES reply), never `self`: their permits return and their
--- waiters leave (with their tenants' counts). Work is bounded by REAP_BUDGET;
--- an instance not yet done stays with score -1 and goes on at the next call.
--- With `only_tombstones`, only those already started. Returns permits returned.
 -- Reaps instance `inst` (dead, or leaving: leave.lua) within `budget`: marked as being reaped
 -- (score -1: never alive again, nothing granted to it), purged, and out of instances once none
 -- of it is left (`marked`: it was already, a reap went on from an earlier call). Returns what
@@ -844,6 +839,11 @@ local function reap_instance(cfg, inst, budget, marked)
   return returned, used, done
 end
 
+-- Reaps the instances whose liveness ran out (listed in `list`, a ZRANGE
+-- instances WITHSCORES reply), never `self`: their permits return and their
+-- waiters leave (with their tenants' counts). Work is bounded by REAP_BUDGET;
+-- an instance not yet done stays with score -1 and goes on at the next call.
+-- With `only_tombstones`, only those already started. Returns permits returned.
 local function reap(now, self, list, only_tombstones)
   local budget = REAP_BUDGET
   local cfg = nil
