@@ -1,11 +1,11 @@
 // http/read.cpp — what a failed read answers (http/read.hpp).
 #include "http/read.hpp"
 
-#include <boost/beast/http/rfc7230.hpp>
-
 #include <fmt/format.h>
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace fairgate::http {
@@ -62,10 +62,19 @@ ReadError classify(const boost::system::error_code& ec) noexcept {
 }
 
 std::string framing_problem(const bh::request_header<>& header) {
-  // Every Transfer-Encoding line, as one list of codings.
-  std::vector<std::string> codings;
+  // Every Transfer-Encoding line, as one list of codings (empty elements skipped, RFC 9110 5.6.1;
+  // parameters kept: chunked has none, so "chunked;x=1" is not chunked alone).
+  std::vector<std::string_view> codings;
   for (auto [it, end] = header.equal_range(bh::field::transfer_encoding); it != end; ++it) {
-    for (const auto& coding : bh::token_list(it->value())) codings.emplace_back(coding.data(), coding.size());
+    std::string_view rest(it->value().data(), it->value().size());
+    while (!rest.empty()) {
+      const auto comma = rest.find(',');
+      std::string_view coding = rest.substr(0, comma);
+      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+      while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t')) coding.remove_prefix(1);
+      while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t')) coding.remove_suffix(1);
+      if (!coding.empty()) codings.push_back(coding);
+    }
   }
   if (header.count(bh::field::transfer_encoding) > 0) {
     if (codings.size() != 1 || !boost::beast::iequals(codings.front(), "chunked"))
@@ -75,6 +84,21 @@ std::string framing_problem(const bh::request_header<>& header) {
   if (hosts > 1) return "more than one Host header";
   if (hosts == 0 && header.version() >= 11) return "an HTTP/1.1 request needs a Host header";
   return {};
+}
+
+std::optional<std::string> origin_form(std::string_view target) {
+  std::string_view rest;
+  for (const std::string_view scheme : {"http://", "https://"}) {
+    if (target.size() >= scheme.size() && boost::beast::iequals(target.substr(0, scheme.size()), scheme)) {
+      rest = target.substr(scheme.size());
+      break;
+    }
+  }
+  if (rest.empty()) return std::nullopt;  // origin form (or asterisk form, or not a target)
+  const auto path = rest.find_first_of("/?");
+  if (path == std::string_view::npos) return std::string("/");
+  if (rest[path] == '?') return "/" + std::string(rest.substr(path));
+  return std::string(rest.substr(path));
 }
 
 namespace detail {

@@ -28,7 +28,9 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace fairgate::http {
 
@@ -73,6 +75,11 @@ struct ReadResult {
 /// than one. The connection closes after the 400.
 std::string framing_problem(const boost::beast::http::request_header<>& header);
 
+/// The origin form ("/path?query") of an absolute-form request target
+/// ("http://host:port/path?query", RFC 9112 3.2.2: a server must accept it; "/" when it has no
+/// path), which the routes match; nullopt for any other target (used as it is).
+std::optional<std::string> origin_form(std::string_view target);
+
 /// The status that answers `e` (0 for none and closed).
 unsigned error_status(ReadError e) noexcept;
 /// A short machine-readable reason: "request_timeout", "header_too_large", ...
@@ -99,6 +106,9 @@ boost::asio::awaitable<boost::system::error_code> read_parts(Stream& stream,
   parser.body_limit(limit);
   auto [hec, hn] = co_await bh::async_read_header(stream, buffer, parser, nothrow);
   // (A body over even the widest limit fails the header read, the header parsed.)
+  if (const auto origin =
+          origin_form(std::string_view(parser.get().target().data(), parser.get().target().size())))
+    parser.get().target(*origin);
   if (limit_for && !parser.get().target().empty()) limit = limit_for(parser.get());
   if (hec) co_return hec;
   problem = framing_problem(parser.get().base());

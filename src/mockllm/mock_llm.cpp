@@ -536,7 +536,7 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
 
   if (path == "/v1/chat/completions") co_return co_await route_chat(self, req);
   if (path == "/v1/models") {
-    if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET");
+    if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET, HEAD");
     json::array data;
     data.push_back(model_json(st));
     json::object o;
@@ -545,7 +545,7 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
     co_return co_await send(s, json_response(http::status::ok, req, o)) && req.keep_alive();
   }
   if (path.starts_with("/v1/models/")) {
-    if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET");
+    if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET, HEAD");
     if (path.substr(11) != st.options.model)
       co_return co_await send_invalid(s, req, http::status::not_found,
                                       fmt::format("the model '{}' does not exist", path.substr(11, 128)),
@@ -553,12 +553,12 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
     co_return co_await send(s, json_response(http::status::ok, req, model_json(st))) && req.keep_alive();
   }
   if (path == "/stats") {
-    if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET");
+    if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET, HEAD");
     const Stats now = s.state->stats_snapshot();
     co_return co_await send(s, json_response(http::status::ok, req, stats_json(now))) && req.keep_alive();
   }
   if (path == "/healthz") {
-    if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET");
+    if (method != http::verb::get) co_return co_await method_not_allowed(s, req, "GET, HEAD");
     json::object o;
     o["status"] = "ok";
     o["model"] = st.options.model;

@@ -763,7 +763,13 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
     }
     co_return co_await dispatch(self, get, *route, params, *target, origin);
   }
-  if (!route_allows(*route, method_name)) co_return co_await method_not_allowed(s, req, route->methods);
+  if (!route_allows(*route, method_name)) {
+    // A route that reads answers HEAD as well (above): Allow lists it (RFC 9110, 10.2.1).
+    // (A named string: g++ 12 frees a temporary made in a co_await's arguments too early.)
+    std::string allow(route->methods);
+    if (route_allows(*route, "GET") && route->id != RouteId::acquire) allow += ", HEAD";
+    co_return co_await method_not_allowed(s, req, allow);
+  }
   co_return co_await dispatch(self, req, *route, params, *target, origin);
 }
 

@@ -13,7 +13,8 @@ with `not_found`); every status it answers must be documented for that
 operation (or be a protocol error under `default`), with the documented media
 type, a body that validates against the schema and the documented headers;
 SSE events must be documented in `x-sse-events` and validate; a wrong method
-on each path is a 405 whose Allow lists exactly the documented methods.
+on each path is a 405 whose Allow lists exactly the documented methods (and HEAD
+where a GET reads).
 Needs Debian's python3-yaml and python3-jsonschema. Prints "FAIL: ..." per
 failed check; exits 1 when one failed.
 """
@@ -306,7 +307,10 @@ def check_server(doc: Doc, client: Client, token: str) -> None:
     # A wrong method on each documented path: 405, Allow = exactly the documented methods.
     concrete = {"{name}": "oa", "{permit}": "lp-0", "{rule}": "oa-rl"}
     for path, item in doc.d["paths"].items():
-        documented = sorted(m.upper() for m in METHODS if m in item)
+        documented = [m.upper() for m in METHODS if m in item]
+        if "GET" in documented and not path.endswith("/acquire"):
+            documented.append("HEAD")  # answered on every reading path (info.description)
+        documented = sorted(documented)
         if any(item[m].get("x-fairgate-gateway") for m in METHODS if m in item):
             continue  # a gateway route proxies every method to its upstream
         target = path

@@ -683,6 +683,21 @@ TEST(ServeMemory, HeadIsTheGetsHeaderWithoutItsBody) {
   }
   EXPECT_NE(get_body("/v1/limiters/head").find(R"("in_use":0,)"), std::string::npos)
       << "a HEAD took a permit";
+  // A 405 lists HEAD where a GET reads, not on the acquire (where it is the 405 itself).
+  const auto allow = [&](const std::string& method, const std::string& path) {
+    return first_capture(
+        http_exchange(s->url(), method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+        "Allow: ([^\r]*)\r\n");
+  };
+  EXPECT_EQ(allow("PATCH", "/v1/limiters/head"), "GET, PUT, HEAD");
+  EXPECT_EQ(allow("DELETE", "/healthz"), "GET, HEAD");
+  EXPECT_EQ(allow("HEAD", "/v1/limiters/head/acquire"), "GET, POST");
+  EXPECT_EQ(allow("PATCH", "/v1/permits/x"), "DELETE");
+  // A target in absolute form (RFC 9112 3.2.2) is its path and query.
+  const std::string absolute = http_exchange(
+      s->url(), "GET http://x:1/v1/limiters/head?limit=5 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(absolute.rfind("HTTP/1.1 200", 0), 0u) << absolute.substr(0, 300);
+  EXPECT_NE(absolute.find(R"("name":"head")"), std::string::npos) << absolute.substr(0, 300);
   const std::string events = http_exchange(s->url(), "HEAD /v1/events HTTP/1.1\r\nHost: x\r\n\r\n");
   ASSERT_EQ(events.rfind("HTTP/1.1 200", 0), 0u) << events;
   EXPECT_NE(events.find("text/event-stream"), std::string::npos) << events;

@@ -195,6 +195,9 @@ TEST(HttpRead, OnlyChunkedAloneFramesABodyAndHttp11NeedsOneHost) {
            {"Host: h\r\nTransfer-Encoding: gzip, chunked\r\n", "Transfer-Encoding must be chunked alone"},
            {"Host: h\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n",
             "Transfer-Encoding must be chunked alone"},
+           // chunked has no parameters (RFC 9112 7.1): one given is another coding's framing
+           {"Host: h\r\nTransfer-Encoding: chunked;x=1\r\n", "Transfer-Encoding must be chunked alone"},
+           {"Host: h\r\nTransfer-Encoding: chunked ; q=0\r\n", "Transfer-Encoding must be chunked alone"},
            {"", "an HTTP/1.1 request needs a Host header"},
            {"Host: a\r\nHost: b\r\n", "more than one Host header"}}) {
     Pipe p;
@@ -205,13 +208,36 @@ TEST(HttpRead, OnlyChunkedAloneFramesABodyAndHttp11NeedsOneHost) {
     EXPECT_EQ(fh::error_message(r, limits()).rfind("malformed HTTP request: " + problem, 0), 0u)
         << header << fh::error_message(r, limits());
   }
-  for (const std::string ok : {"GET / HTTP/1.1\r\nHost: h\r\n\r\n", "GET / HTTP/1.0\r\n\r\n",
-                               "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: Chunked\r\n\r\n0\r\n\r\n"}) {
+  for (const std::string ok :
+       {"GET / HTTP/1.1\r\nHost: h\r\n\r\n", "GET / HTTP/1.0\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: Chunked\r\n\r\n0\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: , chunked ,\r\n\r\n0\r\n\r\n"}) {
     Pipe p;
     p.server.append(ok);
     auto r = p.read(limits());
     EXPECT_EQ(r.error, fh::ReadError::none) << ok << r.ec.message();
   }
+}
+
+// RFC 9112 3.2.2: a server accepts a target in absolute form (what a client set up for a
+// forward proxy sends). The routes see its origin form: the path and the query.
+TEST(HttpRead, AnAbsoluteFormTargetIsReadAsItsPathAndQuery) {
+  for (const auto& [target, origin] : std::vector<std::pair<std::string, std::string>>{
+           {"http://h:8080/v1/limiters/chat?x=1", "/v1/limiters/chat?x=1"},
+           {"HTTPS://h/healthz", "/healthz"},
+           {"http://h", "/"},
+           {"http://h?x=1", "/?x=1"},
+           {"http://user@h:1/a/b", "/a/b"},
+           {"/already/origin?q", "/already/origin?q"},
+           {"*", "*"}}) {
+    Pipe p;
+    p.server.append("GET " + target + " HTTP/1.1\r\nHost: h\r\n\r\n");
+    auto r = p.read(limits());
+    ASSERT_EQ(r.error, fh::ReadError::none) << target << r.ec.message();
+    EXPECT_EQ(std::string(r.request.target()), origin) << target;
+  }
+  EXPECT_FALSE(fh::origin_form("/x").has_value());
+  EXPECT_FALSE(fh::origin_form("httpx://h/x").has_value());
 }
 
 TEST(HttpRead, ExpectContinueGetsA100ThenTheBody) {
