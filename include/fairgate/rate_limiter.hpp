@@ -93,7 +93,10 @@ struct RateResult {
 
 /// How a refund ended.
 struct RefundResult {
-  boost::system::error_code error;  ///< as RateResult::error, or Errc::unavailable (Redis unreachable)
+  /// As RateResult::error, or Errc::unavailable: Redis unreachable. Its message starts "refund
+  /// not applied" (nothing came back; sending it again is safe) or "refund outcome unknown"
+  /// (Redis got it and did not answer: it may still run; its units count as given back).
+  boost::system::error_code error;
   std::string message;
   std::int64_t refunded = 0;  ///< units given back (0 once the decision's window has passed)
 };

@@ -38,6 +38,12 @@ struct RateStoreAnswer {
   std::vector<core::rate::Decision> decisions;
 };
 
+/// A refund's error when the store sent it, got no reply and could not find out whether it
+/// ran: it may still run. Any other refund error: it did not run, and never will.
+inline boost::system::error_code refund_outcome_unknown() {
+  return make_error_code(boost::system::errc::operation_in_progress);
+}
+
 class RateStore {
  public:
   virtual ~RateStore() = default;

@@ -15,6 +15,10 @@
 #include <fairgate/rate_limiter.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <cstdint>
+#include <random>
 #include <stdexcept>
 
 namespace fairgate {
@@ -25,6 +29,15 @@ namespace {
 // reply with anything else is a bad reply, never read as 0 or "".
 bool is_integer(const redis::Reply& r) { return redis::element_has_shape(r, "i"); }
 bool is_string(const redis::Reply& r) { return redis::element_has_shape(r, "s"); }
+
+// 16 hex digits, random: one store's refund markers apart from every other's.
+std::string random_token() {
+  std::random_device rd;
+  const std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  char out[17];
+  const auto [end, ec] = std::to_chars(out, out + 16, v, 16);
+  return std::string(out, end);
+}
 
 class RedisRateStore final : public detail::RateStore {
  public:
@@ -113,23 +126,33 @@ class RedisRateStore final : public detail::RateStore {
         {});
   }
 
+  // A refund runs at most once, and the instance learns whether it ran (docs/ratelimit.md,
+  // "Refunds"): the script marks it done under a key of its own (rl_refund.lua). A call that got
+  // no reply (timed out, connection lost: it may still run) is settled by claiming that marker
+  // first (SET NX GET): claimed, the refund can no longer run (not applied); found, it ran
+  // (its units). Before, such a refund was answered "not applied" while Redis often ran it
+  // late, and a caller that sent it again got the units back twice.
   void refund(detail::RateStoreItem item, std::int64_t at_ms, std::int64_t amount,
               RefundCallback done) override {
     std::vector<std::string> args;
     push_rule(args, item.rule);
     args.push_back(std::to_string(at_ms));
     args.push_back(std::to_string(amount));
-    client_->call_script(redis::scripts::kRlRefund, {key_of(item)}, args,
-                         [done = std::move(done)](boost::system::error_code ec, redis::Reply reply) {
-                           if (ec) return done(ec, ec.message(), 0);
-                           if (reply.is_error())
-                             return done(make_error_code(Errc::unavailable), reply.excerpt(), 0);
-                           if (!redis::has_shape(reply, "ii"))
-                             return done(make_error_code(Errc::unavailable),
-                                         "unexpected reply " + reply.excerpt(), 0);
-                           done({}, {}, redis::integer_of(reply.elements[0]));
-                         },
-                         {});
+    args.push_back(std::to_string(kMarkerTtlMs));
+    std::string marker = key_of(item) + ":refund:" + token_ + ':' + std::to_string(++refunds_);
+    client_->call_script(
+        redis::scripts::kRlRefund, {key_of(item), marker}, args,
+        [client = client_, marker, done = std::move(done)](boost::system::error_code ec,
+                                                           redis::Reply reply) mutable {
+          if (ec == redis::Error::timeout || ec == redis::Error::disconnected)
+            return settle(std::move(client), std::move(marker), ec.message(), kSettleTries, std::move(done));
+          if (ec) return done(ec, ec.message(), 0);
+          if (reply.is_error()) return done(make_error_code(Errc::unavailable), reply.excerpt(), 0);
+          if (!redis::has_shape(reply, "ii"))
+            return done(make_error_code(Errc::unavailable), "unexpected reply " + reply.excerpt(), 0);
+          done({}, {}, redis::integer_of(reply.elements[0]));
+        },
+        {});
   }
 
   void store_rule(const std::string& name, const std::string& encoded, StatusCallback done) override {
@@ -161,11 +184,47 @@ class RedisRateStore final : public detail::RateStore {
   }
 
   bool remote() const noexcept override { return true; }
+
   void close() override { client_->close_after_pending(); }
 
  private:
+  /// How long a refund's marker stays (from when Redis ran the refund or the claim): the
+  /// claim that settles a call follows it within the same stall of Redis.
+  static constexpr std::int64_t kMarkerTtlMs = 60'000;
+  /// Claims a marker may take (one command timeout each) before the outcome stays unknown.
+  static constexpr int kSettleTries = 3;
+
+  /// Settles a refund call that got no reply: see refund().
+  static void settle(std::shared_ptr<redis::Client> client, std::string marker, std::string why, int tries,
+                     RefundCallback done) {
+    auto& c = *client;
+    c.exec(
+        marker, {"SET", marker, "x", "NX", "PX", std::to_string(kMarkerTtlMs), "GET"},
+        [client, marker, why, tries, done = std::move(done)](boost::system::error_code ec,
+                                                             redis::Reply reply) mutable {
+          if (ec && tries > 1 && ec != redis::Error::closed && ec != redis::Error::denied)
+            return settle(std::move(client), std::move(marker), std::move(why), tries - 1, std::move(done));
+          if (ec || reply.is_error() || (!reply.is_nil() && reply.type != redis::Reply::Type::string))
+            return done(detail::refund_outcome_unknown(),
+                        why + "; whether Redis ran it is unknown (" +
+                            (ec ? ec.message() : "unexpected reply " + reply.excerpt()) + ")",
+                        0);
+          if (reply.is_nil() || reply.str == "x")
+            return done(make_error_code(Errc::unavailable), why, 0);  // called off: it never runs
+          std::int64_t given = 0;
+          const auto [end, bad] =
+              std::from_chars(reply.str.data(), reply.str.data() + reply.str.size(), given);
+          if (bad != std::errc{} || end != reply.str.data() + reply.str.size())
+            return done(detail::refund_outcome_unknown(), why + "; unexpected marker " + reply.excerpt(), 0);
+          done({}, {}, given);  // it ran: late, but once
+        });
+  }
+
   std::string prefix_;
   std::shared_ptr<redis::Client> client_;
+  /// Names this store's refunds apart from every other instance's (random per store).
+  std::string token_ = random_token();
+  std::atomic<std::uint64_t> refunds_{0};  // refunds may start on several threads
 };
 
 }  // namespace

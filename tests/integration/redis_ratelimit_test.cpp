@@ -480,6 +480,61 @@ TEST_F(RedisRateLimitTest, ARefundThatFailedCanBeMadeAgain) {
   l.shutdown();
 }
 
+// A refund that gets no reply in time (Redis stalled by DEBUG SLEEP) may still run: Redis
+// runs it when it wakes. The answer must say what happened: given back (it ran, once), or
+// "not applied" only when it never runs, or "outcome unknown". Before, it was "not applied"
+// while Redis gave the units back late, and a caller that sent it again got them back twice
+// (a helper saw 10 more requests pass in the window instead of 5, every algorithm).
+TEST_F(RedisRateLimitTest, ARefundWithoutAReplyIsAnsweredWithWhatRedisDid) {
+  RedisServer own;
+  fairgate::RateLimiterRedisOptions o;
+  o.url = own.url();
+  o.key_prefix = prefix_;
+  o.command_timeout = 300ms;
+  limiters_.push_back(RateLimiter::redis(io_.get_executor(), o, false));
+  RateLimiter l = limiters_.back();
+  for (const auto algorithm : {RateAlgorithm::fixed_window, RateAlgorithm::token_bucket}) {
+    const std::string rule = "r" + std::to_string(static_cast<int>(algorithm));
+    ASSERT_TRUE(l.set_rule(rule, make_rule(algorithm, 100, 600'000)));
+    const RateResult d = check(l, rule, "k", 100);
+    ASSERT_TRUE(d.allowed) << d.message;
+    std::thread stall([&] { own.command({"DEBUG", "SLEEP", "1"}); });
+    std::this_thread::sleep_for(150ms);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = l.async_refund(d.decisions[0], 40, asio::use_future).get();
+    const auto took = std::chrono::steady_clock::now() - t0;
+    stall.join();
+    EXPECT_GE(took, o.command_timeout) << "the refund was not stalled: the test tells nothing";
+    // What Redis did: 40 came back iff a check of 40 passes now (nothing refills meanwhile).
+    const bool came_back = check(l, rule, "k", 40).allowed;
+    if (!r.error) {
+      EXPECT_EQ(r.refunded, 40) << rule;
+      EXPECT_TRUE(came_back) << rule << ": answered given back, but Redis has not";
+    } else if (r.message.find("outcome unknown") == std::string::npos) {
+      EXPECT_EQ(r.message.rfind("refund not applied", 0), 0u) << r.message;
+      EXPECT_FALSE(came_back) << rule << ": answered \"" << r.message << "\", yet Redis gave it back";
+    } else {
+      ADD_FAILURE() << rule << ": the outcome stayed unknown after Redis woke: " << r.message;
+    }
+  }
+  // Stalled past every claim (3 s; 4 command timeouts are 1.2 s): the answer says the outcome
+  // is unknown, and its units stay counted as given back, so that sending it again cannot give
+  // back more than the decision took.
+  ASSERT_TRUE(l.set_rule("long", make_rule(RateAlgorithm::fixed_window, 100, 600'000)));
+  const RateResult d = check(l, "long", "k", 100);
+  ASSERT_TRUE(d.allowed) << d.message;
+  std::thread stall([&] { own.command({"DEBUG", "SLEEP", "3"}); });
+  std::this_thread::sleep_for(150ms);
+  const auto r = l.async_refund(d.decisions[0], 40, asio::use_future).get();
+  stall.join();
+  EXPECT_EQ(r.error, fairgate::make_error_code(fairgate::Errc::unavailable));
+  EXPECT_NE(r.message.find("refund outcome unknown"), std::string::npos) << r.message;
+  const auto more = l.async_refund(d.decisions[0], 61, asio::use_future).get();
+  EXPECT_EQ(more.error, fairgate::make_error_code(fairgate::RejectReason::invalid_argument)) << more.message;
+  EXPECT_EQ(l.async_refund(d.decisions[0], 60, asio::use_future).get().refunded, 60);
+  l.shutdown();
+}
+
 // A Redis that refuses writes for now (here NOREPLICAS: min-replicas-to-write
 // 1 and no replica) is, for a rate decision, Redis down: decided at once by
 // on_redis_down, not sent again until the command timeout as a concurrency
