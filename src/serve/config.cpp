@@ -181,6 +181,7 @@ RateRuleConfig read_rate_rule(const std::string& name, const toml::table& t) {
   r.name = name;
   if (auto e = validate_rule_name(name)) fail(prefix, e->problem);
   bool has_rate = false;
+  bool explicit_default = false;  // default_max_tokens given (the built-in one is not checked)
   for (auto&& [key, node] : t) {
     const std::string k(key.str());
     const std::string field = prefix + "." + k;
@@ -239,6 +240,7 @@ RateRuleConfig read_rate_rule(const std::string& name, const toml::table& t) {
       }
     } else if (k == "default_max_tokens") {
       r.default_max_tokens = get_int(node, field, 1, 10'000'000);
+      explicit_default = true;
     } else if (k == "chars_per_token") {
       r.chars_per_token = get_int(node, field, 1, 100);
     } else {
@@ -251,6 +253,12 @@ RateRuleConfig read_rate_rule(const std::string& name, const toml::table& t) {
   if (r.cost_mode == RateCostMode::fixed && r.cost > r.rule.capacity())
     fail(prefix + ".cost", fmt::format("{} exceeds the rule's capacity {}: no request could ever pass",
                                        r.cost, r.rule.capacity()));
+  // A request without max_tokens costs the default plus its prompt's estimate (at least 1).
+  if (r.cost_mode == RateCostMode::tokens && explicit_default && r.default_max_tokens >= r.rule.capacity())
+    fail(prefix + ".default_max_tokens",
+         fmt::format("{} leaves no room under the rule's capacity {}: a request without max_tokens costs it "
+                     "plus its prompt's estimate, and could never pass",
+                     r.default_max_tokens, r.rule.capacity()));
   return r;
 }
 
