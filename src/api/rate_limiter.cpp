@@ -3,6 +3,7 @@
 // memory store.
 #include "api/rate_store.hpp"
 
+#include <fairgate/log.hpp>
 #include <fairgate/rate_limiter.hpp>
 
 #include <boost/asio/post.hpp>
@@ -608,7 +609,8 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
       return finish(std::move(failed));
     }
     if (answer.error) return degrade(std::move(items), std::move(answer), finish);
-    degraded_ = false;
+    if (degraded_.exchange(false))
+      log(LogLevel::info, "rate limits: Redis answers again: it decides the rules again");
     RateResult r;
     r.allowed = answer.allowed;
     r.source = RateSource::store;
@@ -649,7 +651,11 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
   // local share, then open).
   template <class Finish>
   void degrade(std::vector<RateStoreItem> items, RateStoreAnswer failed, Finish& finish) {
-    degraded_ = true;
+    // Said once per outage (a rate decision cannot wait: every failed call degrades).
+    if (!degraded_.exchange(true))
+      log(LogLevel::warn, "rate limits: Redis did not decide (" + failed.message +
+                              "): each rule's on_redis_down decides until it answers (docs/ratelimit.md, "
+                              "\"Redis unreachable\")");
     RateResult r;
     r.source = RateSource::degraded;
     std::vector<RateStoreItem> local;

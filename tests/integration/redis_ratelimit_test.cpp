@@ -3,11 +3,13 @@
 // models; multi-rule atomicity; refunds; the local layer; bad input; every key
 // has a TTL; degraded modes with Redis unreachable.
 #include "support/acl.hpp"
+#include "support/log_lines.hpp"
 #include "support/rate_checks.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
 #include "support/tcp_proxy.hpp"
 
+#include <fairgate/log.hpp>
 #include <fairgate/rate_limiter.hpp>
 
 #include <gtest/gtest.h>
@@ -552,6 +554,11 @@ TEST_F(RedisRateLimitTest, ARefusedWriteIsDecidedAtOnceByOnRedisDown) {
   rule.local_divisor = 4;
   ASSERT_TRUE(l.set_rule("r", rule));
   EXPECT_EQ(check(l, "r", "k").source, fairgate::RateSource::store);
+  // The outage is said once, and its end (the library's log sink; the test's own lines only).
+  fairgate::test::LogLines logged;
+  fairgate::set_log_sink([sink = logged.sink()](fairgate::LogLevel, std::string_view line) {
+    if (line.starts_with("rate limits: ")) sink(line);
+  });
   ASSERT_EQ(own.command({"CONFIG", "SET", "min-replicas-to-write", "1"}), "OK");
   const auto t0 = std::chrono::steady_clock::now();
   const RateResult r = check(l, "r", "k");
@@ -560,9 +567,16 @@ TEST_F(RedisRateLimitTest, ARefusedWriteIsDecidedAtOnceByOnRedisDown) {
   EXPECT_TRUE(r.allowed) << "within the local share of 8 / 4";
   EXPECT_LT(took, o.command_timeout / 2) << "decided at once, not after the command timeout";
   EXPECT_TRUE(l.degraded());
+  EXPECT_EQ(check(l, "r", "k").source, fairgate::RateSource::degraded);
   ASSERT_EQ(own.command({"CONFIG", "SET", "min-replicas-to-write", "0"}), "OK");
   EXPECT_EQ(check(l, "r", "k").source, fairgate::RateSource::store);
+  EXPECT_EQ(check(l, "r", "k").source, fairgate::RateSource::store);
   EXPECT_FALSE(l.degraded());
+  fairgate::set_log_sink({});
+  EXPECT_EQ(logged.with_all({"Redis did not decide", "NOREPLICAS", "on_redis_down"}).size(), 1u)
+      << logged.all();
+  EXPECT_EQ(logged.with("Redis answers again").size(), 1u) << logged.all();
+  EXPECT_EQ(logged.lines().size(), 2u) << logged.all();
   l.shutdown();  // while its server is up (after, closing waits the command timeout)
 }
 
