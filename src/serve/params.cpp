@@ -83,6 +83,14 @@ bool check_lease(std::int64_t v, std::chrono::milliseconds max_lease, BadRequest
   return true;
 }
 
+/// Whether the query's parameter `i` was given before it (`?limit=1&limit=2`: which one was
+/// meant is not known, so neither is taken).
+bool given_before(const Target& target, std::size_t i) {
+  for (std::size_t j = 0; j < i; ++j)
+    if (target.query[j].first == target.query[i].first) return true;
+  return false;
+}
+
 /// One parameter a request may give: a whole number or a string.
 struct Param {
   std::string_view name;
@@ -107,9 +115,14 @@ bool read_params(const Target& target, std::string_view body, std::span<const Pa
     error.message = fmt::format("unknown parameter {} (use {})", core::quoted(key, 32), names);
     return nullptr;
   };
-  for (const auto& [key, value] : target.query) {
+  for (std::size_t i = 0; i < target.query.size(); ++i) {
+    const auto& [key, value] = target.query[i];
     const Param* param = find(key);
     if (!param) return false;
+    if (given_before(target, i)) {
+      error.message = fmt::format("{}: given more than once in the query string", param->name);
+      return false;
+    }
     if (!param->integer) {
       if (!set(param->name, ParamValue(std::string_view(value)))) return false;
       continue;
@@ -254,9 +267,14 @@ std::optional<RenewParams> parse_renew_params(const Target& target, std::string_
 
 std::optional<StatusQuery> parse_status_query(const Target& target, BadRequest& error) {
   StatusQuery q;
-  for (const auto& [key, value] : target.query) {
+  for (std::size_t i = 0; i < target.query.size(); ++i) {
+    const auto& [key, value] = target.query[i];
     if (key != "offset" && key != "limit") {
       error.message = fmt::format("unknown parameter {} (use offset, limit)", core::quoted(key, 32));
+      return std::nullopt;
+    }
+    if (given_before(target, i)) {
+      error.message = fmt::format("{}: given more than once in the query string", key);
       return std::nullopt;
     }
     const auto v = core::parse_number<std::int64_t>(value);

@@ -112,6 +112,15 @@ TEST(ServeParams, AcquireParamsRejectWhatTheyDoNotUnderstand) {
   EXPECT_FALSE(acquire("/a", R"({"tenant":5})", &e));
   EXPECT_FALSE(acquire("/a", R"({"x":1})", &e));
   EXPECT_FALSE(acquire("/a", std::string(100, '['), &e));
+  // Given twice: which one was meant is not known (the last used to win silently).
+  EXPECT_FALSE(acquire("/a?max_wait_ms=100&max_wait_ms=1500", "", &e));
+  EXPECT_EQ(e, "max_wait_ms: given more than once in the query string");
+  EXPECT_FALSE(acquire("/a?tenant=a&weight=2&tenant=b", "", &e));
+  EXPECT_EQ(e, "tenant: given more than once in the query string");
+  BadRequest bad;
+  EXPECT_FALSE(parse_status_query(target("/l?limit=1&offset=0&limit=2"), bad));
+  EXPECT_EQ(bad.message, "limit: given more than once in the query string");
+  EXPECT_TRUE(parse_status_query(target("/l?limit=1&offset=0"), bad));
 }
 
 std::optional<RenewParams> renew(std::string_view t, std::string_view body, std::string* error = nullptr) {
