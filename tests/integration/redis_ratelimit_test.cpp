@@ -68,6 +68,18 @@ class RedisRateLimitTest : public ::testing::Test {
     return limiters_.back();
   }
 
+  /// A rate limiter of its own on `url` (a server or proxy of the test's own), shut down by
+  /// TearDown (a test that stops its server first shuts it down itself).
+  RateLimiter own_limiter(std::string url, std::chrono::milliseconds command_timeout,
+                          bool local_layer = false) {
+    fairgate::RateLimiterRedisOptions o;
+    o.url = std::move(url);
+    o.key_prefix = prefix_;
+    o.command_timeout = command_timeout;
+    limiters_.push_back(RateLimiter::redis(io_.get_executor(), o, local_layer));
+    return limiters_.back();
+  }
+
   static RateResult check(RateLimiter& l, std::vector<RateRequest> r) {
     return l.async_check(std::move(r), asio::use_future).get();
   }
@@ -219,13 +231,7 @@ TEST_F(RedisRateLimitTest, ShadowModeIsPublishedToEveryInstanceAndNeverRefuses) 
 // enforced two limits).
 TEST_F(RedisRateLimitTest, APublishedRuleLostByRedisIsWrittenBackAndTaken) {
   RedisServer own;
-  fairgate::RateLimiterRedisOptions o;
-  o.url = own.url();
-  o.key_prefix = prefix_;
-  const auto make = [&] {
-    limiters_.push_back(RateLimiter::redis(io_.get_executor(), o, false));
-    return limiters_.back();
-  };
+  const auto make = [&] { return own_limiter(own.url(), 200ms); };
   const RateRule config = make_rule(RateAlgorithm::fixed_window, 10, 60'000);
   RateLimiter a = make();
   ASSERT_TRUE(a.set_rule("fw", config));
@@ -411,12 +417,7 @@ TEST_F(RedisRateLimitTest, LocalLayerForgetsBlocksOfKeysNeverSeenAgain) {
 
 // Redis unreachable: each rule follows its on_redis_down policy.
 TEST_F(RedisRateLimitTest, RedisDownFollowsOnRedisDown) {
-  fairgate::RateLimiterRedisOptions o;
-  o.url = "redis://127.0.0.1:1";
-  o.key_prefix = prefix_;
-  o.command_timeout = 100ms;
-  limiters_.push_back(RateLimiter::redis(io_.get_executor(), o, true));
-  RateLimiter l = limiters_.back();
+  RateLimiter l = own_limiter("redis://127.0.0.1:1", 100ms, true);
   RateRule local = make_rule(RateAlgorithm::fixed_window, 8, 600'000);
   local.local_divisor = 4;  // this instance's share: 2
   RateRule open = local;
@@ -463,11 +464,7 @@ TEST_F(RedisRateLimitTest, RedisDownFollowsOnRedisDown) {
 // decision may still give those units back later; they counted as given before.
 TEST_F(RedisRateLimitTest, ARefundThatFailedCanBeMadeAgain) {
   RedisServer own;
-  fairgate::RateLimiterRedisOptions o;
-  o.url = own.url();
-  o.key_prefix = prefix_;
-  limiters_.push_back(RateLimiter::redis(io_.get_executor(), o, false));
-  RateLimiter l = limiters_.back();
+  RateLimiter l = own_limiter(own.url(), 200ms);
   ASSERT_TRUE(l.set_rule("r", make_rule(RateAlgorithm::fixed_window, 1000, 600'000)));
   const RateResult d = check(l, "r", "k", 100);
   ASSERT_TRUE(d.allowed) << d.message;
@@ -489,12 +486,8 @@ TEST_F(RedisRateLimitTest, ARefundThatFailedCanBeMadeAgain) {
 // (a helper saw 10 more requests pass in the window instead of 5, every algorithm).
 TEST_F(RedisRateLimitTest, ARefundWithoutAReplyIsAnsweredWithWhatRedisDid) {
   RedisServer own;
-  fairgate::RateLimiterRedisOptions o;
-  o.url = own.url();
-  o.key_prefix = prefix_;
-  o.command_timeout = 300ms;
-  limiters_.push_back(RateLimiter::redis(io_.get_executor(), o, false));
-  RateLimiter l = limiters_.back();
+  const auto timeout = 300ms;
+  RateLimiter l = own_limiter(own.url(), timeout);
   for (const auto algorithm : {RateAlgorithm::fixed_window, RateAlgorithm::token_bucket}) {
     const std::string rule = "r" + std::to_string(static_cast<int>(algorithm));
     ASSERT_TRUE(l.set_rule(rule, make_rule(algorithm, 100, 600'000)));
@@ -506,7 +499,7 @@ TEST_F(RedisRateLimitTest, ARefundWithoutAReplyIsAnsweredWithWhatRedisDid) {
     const auto r = l.async_refund(d.decisions[0], 40, asio::use_future).get();
     const auto took = std::chrono::steady_clock::now() - t0;
     stall.join();
-    EXPECT_GE(took, o.command_timeout) << "the refund was not stalled: the test tells nothing";
+    EXPECT_GE(took, timeout) << "the refund was not stalled: the test tells nothing";
     // What Redis did: 40 came back iff a check of 40 passes now (nothing refills meanwhile).
     const bool came_back = check(l, rule, "k", 40).allowed;
     if (!r.error) {
@@ -544,12 +537,9 @@ TEST_F(RedisRateLimitTest, ARefundWithoutAReplyIsAnsweredWithWhatRedisDid) {
 // Once writes are back, Redis decides again.
 TEST_F(RedisRateLimitTest, ARefusedWriteIsDecidedAtOnceByOnRedisDown) {
   RedisServer own;
-  fairgate::RateLimiterRedisOptions o;
-  o.url = own.url();
-  o.key_prefix = prefix_;
-  o.command_timeout = 5s;  // a decision that waited for it would show
-  limiters_.push_back(RateLimiter::redis(io_.get_executor(), o, false));
-  RateLimiter l = limiters_.back();
+  // command timeout: a decision that waited for it would show
+  const auto timeout = 5s;
+  RateLimiter l = own_limiter(own.url(), timeout);
   RateRule rule = make_rule(RateAlgorithm::fixed_window, 8, 600'000);
   rule.local_divisor = 4;
   ASSERT_TRUE(l.set_rule("r", rule));
@@ -565,7 +555,7 @@ TEST_F(RedisRateLimitTest, ARefusedWriteIsDecidedAtOnceByOnRedisDown) {
   const auto took = std::chrono::steady_clock::now() - t0;
   EXPECT_EQ(r.source, fairgate::RateSource::degraded);
   EXPECT_TRUE(r.allowed) << "within the local share of 8 / 4";
-  EXPECT_LT(took, o.command_timeout / 2) << "decided at once, not after the command timeout";
+  EXPECT_LT(took, timeout / 2) << "decided at once, not after the command timeout";
   EXPECT_TRUE(l.degraded());
   EXPECT_EQ(check(l, "r", "k").source, fairgate::RateSource::degraded);
   ASSERT_EQ(own.command({"CONFIG", "SET", "min-replicas-to-write", "0"}), "OK");
@@ -586,11 +576,7 @@ TEST_F(RedisRateLimitTest, ARefusedWriteIsDecidedAtOnceByOnRedisDown) {
 TEST_F(RedisRateLimitTest, ACallTheAclRefusesIsDecidedByOnRedisDownWithRedisWords) {
   RedisServer own;
   ASSERT_EQ(own.command(fairgate::test::documented_acl("fg-rl", "pw", prefix_)), "OK");
-  fairgate::RateLimiterRedisOptions o;
-  o.url = "redis://fg-rl:pw@127.0.0.1:" + std::to_string(own.port());
-  o.key_prefix = prefix_;
-  limiters_.push_back(RateLimiter::redis(io_.get_executor(), o, false));
-  RateLimiter l = limiters_.back();
+  RateLimiter l = own_limiter("redis://fg-rl:pw@127.0.0.1:" + std::to_string(own.port()), 200ms);
   RateRule rule = make_rule(RateAlgorithm::fixed_window, 8, 600'000);
   rule.on_redis_down = fairgate::RedisDownPolicy::closed;
   ASSERT_TRUE(l.set_rule("r", rule));
@@ -614,12 +600,7 @@ TEST_F(RedisRateLimitTest, ACallTheAclRefusesIsDecidedByOnRedisDownWithRedisWord
 // on_redis_down — never read as an allow or a refusal, nor its figures as 0.
 TEST_F(RedisRateLimitTest, ABadReplyIsAStoreErrorNeverADecision) {
   fairgate::test::TcpProxy proxy("127.0.0.1", server().port());
-  fairgate::RateLimiterRedisOptions o;
-  o.url = "redis://127.0.0.1:" + std::to_string(proxy.port());
-  o.key_prefix = prefix_;
-  o.command_timeout = 2s;
-  limiters_.push_back(RateLimiter::redis(io_.get_executor(), o, false));
-  RateLimiter l = limiters_.back();
+  RateLimiter l = own_limiter("redis://127.0.0.1:" + std::to_string(proxy.port()), 2s);
   RateRule rule = make_rule(RateAlgorithm::token_bucket, 1000, 60'000);
   rule.on_redis_down = fairgate::RedisDownPolicy::closed;
   ASSERT_TRUE(l.set_rule("r", rule));
@@ -656,12 +637,7 @@ INSTANTIATE_TEST_SUITE_P(All, RedisRateExactness,
 TEST_F(RedisRateLimitTest, ClusterDecidesPerKeyAndRefusesCrossSlotChecks) {
   fairgate::test::RedisCluster cluster;
   ASSERT_TRUE(cluster.wait_stable(20s));
-  fairgate::RateLimiterRedisOptions o;
-  o.url = cluster.url();
-  o.key_prefix = prefix_;
-  o.command_timeout = 2s;
-  limiters_.push_back(RateLimiter::redis(io_.get_executor(), o, false));
-  RateLimiter l = limiters_.back();
+  RateLimiter l = own_limiter(cluster.url(), 2s);
   ASSERT_TRUE(l.set_rule("fw", make_rule(RateAlgorithm::fixed_window, 3, 600'000)));
   ASSERT_TRUE(l.set_rule("tb", make_rule(RateAlgorithm::token_bucket, 1, 600'000, 3)));
   std::set<int> owners;
