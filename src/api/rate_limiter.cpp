@@ -507,35 +507,35 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
     // A decision of the fallback (Redis was unreachable) is refunded where it was counted.
     RateStore& store = decision.at_us < 0 ? *fallback_ : *store_;
     if (decision.at_us < 0) item.rule = rate::local_share(item.rule);
-    store.refund(item, decision.at_ms, amount,
-                 [self = shared_from_this(), done, name = decision.rule,
-                  rk = RefundKey{decision.rule + '\0' + decision.key, decision.at_us},
-                  amount](boost::system::error_code ec, std::string message, std::int64_t given) {
-                   std::lock_guard lock(self->mutex_);
-                   auto& st = self->rules_[name].stats;
-                   if (ec == detail::refund_outcome_unknown()) {
-                     // It may run yet: its units stay counted as given back (no more than the
-                     // decision took, even if it is sent again), and the caller is told so.
-                     ++st.store_errors;
-                     done->complete(RefundResult{make_error_code(Errc::unavailable),
-                                                 "refund outcome unknown: " + message +
-                                                     "; Redis may still apply it: sending it again may give "
-                                                     "the units back twice",
-                                                 0});
-                     return;
-                   }
-                   if (ec) {
-                     ++st.store_errors;
-                     // It did not run (and never will): the decision may still give these units back.
-                     if (auto left = self->refunds_.find(rk); left != self->refunds_.end())
-                       left->second += amount;
-                     done->complete(RefundResult{make_error_code(Errc::unavailable),
-                                                 "refund not applied: " + message, 0});
-                     return;
-                   }
-                   st.refunded += static_cast<std::uint64_t>(given);
-                   done->complete(RefundResult{{}, {}, given});
-                 });
+    store.refund(
+        item, decision.at_ms, amount,
+        [self = shared_from_this(), done, name = decision.rule,
+         rk = RefundKey{decision.rule + '\0' + decision.key, decision.at_us},
+         amount](boost::system::error_code ec, std::string message, std::int64_t given) {
+          std::lock_guard lock(self->mutex_);
+          auto& st = self->rules_[name].stats;
+          if (ec == detail::refund_outcome_unknown()) {
+            // It may run yet: its units stay counted as given back (no more than the
+            // decision took, even if it is sent again), and the caller is told so.
+            ++st.store_errors;
+            done->complete(RefundResult{make_error_code(Errc::unavailable),
+                                        "refund outcome unknown: " + message +
+                                            "; Redis may still apply it (sent again, it may give the "
+                                            "units back twice)",
+                                        0});
+            return;
+          }
+          if (ec) {
+            ++st.store_errors;
+            // It did not run (and never will): the decision may still give these units back.
+            if (auto left = self->refunds_.find(rk); left != self->refunds_.end()) left->second += amount;
+            done->complete(
+                RefundResult{make_error_code(Errc::unavailable), "refund not applied: " + message, 0});
+            return;
+          }
+          st.refunded += static_cast<std::uint64_t>(given);
+          done->complete(RefundResult{{}, {}, given});
+        });
   }
 
  private:

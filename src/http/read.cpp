@@ -94,8 +94,10 @@ std::optional<std::string> origin_form(std::string_view target) {
       break;
     }
   }
-  if (rest.empty()) return std::nullopt;  // origin form (or asterisk form, or not a target)
   const auto path = rest.find_first_of("/?");
+  // Origin form (or asterisk form, or not a target); or no host, which an http URI must have
+  // (RFC 9110 4.2.1): left as it is, a 400 for not starting with '/'.
+  if (rest.empty() || path == 0) return std::nullopt;
   if (path == std::string_view::npos) return std::string("/");
   if (rest[path] == '?') return "/" + std::string(rest.substr(path));
   return std::string(rest.substr(path));

@@ -206,8 +206,8 @@ class RedisRateStore final : public detail::RateStore {
             return settle(std::move(client), std::move(marker), std::move(why), tries - 1, std::move(done));
           if (ec || reply.is_error() || (!reply.is_nil() && reply.type != redis::Reply::Type::string))
             return done(detail::refund_outcome_unknown(),
-                        why + "; whether Redis ran it is unknown (" +
-                            (ec ? ec.message() : "unexpected reply " + reply.excerpt()) + ")",
+                        why + ", and so did asking whether it ran" +
+                            (ec ? std::string() : " (unexpected reply " + reply.excerpt() + ")"),
                         0);
           if (reply.is_nil() || reply.str == "x")
             return done(make_error_code(Errc::unavailable), why, 0);  // called off: it never runs

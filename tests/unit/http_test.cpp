@@ -238,6 +238,8 @@ TEST(HttpRead, AnAbsoluteFormTargetIsReadAsItsPathAndQuery) {
   }
   EXPECT_FALSE(fh::origin_form("/x").has_value());
   EXPECT_FALSE(fh::origin_form("httpx://h/x").has_value());
+  EXPECT_FALSE(fh::origin_form("http:///healthz").has_value()) << "no host: not taken";
+  EXPECT_FALSE(fh::origin_form("http://?x").has_value());
 }
 
 TEST(HttpRead, ExpectContinueGetsA100ThenTheBody) {
