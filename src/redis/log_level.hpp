@@ -13,7 +13,9 @@ namespace fairgate::redis {
 
 inline LogLevel level_of(std::string_view line) noexcept {
   if (line.find("the cap does not hold") != std::string_view::npos) return LogLevel::error;
-  static constexpr std::array<std::string_view, 20> kProblems = {"fail",
+  // A recovery is information, though it names what it recovers from.
+  if (line.find("left degraded mode") != std::string_view::npos) return LogLevel::info;
+  static constexpr std::array<std::string_view, 25> kProblems = {"fail",
                                                                  "degraded",
                                                                  "unexpected",
                                                                  "cannot",
@@ -32,7 +34,12 @@ inline LogLevel level_of(std::string_view line) noexcept {
                                                                  "refuses",
                                                                  "busy running a script",
                                                                  "turns this client away",
-                                                                 "does not know"};
+                                                                 "does not know",
+                                                                 "timed out",
+                                                                 "before any reply",
+                                                                 "answered with TLS",
+                                                                 "no reply",
+                                                                 "ended before"};
   for (const auto word : kProblems)
     if (line.find(word) != std::string_view::npos) return LogLevel::warn;
   return LogLevel::info;

@@ -1,4 +1,5 @@
 #include "redis/client.hpp"
+#include "redis/log_level.hpp"
 #include "redis/url.hpp"
 
 #include <gtest/gtest.h>
@@ -299,4 +300,31 @@ TEST(RedisClusterSlots, NonsenseGivesNoRange) {
   const Reply mixed = list({range(0, 10, text("bad host"), 7001), range(11, 20, text("good"), 7002)});
   EXPECT_EQ(slot_ranges(mixed, "seed"), (std::vector<SlotRange>{{11, 20, "good", 7002}}))
       << "a bad range costs only itself";
+}
+
+// --- the level of a Redis backend line (redis/log_level.hpp) -------------------------
+
+// docs/troubleshooting.md: every problem met with Redis is a line at warn; a recovery is
+// information. These lines (as connection.cpp and redis_limiter.cpp write them) came out at
+// info, so `--log-level warn` showed "degraded" without its cause (a helper, with rediss://
+// pointed at a plain port); "left degraded mode" came out at warn.
+TEST(RedisLogLevel, EveryProblemIsAWarningAndARecoveryIsInformation) {
+  using fairgate::LogLevel;
+  using fairgate::redis::level_of;
+  for (const std::string_view line :
+       {"TLS handshake with 127.0.0.1:6380 timed out after 1000 ms (is it a plain, non-TLS port? then use "
+        "redis://)",
+        "Redis at 127.0.0.1:6380 closed the connection before any reply (a TLS-only port? then use "
+        "rediss://)",
+        "Redis at 127.0.0.1:6380 answered with TLS: use rediss://",
+        "TLS connection to 127.0.0.1:6380 ended before any reply: stream truncated (does it want a client "
+        "certificate: tls_cert_file, tls_key_file?)",
+        "limiter chat: no reply from Redis heard for 2.8 s: heartbeats no longer extend this instance's "
+        "liveness",
+        "limiter chat: degraded: Redis unreachable for 1.2 s"})
+    EXPECT_EQ(level_of(line), LogLevel::warn) << line;
+  EXPECT_EQ(
+      level_of("limiter chat: left degraded mode after 2.6 s: permits and waiters handed back to Redis"),
+      LogLevel::info);
+  EXPECT_EQ(level_of("limiter chat: two instances share the id x: the cap does not hold"), LogLevel::error);
 }
