@@ -514,23 +514,20 @@ class RateLimiterImpl : public std::enable_shared_from_this<RateLimiterImpl> {
          amount](boost::system::error_code ec, std::string message, std::int64_t given) {
           std::lock_guard lock(self->mutex_);
           auto& st = self->rules_[name].stats;
-          if (ec == detail::refund_outcome_unknown()) {
-            // It may run yet: its units stay counted as given back (no more than the
-            // decision took, even if it is sent again), and the caller is told so.
-            ++st.store_errors;
-            done->complete(RefundResult{make_error_code(Errc::unavailable),
-                                        "refund outcome unknown: " + message +
-                                            "; Redis may still apply it (sent again, it may give the "
-                                            "units back twice)",
-                                        0});
-            return;
-          }
           if (ec) {
             ++st.store_errors;
-            // It did not run (and never will): the decision may still give these units back.
-            if (auto left = self->refunds_.find(rk); left != self->refunds_.end()) left->second += amount;
-            done->complete(
-                RefundResult{make_error_code(Errc::unavailable), "refund not applied: " + message, 0});
+            // Unknown: it may run yet, so its units stay counted as given back (no more than the
+            // decision took, even if it is sent again). Else it did not run (and never will): the
+            // decision may still give these units back.
+            const bool unknown = ec == detail::refund_outcome_unknown();
+            if (auto left = self->refunds_.find(rk); !unknown && left != self->refunds_.end())
+              left->second += amount;
+            done->complete(RefundResult{
+                make_error_code(Errc::unavailable),
+                unknown ? "refund outcome unknown: " + message +
+                              "; Redis may still apply it (sent again, it may give the units back twice)"
+                        : "refund not applied: " + message,
+                0});
             return;
           }
           st.refunded += static_cast<std::uint64_t>(given);

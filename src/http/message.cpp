@@ -35,7 +35,21 @@ std::string field_list(const Request& req, std::string_view name) {
   return out;
 }
 
+std::vector<std::string_view> list_elements(std::string_view list) {
+  std::vector<std::string_view> out;
+  while (!list.empty()) {
+    const auto comma = list.find(',');
+    std::string_view element = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+    while (!element.empty() && (element.front() == ' ' || element.front() == '\t')) element.remove_prefix(1);
+    while (!element.empty() && (element.back() == ' ' || element.back() == '\t')) element.remove_suffix(1);
+    if (!element.empty()) out.push_back(element);
+  }
+  return out;
+}
+
 bool method_listed(std::string_view methods, std::string_view method) noexcept {
+  // Split by hand (no allocation: it runs on every request).
   std::string_view rest = methods;
   while (!rest.empty()) {
     const auto comma = rest.find(',');

@@ -15,6 +15,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace fairgate::http {
 
@@ -36,6 +37,10 @@ Response json_response(status s, const Request& req, const boost::json::value& v
 /// given on several lines is one list). Empty when it is absent. Beast's `req[name]` reads only
 /// the first line, which for X-Forwarded-For is the one a client can write.
 std::string field_list(const Request& req, std::string_view name);
+
+/// The elements of a comma-separated header list ("gzip, chunked"), spaces and tabs around
+/// each trimmed, empty ones skipped (RFC 9110, 5.6.1).
+std::vector<std::string_view> list_elements(std::string_view list);
 
 /// Whether `method` ("GET") is one of the comma-separated `methods` ("GET, PUT").
 bool method_listed(std::string_view methods, std::string_view method) noexcept;

@@ -66,15 +66,8 @@ std::string framing_problem(const bh::request_header<>& header) {
   // parameters kept: chunked has none, so "chunked;x=1" is not chunked alone).
   std::vector<std::string_view> codings;
   for (auto [it, end] = header.equal_range(bh::field::transfer_encoding); it != end; ++it) {
-    std::string_view rest(it->value().data(), it->value().size());
-    while (!rest.empty()) {
-      const auto comma = rest.find(',');
-      std::string_view coding = rest.substr(0, comma);
-      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-      while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t')) coding.remove_prefix(1);
-      while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t')) coding.remove_suffix(1);
-      if (!coding.empty()) codings.push_back(coding);
-    }
+    const auto line = list_elements(std::string_view(it->value().data(), it->value().size()));
+    codings.insert(codings.end(), line.begin(), line.end());
   }
   if (header.count(bh::field::transfer_encoding) > 0) {
     if (codings.size() != 1 || !boost::beast::iequals(codings.front(), "chunked"))

@@ -15,4 +15,8 @@ bool route_allows(const RouteSpec& route, std::string_view method) noexcept {
   return fairgate::http::method_listed(route.methods, method);
 }
 
+bool answers_head(const RouteSpec& route) noexcept {
+  return route_allows(route, "GET") && route.id != RouteId::acquire;
+}
+
 }  // namespace fairgate::serve

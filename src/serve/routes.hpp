@@ -64,4 +64,8 @@ const RouteSpec* match_route(const std::vector<std::string>& segments, std::vect
 /// Whether `method` ("GET") is one of `route.methods`.
 bool route_allows(const RouteSpec& route, std::string_view method) noexcept;
 
+/// Whether HEAD is answered on `route` (RFC 9110, 9.3.2): every route with a GET but the
+/// acquire, whose GET takes a permit. A 405's Allow lists it there too.
+bool answers_head(const RouteSpec& route) noexcept;
+
 }  // namespace fairgate::serve

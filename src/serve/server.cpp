@@ -754,7 +754,7 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
   }
   // HEAD (RFC 9110, 9.3.2): the GET of a route that reads, its header and no
   // body; an event stream's header alone. Not on the acquire: its GET takes a permit.
-  if (method == http::verb::head && route_allows(*route, "GET") && route->id != RouteId::acquire) {
+  if (method == http::verb::head && answers_head(*route)) {
     Request get = req;
     get.method(http::verb::get);
     if (route->id == RouteId::events) {
@@ -764,10 +764,10 @@ awaitable<bool> handle(std::shared_ptr<Session> self, const Request& req) {
     co_return co_await dispatch(self, get, *route, params, *target, origin);
   }
   if (!route_allows(*route, method_name)) {
-    // A route that reads answers HEAD as well (above): Allow lists it (RFC 9110, 10.2.1).
-    // (A named string: g++ 12 frees a temporary made in a co_await's arguments too early.)
+    // Allow lists HEAD where it is answered (above; RFC 9110, 10.2.1). A named string: with g++
+    // 12, a std::string made by a ?: among a co_await's arguments was freed twice.
     std::string allow(route->methods);
-    if (route_allows(*route, "GET") && route->id != RouteId::acquire) allow += ", HEAD";
+    if (answers_head(*route)) allow += ", HEAD";
     co_return co_await method_not_allowed(s, req, allow);
   }
   co_return co_await dispatch(self, req, *route, params, *target, origin);

@@ -8,6 +8,7 @@
 #include "bench/fleet.hpp"
 #include "redis/connection.hpp"
 #include "redis/database_check.hpp"
+#include "redis/log_level.hpp"
 #include "support/acl.hpp"
 #include "support/holders_key.hpp"
 #include "support/redis_server.hpp"
@@ -25,6 +26,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 namespace {
@@ -292,6 +294,15 @@ TEST(RedisTls, PlainTextToATlsPortAndTlsToAPlainPortEndClearly) {
   EXPECT_TRUE(r2.ec);
   EXPECT_LT(Clock::now() - t1, 6s) << "ends with its timeout, no hang";
   EXPECT_NE(loop2.all().find("plain, non-TLS port? then use redis://"), std::string::npos) << loop2.all();
+  // Problems, so warnings (docs/troubleshooting.md): these came out at info.
+  for (const std::string& all : {loop.all(), loop2.all()}) {
+    std::istringstream lines(all);
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty()) {
+        EXPECT_EQ(fairgate::redis::level_of(line), fairgate::LogLevel::warn) << line;
+      }
+    }
+  }
 }
 
 TEST(RedisTls, BadFilesAreRefusedBeforeConnecting) {
